@@ -1,0 +1,63 @@
+package bank
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// MaxTxAttempts bounds how often InTx runs a transaction that PostgreSQL
+// aborted for a deadlock or a serialization failure.
+const MaxTxAttempts = 5
+
+type intentKey struct{}
+
+// WithIntent labels the transfers written under ctx with the client intent
+// that asked for them. Only the checker reads the label; see Schema.
+func WithIntent(ctx context.Context, intent string) context.Context {
+	return context.WithValue(ctx, intentKey{}, intent)
+}
+
+// IntentFrom returns the label set by WithIntent, or "".
+func IntentFrom(ctx context.Context) string {
+	s, _ := ctx.Value(intentKey{}).(string)
+	return s
+}
+
+func intentArg(ctx context.Context) any {
+	if s := IntentFrom(ctx); s != "" {
+		return s
+	}
+	return nil
+}
+
+// Retryable reports whether err is a deadlock (40P01) or a serialization
+// failure (40001): PostgreSQL rolled the transaction back and running it
+// again is safe and expected to succeed.
+func Retryable(err error) bool {
+	var pg *pgconn.PgError
+	return errors.As(err, &pg) && (pg.Code == "40P01" || pg.Code == "40001")
+}
+
+// InTx runs fn in a transaction and commits it, running the whole transaction
+// again (up to MaxTxAttempts times) when PostgreSQL aborts it for a deadlock or
+// serialization failure, so that neither ever reaches a client as a 500.
+func InTx(ctx context.Context, db DB, fn func(tx pgx.Tx) error) error {
+	var err error
+	for attempt := 1; attempt <= MaxTxAttempts; attempt++ {
+		err = pgx.BeginFunc(ctx, db, fn)
+		if !Retryable(err) {
+			return err
+		}
+		// A short, growing pause lets the transaction that won go first.
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(time.Duration(attempt*attempt) * time.Millisecond):
+		}
+	}
+	return err
+}

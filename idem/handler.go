@@ -1,0 +1,201 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/banksim/bank-sim/bank"
+	"github.com/jackc/pgx/v5"
+)
+
+// Error codes of the idempotency layer.
+const (
+	CodeKeyRequired = "idempotency_key_required"
+	CodeKeyReused   = "idempotency_key_reused"
+	CodeInProgress  = "request_in_progress"
+)
+
+// InProgress is the 409 answer for a key whose holder is still working.
+func InProgress() bank.Response {
+	return bank.Reject(409, CodeInProgress, "This request is still being processed; retry shortly")
+}
+
+// KeyRequired is the 400 answer for a missing or malformed key.
+func KeyRequired() bank.Response {
+	return bank.Reject(400, CodeKeyRequired, "Send an Idempotency-Key header of 16 to 64 letters, digits, - or _")
+}
+
+// Request is one delivery of POST /transfers as the handler sees it. UserID
+// comes from authentication, never from the body.
+type Request struct {
+	UserID int64
+	Key    string // "" when the client sent none
+	Body   []byte
+}
+
+// Method and path of the transfer endpoint; both are part of the fingerprint.
+const (
+	Method = "POST"
+	Path   = "/transfers"
+)
+
+// ConflictPolicy is what a request does when it finds its key in progress.
+type ConflictPolicy int
+
+const (
+	// Reject409 answers 409 request_in_progress at once (the lesson's way).
+	Reject409 ConflictPolicy = iota
+	// WaitForResult polls the key until it completes, then replays it, and
+	// answers 409 only when the wait runs out.
+	WaitForResult
+)
+
+// Hooks are points where a fault can stop a request, set per request on its
+// context by the fault-injecting network.
+type Hooks struct {
+	// AfterClaim runs after the key is claimed and before the transaction:
+	// a server that goes silent here has left its key in progress.
+	AfterClaim func(ctx context.Context, c Claim)
+	// BeforeCommit runs inside the transaction after the work and the
+	// stored response, just before COMMIT. An error here rolls it all back.
+	BeforeCommit func(ctx context.Context) error
+}
+
+type hooksKey struct{}
+
+// WithHooks attaches hooks to a request's context.
+func WithHooks(ctx context.Context, h Hooks) context.Context {
+	return context.WithValue(ctx, hooksKey{}, h)
+}
+
+func hooksFrom(ctx context.Context) Hooks {
+	h, _ := ctx.Value(hooksKey{}).(Hooks)
+	return h
+}
+
+// Handler is the transfer endpoint: bank.Transfer behind the key store.
+type Handler struct {
+	DB    bank.DB
+	Store *Store
+	// Now is the clock that lock expiry runs on; time.Now when nil.
+	Now func() time.Time
+
+	Conflict     ConflictPolicy
+	WaitInterval time.Duration // between polls under WaitForResult; 10 ms when zero
+	WaitTimeout  time.Duration // total wait under WaitForResult; 2 s when zero
+
+	// NoKey turns the handler into the lesson's middle step: every request
+	// runs in a transaction, but keys are ignored, so a retry moves money again.
+	NoKey bool
+	// Bank switches on mistakes inside the transfer itself.
+	Bank bank.Flaws
+}
+
+func (h *Handler) now() time.Time {
+	if h.Now != nil {
+		return h.Now()
+	}
+	return time.Now()
+}
+
+// Handle answers one request. Refusals, replays, 409s and successes come back
+// as a Response; the error is for unexpected failures (a 500 to the client),
+// after which the key has been released so that a retry can succeed.
+func (h *Handler) Handle(ctx context.Context, req Request) (bank.Response, error) {
+	if h.NoKey {
+		return h.transfer(ctx, req, nil)
+	}
+	if !ValidKey(req.Key) {
+		return KeyRequired(), nil
+	}
+	hash := Fingerprint(Method, Path, req.Body)
+
+	claim, err := h.Store.Begin(ctx, h.DB, req.UserID, req.Key, hash, h.now())
+	if err != nil {
+		return bank.Response{}, err
+	}
+	if claim.Action == Respond && claim.Response.Status == 409 && h.Conflict == WaitForResult {
+		claim, err = h.wait(ctx, req, hash)
+		if err != nil {
+			return bank.Response{}, err
+		}
+	}
+	if claim.Action != Proceed {
+		return claim.Response, nil
+	}
+
+	if hook := hooksFrom(ctx).AfterClaim; hook != nil {
+		hook(ctx, claim)
+	}
+	resp, err := h.transfer(ctx, req, &claim)
+	if err != nil {
+		// The holder's own claim only: after a takeover this deletes nothing.
+		// A fresh context, because the request's may be what failed.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if rerr := h.Store.Release(rctx, h.DB, req.UserID, req.Key, claim.LockID); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
+		return bank.Response{}, err
+	}
+	return resp, nil
+}
+
+// transfer runs the transfer and, when claim is set, stores its response in
+// the same transaction.
+func (h *Handler) transfer(ctx context.Context, req Request, claim *Claim) (bank.Response, error) {
+	var resp bank.Response
+	err := bank.InTx(ctx, h.DB, func(tx pgx.Tx) error {
+		parsed, refusal := bank.ParseTransferRequest(req.Body)
+		if refusal != nil {
+			resp = *refusal
+		} else {
+			var err error
+			if resp, err = bank.TransferWith(ctx, tx, req.UserID, parsed, h.Bank); err != nil {
+				return err
+			}
+		}
+		if claim != nil {
+			if err := h.Store.Complete(ctx, tx, req.UserID, req.Key, claim.LockID, resp); err != nil {
+				return err
+			}
+		}
+		if hook := hooksFrom(ctx).BeforeCommit; hook != nil {
+			return hook(ctx)
+		}
+		return nil
+	})
+	if err != nil {
+		return bank.Response{}, fmt.Errorf("transfer: %w", err)
+	}
+	return resp, nil
+}
+
+// wait is the second article's answer to a duplicate in flight: instead of
+// 409, poll the key until its holder finishes and replay what it stored.
+func (h *Handler) wait(ctx context.Context, req Request, hash string) (Claim, error) {
+	interval, timeout := h.WaitInterval, h.WaitTimeout
+	if interval <= 0 {
+		interval = 10 * time.Millisecond
+	}
+	if timeout <= 0 {
+		timeout = 2 * time.Second
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		select {
+		case <-ctx.Done():
+			return Claim{}, ctx.Err()
+		case <-time.After(interval):
+		}
+		claim, err := h.Store.Begin(ctx, h.DB, req.UserID, req.Key, hash, h.now())
+		if err != nil {
+			return Claim{}, err
+		}
+		if claim.Action != Respond || claim.Response.Status != 409 || time.Now().After(deadline) {
+			return claim, nil
+		}
+	}
+}

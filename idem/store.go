@@ -1,0 +1,228 @@
+package idem
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/banksim/bank-sim/bank"
+	"github.com/jackc/pgx/v5"
+)
+
+// DefaultLockTTL is how long a claim holds its key before a retry may take
+// it over. It must outlive the slowest normal request.
+const DefaultLockTTL = 30 * time.Second
+
+// DefaultRetention is how long keys are kept: long enough to cover every
+// realistic retry of an intent.
+const DefaultRetention = 24 * time.Hour
+
+// ErrLostLock is returned by Complete when the caller no longer holds the
+// key: its lock expired and another request took the key over. The caller's
+// transaction must roll back, transfer included.
+var ErrLostLock = errors.New("lost the idempotency lock; rolling back")
+
+// Action tells the handler what to do after Begin.
+type Action int
+
+const (
+	// Proceed: the key is ours; do the work.
+	Proceed Action = iota
+	// Replay: the key is completed; answer with the stored response.
+	Replay
+	// Respond: answer with Claim.Response (422 key reused, 409 in progress).
+	Respond
+)
+
+func (a Action) String() string {
+	return [...]string{"proceed", "replay", "respond"}[a]
+}
+
+// Claim is the outcome of Begin.
+type Claim struct {
+	Action   Action
+	LockID   string        // set when Action is Proceed
+	TookOver bool          // Proceed after taking over an expired lock
+	Response bank.Response // set when Action is Replay or Respond
+}
+
+// Flaws switches on the lesson's mistakes in the key store. The zero value
+// is the correct store.
+type Flaws struct {
+	NoFingerprint bool // never compare request hashes
+	Unscoped      bool // keys shared by all users instead of scoped per user
+	NoExpiry      bool // a claim's lock never expires
+	NoFencing     bool // Complete does not check that the caller still holds the lock
+}
+
+// Store is the idempotency-key store in PostgreSQL.
+type Store struct {
+	// LockTTL is how long a claim is valid; DefaultLockTTL when zero.
+	LockTTL time.Duration
+	// NewLockID makes fencing tokens; random when nil. Scenarios pass a seeded
+	// generator so that runs repeat.
+	NewLockID func() string
+	Flaws     Flaws
+}
+
+func (s *Store) ttl() time.Duration {
+	if s.LockTTL > 0 {
+		return s.LockTTL
+	}
+	return DefaultLockTTL
+}
+
+func (s *Store) lockID() string {
+	if s.NewLockID != nil {
+		return s.NewLockID()
+	}
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func (s *Store) scope(userID int64) int64 {
+	if s.Flaws.Unscoped {
+		return 0
+	}
+	return userID
+}
+
+// Begin claims key for userID, or says why the caller must not proceed.
+// The claim is one INSERT … ON CONFLICT DO NOTHING committed on its own, so
+// of two requests racing for a key exactly one wins.
+func (s *Store) Begin(ctx context.Context, db bank.Querier, userID int64, key, hash string, now time.Time) (Claim, error) {
+	scope := s.scope(userID)
+	// A key can vanish between the failed INSERT and the SELECT (its holder
+	// released it after an error); then claiming again is right.
+	for range 3 {
+		lockID := s.lockID()
+		until := s.lockedUntil(now)
+		tag, err := db.Exec(ctx, `
+			INSERT INTO idempotency_keys (user_id, key, request_hash, status, lock_id, locked_until, created_at)
+			VALUES ($1, $2, $3, 'in_progress', $4, $5, $6)
+			ON CONFLICT (user_id, key) DO NOTHING`,
+			scope, key, hash, lockID, until, now)
+		if err != nil {
+			return Claim{}, fmt.Errorf("claim key: %w", err)
+		}
+		if tag.RowsAffected() == 1 {
+			return Claim{Action: Proceed, LockID: lockID}, nil
+		}
+
+		var storedHash, status string
+		var respStatus *int32
+		var respBody []byte
+		err = db.QueryRow(ctx, `
+			SELECT request_hash, status, response_status, response_body
+			FROM idempotency_keys WHERE user_id = $1 AND key = $2`, scope, key).
+			Scan(&storedHash, &status, &respStatus, &respBody)
+		if errors.Is(err, pgx.ErrNoRows) {
+			continue
+		}
+		if err != nil {
+			return Claim{}, fmt.Errorf("read key: %w", err)
+		}
+		if storedHash != hash && !s.Flaws.NoFingerprint {
+			return Claim{Action: Respond, Response: bank.Reject(422, CodeKeyReused,
+				"This Idempotency-Key was sent with a different request; use a new key for a new transfer")}, nil
+		}
+		if status == "completed" && respStatus != nil {
+			return Claim{Action: Replay, Response: bank.Response{Status: int(*respStatus), Body: respBody, Replayed: true}}, nil
+		}
+
+		if !s.Flaws.NoExpiry {
+			tag, err = db.Exec(ctx, `
+				UPDATE idempotency_keys SET lock_id = $3, locked_until = $4
+				WHERE user_id = $1 AND key = $2 AND status = 'in_progress' AND locked_until < $5`,
+				scope, key, lockID, until, now)
+			if err != nil {
+				return Claim{}, fmt.Errorf("take over key: %w", err)
+			}
+			if tag.RowsAffected() == 1 {
+				return Claim{Action: Proceed, LockID: lockID, TookOver: true}, nil
+			}
+		}
+		return Claim{Action: Respond, Response: InProgress()}, nil
+	}
+	return Claim{}, fmt.Errorf("claim key %q: it kept changing under us", key)
+}
+
+func (s *Store) lockedUntil(now time.Time) time.Time {
+	if s.Flaws.NoExpiry {
+		return time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
+	}
+	return now.Add(s.ttl())
+}
+
+// Complete stores resp as the key's final answer, inside the caller's
+// transaction, so that the work and its stored response commit together. It
+// returns ErrLostLock when lockID is no longer the key's lock: the fencing
+// check that stops a slow server from committing after a retry took over.
+func (s *Store) Complete(ctx context.Context, tx bank.Querier, userID int64, key, lockID string, resp bank.Response) error {
+	query := `
+		UPDATE idempotency_keys
+		SET status = 'completed', response_status = $4, response_body = $5::jsonb, lock_id = NULL, locked_until = NULL
+		WHERE user_id = $1 AND key = $2 AND lock_id = $3`
+	if s.Flaws.NoFencing {
+		query = `
+		UPDATE idempotency_keys
+		SET status = 'completed', response_status = $4, response_body = $5::jsonb, lock_id = NULL, locked_until = NULL
+		WHERE user_id = $1 AND key = $2 AND $3::text IS NOT NULL`
+	}
+	tag, err := tx.Exec(ctx, query, s.scope(userID), key, lockID, resp.Status, string(resp.Body))
+	if err != nil {
+		return fmt.Errorf("complete key: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return ErrLostLock
+	}
+	return nil
+}
+
+// Release gives the key up after an unexpected failure, so that a retry can
+// run the request again: a 5xx says nothing about the request and is never
+// stored. Only the current holder's claim is deleted.
+func (s *Store) Release(ctx context.Context, db bank.Querier, userID int64, key, lockID string) error {
+	_, err := db.Exec(ctx, "DELETE FROM idempotency_keys WHERE user_id = $1 AND key = $2 AND lock_id = $3",
+		s.scope(userID), key, lockID)
+	if err != nil {
+		return fmt.Errorf("release key: %w", err)
+	}
+	return nil
+}
+
+// Cleanup deletes keys created before cutoff that are completed or whose
+// lock expired before now, and returns their names. A key whose lock is still
+// valid is never deleted, however old: its holder may be about to complete it.
+func Cleanup(ctx context.Context, db bank.Querier, cutoff, now time.Time) ([]string, error) {
+	rows, err := db.Query(ctx, `
+		DELETE FROM idempotency_keys
+		WHERE created_at < $1 AND (status = 'completed' OR locked_until < $2)
+		RETURNING key`, cutoff, now)
+	if err != nil {
+		return nil, fmt.Errorf("clean up keys: %w", err)
+	}
+	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("clean up keys: %w", err)
+	}
+	return keys, nil
+}
+
+// SeededLockIDs returns a goroutine-safe generator of fencing tokens drawn
+// from seed, so that a run's lock ids repeat with its seed.
+func SeededLockIDs(seed uint64) func() string {
+	var mu sync.Mutex
+	r := mrand.New(mrand.NewPCG(seed, 0x6c6f636b))
+	return func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return fmt.Sprintf("lock-%016x", r.Uint64())
+	}
+}
