@@ -1,0 +1,53 @@
+package scenarios
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/banksim/bank-sim/bank"
+	"github.com/banksim/bank-sim/postgres"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// BankTemplate is the lesson's bank as a template database: every phase gets
+// a clone of it instead of running the DDL again.
+var BankTemplate = postgres.Template{
+	Version: bank.SchemaVersion(),
+	Init:    func(ctx context.Context, conn *pgx.Conn) error { return bank.Setup(ctx, conn) },
+}
+
+// ServerBanks makes fresh banks on srv.
+func ServerBanks(srv *postgres.Server) Databases { return serverBanks{srv} }
+
+type serverBanks struct{ srv *postgres.Server }
+
+// PoolSize is the connections each phase's pool may open: enough for two
+// copies of a request, a waiting poller and the checker to overlap.
+const PoolSize = 8
+
+func (s serverBanks) NewBank(ctx context.Context, label string) (*Database, error) {
+	db, err := s.srv.CreateDatabase(ctx, BankTemplate, label)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := pgxpool.ParseConfig(db.URL)
+	if err != nil {
+		_ = db.Drop(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("%w: %v", postgres.ErrUnavailable, err)
+	}
+	cfg.MaxConns = PoolSize
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		_ = db.Drop(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("%w: %v", postgres.ErrUnavailable, err)
+	}
+	return &Database{Pool: pool, Name: db.Name, Close: func() {
+		pool.Close()
+		// Dropping must happen even when the run was interrupted.
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		_ = db.Drop(dctx)
+	}}, nil
+}

@@ -1,0 +1,112 @@
+package scenarios
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/banksim/bank-sim/bank"
+	"github.com/banksim/bank-sim/faults"
+	"github.com/banksim/bank-sim/idem"
+)
+
+// The nightly job that deletes old keys, on the lesson's three keys: one
+// completed two days ago, one completed an hour ago, one stuck in progress for
+// two days with its lock long expired. Then the app retries the recent intent,
+// whose first response it never received.
+func init() {
+	now := time.Date(2026, 9, 24, 3, 0, 0, 0, time.UTC)
+	story := func(ctx context.Context, r *Run, retention time.Duration, protected bool) error {
+		clock := r.Clock(now.Add(-48 * time.Hour))
+		h := r.Handler(clock)
+		net := r.Network(h, clock)
+		old := Intent{Label: "ada-two-days-ago", UserID: 1, Key: "old-completed-0001",
+			Request: bank.TransferRequest{From: 1, To: 2, AmountKobo: 100_000}}
+		stuck := Intent{Label: "ada-stuck", UserID: 1, Key: "old-stuck-000000001",
+			Request: bank.TransferRequest{From: 1, To: 2, AmountKobo: 300_000}}
+		recent := Intent{Label: "ada-an-hour-ago", UserID: 1, Key: "new-completed-0001",
+			Request: bank.TransferRequest{From: 1, To: 2, AmountKobo: 200_000}}
+
+		r.Step("two days ago: Ada sends ₦1,000 (key %s)", old.Key)
+		if _, err := r.Send(ctx, net, old, 1, ""); err != nil {
+			return err
+		}
+		r.Step("two days ago: a server claims %s and crashes", stuck.Key)
+		crash := &faults.CrashAfterClaim{}
+		r.Defer(crash.KillAll)
+		_, _ = r.Send(ctx, r.Network(h, clock).On(crash, 1), stuck, 1, "")
+		for _, s := range crash.Sleepers() {
+			s.Kill()
+		}
+
+		clock.Advance(47 * time.Hour)
+		r.Step("an hour ago: Ada sends ₦2,000 (key %s); the response is lost", recent.Key)
+		_, _ = r.Send(ctx, r.Network(h, clock).On(&faults.LoseResponse{}, 1), recent, 1, "")
+
+		clock.Advance(time.Hour)
+		r.Step("03:00: the cleanup job deletes keys older than %s that are completed or whose lock expired", retentionText(retention))
+		deleted, err := idem.Cleanup(ctx, r.DB, clock.Now().Add(-retention), clock.Now())
+		if err != nil {
+			return err
+		}
+		slices.Sort(deleted)
+		kept, err := keys(ctx, r)
+		if err != nil {
+			return err
+		}
+		r.Step("deleted: %v", deleted)
+		r.Step("kept: %v", kept)
+
+		r.Step("Ada's app retries the ₦2,000 intent with its key")
+		resp, _ := r.Send(ctx, net, recent, 2, "")
+		if protected {
+			r.Expect(slices.Equal(deleted, []string{old.Key, stuck.Key}), "deleted: the old completed key and the old stuck key")
+			r.Expect(slices.Equal(kept, []string{recent.Key}), "kept: the key completed an hour ago")
+			r.Expect(resp.Status == 201 && resp.Replayed, "the retry is replayed, not repeated")
+			r.ExpectBalances(ctx, 4_700_000, 800_000, 2_000_000)
+			r.ExpectTransfers(ctx, 2)
+		}
+		return nil
+	}
+
+	Register(Scenario{
+		Name:    "key-cleanup",
+		Summary: "the cleanup job deletes old completed and old stuck keys, keeps recent ones",
+		Phases: []Phase{{
+			Title:   "without protection: the job forgets the 24 h age limit",
+			Control: true,
+			Run: func(ctx context.Context, r *Run) error {
+				return story(ctx, r, 0, false)
+			},
+		}, {
+			Title: "with protection: only keys older than 24 h, never one with a valid lock",
+			Run: func(ctx context.Context, r *Run) error {
+				return story(ctx, r, idem.DefaultRetention, true)
+			},
+		}},
+	})
+}
+
+func retentionText(d time.Duration) string {
+	if d == 0 {
+		return "0 s (no age limit)"
+	}
+	return d.String()
+}
+
+func keys(ctx context.Context, r *Run) ([]string, error) {
+	rows, err := r.DB.Query(ctx, "SELECT key FROM idempotency_keys ORDER BY key")
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			return nil, err
+		}
+		out = append(out, k)
+	}
+	return out, rows.Err()
+}

@@ -1,0 +1,67 @@
+package scenarios
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/banksim/bank-sim/bank"
+	"github.com/jackc/pgx/v5"
+)
+
+// The lesson's seven requests, one per rule, each in its own transaction.
+func init() {
+	type request struct {
+		label  string
+		userID int64
+		body   string
+		status int
+		code   string // "" for a transfer
+	}
+	requests := []request{
+		{"ok", 1, `{"from":1,"to":2,"amountKobo":1000000}`, 201, ""},
+		{"not your account", 2, `{"from":1,"to":2,"amountKobo":100}`, 404, bank.CodeAccountNotFound},
+		{"frozen sender", 3, `{"from":3,"to":1,"amountKobo":100}`, 422, bank.CodeAccountNotActive},
+		{"frozen recipient", 1, `{"from":1,"to":3,"amountKobo":100}`, 422, bank.CodeRecipientUnavailable},
+		{"no such recipient", 1, `{"from":1,"to":99,"amountKobo":100}`, 422, bank.CodeRecipientUnavailable},
+		{"too much", 2, `{"from":2,"to":1,"amountKobo":9000000}`, 422, bank.CodeInsufficientFunds},
+		{"half a kobo", 1, `{"from":1,"to":2,"amountKobo":10.5}`, 400, bank.CodeInvalidAmount},
+	}
+
+	Register(Scenario{
+		Name:    "rules",
+		Summary: "seven requests, one per rule: one transfer, six refusals with their codes",
+		Phases: []Phase{{
+			Title: "every rule of the transfer",
+			Run: func(ctx context.Context, r *Run) error {
+				for i, q := range requests {
+					intent := fmt.Sprintf("rule-%d-%s", i+1, q.label)
+					var resp bank.Response
+					err := bank.InTx(bank.WithIntent(ctx, intent), r.DB, func(tx pgx.Tx) error {
+						req, refusal := bank.ParseTransferRequest([]byte(q.body))
+						if refusal != nil {
+							resp = *refusal
+							return nil
+						}
+						var err error
+						resp, err = bank.Transfer(bank.WithIntent(ctx, intent), tx, q.userID, req)
+						return err
+					})
+					if err != nil {
+						return err
+					}
+					req, _ := bank.ParseTransferRequest([]byte(q.body))
+					r.Told(bank.Told{Intent: intent, UserID: q.userID, Request: req, Response: resp})
+					r.emit(Event{Kind: "attempt", Text: fmt.Sprintf("%-18s %s", q.label, Describe(resp))})
+					want := fmt.Sprintf("%d %s", q.status, q.code)
+					if q.code == "" {
+						want = fmt.Sprintf("%d transfer", q.status)
+					}
+					r.Expect(resp.Status == q.status && resp.Code() == q.code, "%s: %s", q.label, want)
+				}
+				r.ExpectBalances(ctx, 4_000_000, 1_500_000, 2_000_000)
+				r.ExpectTransfers(ctx, 1)
+				return nil
+			},
+		}},
+	})
+}

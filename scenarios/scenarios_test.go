@@ -1,0 +1,119 @@
+package scenarios_test
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/banksim/bank-sim/bank"
+	"github.com/banksim/bank-sim/postgres/pgtest"
+	"github.com/banksim/bank-sim/scenarios"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }
+
+// lessonBalances is the balances line the lesson prints at the end of each
+// protected story (and, for controls, of the broken one).
+var lessonBalances = map[string][]string{
+	"partial-failure": {
+		"Ada ₦40,000, Bola ₦5,000, Chidi ₦20,000 | total ₦65,000 | transfers 0",
+		"Ada ₦50,000, Bola ₦5,000, Chidi ₦20,000 | total ₦75,000 | transfers 0",
+	},
+	"rules": {"Ada ₦40,000, Bola ₦15,000, Chidi ₦20,000 | total ₦75,000 | transfers 1"},
+	"lost-response": {
+		"Ada ₦30,000, Bola ₦25,000, Chidi ₦20,000 | total ₦75,000 | transfers 2",
+		"Ada ₦40,000, Bola ₦15,000, Chidi ₦20,000 | total ₦75,000 | transfers 1",
+	},
+	"key-misuse": {"", "Ada ₦41,000, Bola ₦14,000, Chidi ₦20,000 | total ₦75,000 | transfers 2"},
+	"double-tap": {
+		"Ada ₦30,000, Bola ₦25,000, Chidi ₦20,000 | total ₦75,000 | transfers 2",
+		"Ada ₦40,000, Bola ₦15,000, Chidi ₦20,000 | total ₦75,000 | transfers 1",
+		"Ada ₦40,000, Bola ₦15,000, Chidi ₦20,000 | total ₦75,000 | transfers 1",
+	},
+	"crash-takeover": {
+		"Ada ₦30,000, Bola ₦25,000, Chidi ₦20,000 | total ₦75,000 | transfers 2",
+		"Ada ₦40,000, Bola ₦15,000, Chidi ₦20,000 | total ₦75,000 | transfers 1",
+	},
+	"key-cleanup": {"", "Ada ₦47,000, Bola ₦8,000, Chidi ₦20,000 | total ₦75,000 | transfers 2"},
+}
+
+func TestEveryScenarioPassesWithTheLessonsNumbers(t *testing.T) {
+	dbs := scenarios.ServerBanks(pgtest.Server(t))
+	if len(scenarios.List()) != len(lessonBalances) {
+		t.Fatalf("scenarios %v, but the test knows %d", scenarios.Names(), len(lessonBalances))
+	}
+	for _, s := range scenarios.List() {
+		t.Run(s.Name, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			rep, err := scenarios.Execute(ctx, s, dbs, 42, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, p := range rep.Phases {
+				broken := 0
+				for _, c := range p.Invariants {
+					if !c.OK {
+						broken++
+						t.Logf("%s: %s: %s", p.Title, c.Name, c.Detail)
+					}
+				}
+				for _, e := range p.Expectations {
+					if !e.OK {
+						t.Errorf("%s: expectation failed: %s", p.Title, e.Text)
+					}
+				}
+				if p.Control && broken == 0 {
+					t.Errorf("%s: the control broke no invariant", p.Title)
+				}
+				if !p.Control && broken > 0 {
+					t.Errorf("%s: %d invariants broke", p.Title, broken)
+				}
+				if want := lessonBalances[s.Name][i]; want != "" && p.Balances != want {
+					t.Errorf("%s: balances\n got %s\nwant %s", p.Title, p.Balances, want)
+				}
+				if p.Error != "" {
+					t.Errorf("%s: %s", p.Title, p.Error)
+				}
+			}
+			if !rep.Passed {
+				t.Errorf("verdict: %s", rep.Verdict)
+			}
+		})
+	}
+}
+
+// Each control must break the invariant that its protection exists for.
+func TestControlsBreakTheRightInvariant(t *testing.T) {
+	want := map[string]string{
+		"partial-failure": bank.InvTotal,
+		"lost-response":   bank.InvOnce,
+		"key-misuse":      bank.InvTruth,
+		"double-tap":      bank.InvOnce,
+		"crash-takeover":  bank.InvOnce,
+		"key-cleanup":     bank.InvOnce,
+	}
+	dbs := scenarios.ServerBanks(pgtest.Server(t))
+	for name, inv := range want {
+		s, ok := scenarios.Get(name)
+		if !ok {
+			t.Fatalf("no scenario %s", name)
+		}
+		rep, err := scenarios.Execute(context.Background(), s, dbs, 7, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var broke []string
+		for _, c := range rep.Phases[0].Invariants {
+			if !c.OK {
+				broke = append(broke, c.Name)
+			}
+		}
+		if !strings.Contains(strings.Join(broke, "|"), inv) {
+			t.Errorf("%s: control broke %v, want %q among them", name, broke, inv)
+		}
+	}
+}
