@@ -1,0 +1,174 @@
+// Package cmd is bank-sim's command line: it wires the domain packages to
+// cobra, owns the exit codes, and prints. Every command gets its streams,
+// clock, environment and database through one App, so tests can run the
+// whole tree in-process with buffers.
+package cmd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/banksim/bank-sim/postgres"
+	"github.com/mattn/go-isatty"
+)
+
+// Exit codes. Scripts and CI read these, so they never change meaning.
+const (
+	ExitOK          = 0   // every expectation and invariant held
+	ExitFailed      = 1   // something broke: an invariant, an expectation, a check
+	ExitUsage       = 2   // the command line was wrong
+	ExitDatabase    = 3   // PostgreSQL could not be started or reached
+	ExitInterrupted = 130 // stopped by Ctrl-C or SIGTERM
+)
+
+// Version is set at build time with -ldflags "-X github.com/banksim/bank-sim/cmd.Version=…".
+var Version = ""
+
+func version() string {
+	if Version != "" {
+		return Version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "dev"
+}
+
+// Env is everything a command may touch outside the process.
+type Env struct {
+	Stdin  io.Reader
+	Stdout io.Writer
+	Stderr io.Writer
+	Getenv func(string) string
+	Now    func() time.Time
+	// Terminal reports whether Stdout is a terminal (colour, progress).
+	Terminal bool
+	// Postgres starts or reaches the database; postgres.Start in production.
+	Postgres func(ctx context.Context, o postgres.Options) (*postgres.Server, error)
+}
+
+// OSEnv is the real environment.
+func OSEnv() *Env {
+	return &Env{
+		Stdin:    os.Stdin,
+		Stdout:   os.Stdout,
+		Stderr:   os.Stderr,
+		Getenv:   os.Getenv,
+		Now:      time.Now,
+		Terminal: isatty.IsTerminal(os.Stdout.Fd()) || isatty.IsCygwinTerminal(os.Stdout.Fd()),
+		Postgres: postgres.Start,
+	}
+}
+
+// ExitError carries an exit code up to Main, with the message to print.
+type ExitError struct {
+	Code int
+	Err  error
+}
+
+func (e *ExitError) Error() string { return e.Err.Error() }
+func (e *ExitError) Unwrap() error { return e.Err }
+
+func usageError(format string, args ...any) error {
+	return &ExitError{Code: ExitUsage, Err: fmt.Errorf(format, args...)}
+}
+
+// errFailed is returned by a command that ran and found something broken;
+// it has already said what.
+var errFailed = &ExitError{Code: ExitFailed, Err: errors.New("")}
+
+// App is the state shared by the commands of one invocation.
+type App struct {
+	Env *Env
+
+	noColor     bool
+	databaseURL string
+
+	mu  sync.Mutex
+	srv *postgres.Server
+}
+
+// Server starts (or reaches) PostgreSQL on first use; Main stops it.
+func (a *App) Server(ctx context.Context) (*postgres.Server, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.srv != nil {
+		return a.srv, nil
+	}
+	url := a.databaseURL
+	if url == "" {
+		url = a.Env.Getenv("DATABASE_URL")
+	}
+	srv, err := a.Env.Postgres(ctx, postgres.Options{URL: url})
+	if err != nil {
+		return nil, &ExitError{Code: ExitDatabase, Err: err}
+	}
+	a.srv = srv
+	return srv, nil
+}
+
+func (a *App) close() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.srv != nil {
+		if err := a.srv.Close(); err != nil {
+			fmt.Fprintf(a.Env.Stderr, "bank-sim: stopping PostgreSQL: %v\n", err)
+		}
+		a.srv = nil
+	}
+}
+
+// Main runs bank-sim with os.Args and returns the exit code.
+func Main() int {
+	postgres.MaybeSupervise()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return Run(ctx, OSEnv(), os.Args[1:])
+}
+
+// Run runs one command line in env and returns the exit code. It never
+// panics and never leaves PostgreSQL running.
+func Run(ctx context.Context, env *Env, args []string) (code int) {
+	app := &App{Env: env}
+	defer app.close()
+	defer func() {
+		if v := recover(); v != nil {
+			fmt.Fprintf(env.Stderr, "bank-sim: internal error: %v\n(this is a bug in bank-sim; please report it with the command you ran)\n", v)
+			code = ExitFailed
+		}
+	}()
+
+	root := NewRoot(app)
+	root.SetArgs(args)
+	root.SetIn(env.Stdin)
+	root.SetOut(env.Stdout)
+	root.SetErr(env.Stderr)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return ExitOK
+	}
+	if ctx.Err() != nil {
+		fmt.Fprintln(env.Stderr, "bank-sim: interrupted; PostgreSQL stopped, nothing left running")
+		return ExitInterrupted
+	}
+	var ee *ExitError
+	if !errors.As(err, &ee) {
+		// cobra's own errors are about the command line.
+		ee = &ExitError{Code: ExitUsage, Err: err}
+	}
+	if msg := ee.Err.Error(); msg != "" {
+		fmt.Fprintf(env.Stderr, "bank-sim: %s\n", msg)
+		if ee.Code == ExitUsage {
+			fmt.Fprintln(env.Stderr, "Run 'bank-sim --help' for usage.")
+		}
+	}
+	return ee.Code
+}

@@ -1,0 +1,194 @@
+package cmd
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/banksim/bank-sim/scenarios"
+	"github.com/spf13/cobra"
+)
+
+type scenarioOptions struct {
+	all      bool
+	seed     string
+	asJSON   bool
+	junit    string
+	step     bool
+	timeline bool
+}
+
+func newScenarioCmd(app *App) *cobra.Command {
+	var o scenarioOptions
+	c := &cobra.Command{
+		Use:   "scenario NAME... | --all",
+		Short: "Run scenarios on a fresh bank and check every invariant",
+		Long: `Run one or more scenarios. Each runs first without protection — the fault
+must break an invariant, which proves it is real — and then with protection,
+where every invariant must hold. Each phase gets a fresh database cloned from
+the lesson's bank: Ada ₦50,000, Bola ₦5,000, Chidi ₦20,000 (frozen).
+
+Exit code 0 when every expectation and invariant held, 1 when something
+broke, 2 for a usage error, 3 when PostgreSQL could not be started or reached.`,
+		Example: `  bank-sim scenario lost-response
+  bank-sim scenario double-tap crash-takeover --seed 42
+  bank-sim scenario --all --json > report.json
+  bank-sim scenario --all --junit junit.xml`,
+		ValidArgsFunction: func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+			return scenarios.Names(), cobra.ShellCompDirectiveNoFileComp
+		},
+		RunE: func(c *cobra.Command, args []string) error { return runScenarios(c, app, o, args) },
+	}
+	f := c.Flags()
+	f.BoolVar(&o.all, "all", false, "run every scenario")
+	f.StringVar(&o.seed, "seed", "", "seed for every random choice (printed on each run; default: a new one)")
+	f.BoolVar(&o.asJSON, "json", false, "print one JSON report per scenario instead of the story")
+	f.StringVar(&o.junit, "junit", "", "also write a JUnit XML report to `FILE`, one test case per scenario")
+	f.BoolVar(&o.step, "step", false, "pause after every step until Enter is pressed (for teaching)")
+	f.BoolVar(&o.timeline, "timeline", false, "prefix every line with its time since the start (and the simulated clock)")
+	return c
+}
+
+func pickScenarios(all bool, args []string) ([]scenarios.Scenario, error) {
+	if all && len(args) > 0 {
+		return nil, usageError("give scenario names or --all, not both")
+	}
+	if all {
+		return scenarios.List(), nil
+	}
+	if len(args) == 0 {
+		return nil, usageError("name a scenario, or use --all; valid names: %s", strings.Join(scenarios.Names(), ", "))
+	}
+	var out []scenarios.Scenario
+	seen := map[string]bool{}
+	for _, name := range args {
+		s, ok := scenarios.Get(name)
+		if !ok {
+			return nil, usageError("unknown scenario %q; valid names: %s", name, strings.Join(scenarios.Names(), ", "))
+		}
+		if !seen[name] {
+			seen[name] = true
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
+func parseSeed(app *App, s string) (uint64, error) {
+	if s == "" {
+		return uint64(app.Env.Now().UnixNano()), nil
+	}
+	seed, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return 0, usageError("--seed %q is not a whole number from 0 to %d", s, uint64(1<<64-1))
+	}
+	return seed, nil
+}
+
+func checkWritable(path string) error {
+	dir := filepath.Dir(path)
+	st, err := os.Stat(dir)
+	if err != nil || !st.IsDir() {
+		return usageError("--junit %s: the directory %s does not exist", path, dir)
+	}
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		return usageError("--junit %s is a directory; give a file name", path)
+	}
+	return nil
+}
+
+func runScenarios(c *cobra.Command, app *App, o scenarioOptions, args []string) error {
+	list, err := pickScenarios(o.all, args)
+	if err != nil {
+		return err
+	}
+	seed, err := parseSeed(app, o.seed)
+	if err != nil {
+		return err
+	}
+	if o.junit != "" {
+		if err := checkWritable(o.junit); err != nil {
+			return err
+		}
+	}
+	if o.step && o.asJSON {
+		return usageError("--step pauses the story; it cannot be combined with --json")
+	}
+
+	ctx := c.Context()
+	out := app.Env.Stdout
+	var obs scenarios.Observer
+	var text *textObserver
+	if !o.asJSON {
+		text = &textObserver{out: out, p: app.palette(), timeline: o.timeline}
+		if o.step {
+			text.pause = bufio.NewReader(app.Env.Stdin)
+		}
+		obs = text
+		fmt.Fprintf(out, "bank-sim %s · seed %d (repeat this run with --seed %d)\n", version(), seed, seed)
+	}
+	srv, err := app.Server(ctx)
+	if err != nil {
+		return err
+	}
+	if text != nil {
+		fmt.Fprintf(out, "%s\n", app.palette().dim.Sprint(srv.Describe()))
+	}
+
+	start := time.Now()
+	dbs := scenarios.ServerBanks(srv)
+	var reports []scenarios.Report
+	for _, s := range list {
+		rep, err := scenarios.Execute(ctx, s, dbs, seed, obs)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return &ExitError{Code: ExitDatabase, Err: fmt.Errorf("scenario %s: %w", s.Name, err)}
+		}
+		reports = append(reports, rep)
+	}
+	elapsed := time.Since(start)
+
+	if o.junit != "" {
+		if err := writeJUnit(o.junit, reports, elapsed); err != nil {
+			return &ExitError{Code: ExitFailed, Err: err}
+		}
+	}
+	passed, failed := 0, 0
+	for _, r := range reports {
+		if r.Passed {
+			passed++
+		} else {
+			failed++
+		}
+	}
+	if o.asJSON {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(jsonRun{Seed: seed, Database: srv.Describe(), Passed: passed, Failed: failed,
+			Duration: elapsed, Reports: reports}); err != nil {
+			return err
+		}
+	} else {
+		text.summary(reports, elapsed)
+	}
+	if failed > 0 {
+		return errFailed
+	}
+	return nil
+}
+
+type jsonRun struct {
+	Seed     uint64             `json:"seed"`
+	Database string             `json:"database"`
+	Passed   int                `json:"passed"`
+	Failed   int                `json:"failed"`
+	Duration time.Duration      `json:"durationNs"`
+	Reports  []scenarios.Report `json:"reports"`
+}
