@@ -103,7 +103,7 @@ func checkOnce(l Ledger) Check {
 	if len(bad) > 0 {
 		return Check{InvOnce, false, strings.Join(bad, "; ")}
 	}
-	return Check{InvOnce, true, fmt.Sprintf("%d intents, each at most one transfer", len(byIntent))}
+	return Check{InvOnce, true, fmt.Sprintf("%s, each at most one transfer", count(len(byIntent), "intent", "intents"))}
 }
 
 func checkTruth(l Ledger, told []Told) Check {
@@ -140,7 +140,7 @@ func checkTruth(l Ledger, told []Told) Check {
 	if len(bad) > 0 {
 		return Check{InvTruth, false, strings.Join(dedupe(bad), "; ")}
 	}
-	return Check{InvTruth, true, fmt.Sprintf("%d final answers match the ledger", checked)}
+	return Check{InvTruth, true, fmt.Sprintf("%s the ledger", count(checked, "final answer matches", "final answers match"))}
 }
 
 func checkLedger(opening []Account, l Ledger) Check {
@@ -161,7 +161,7 @@ func checkLedger(opening []Account, l Ledger) Check {
 	if len(bad) > 0 {
 		return Check{InvLedger, false, strings.Join(bad, "; ")}
 	}
-	return Check{InvLedger, true, fmt.Sprintf("every balance is its opening balance plus credits minus debits (%d transfers)", len(l.Transfers))}
+	return Check{InvLedger, true, fmt.Sprintf("every balance is its opening balance plus credits minus debits (%s)", count(len(l.Transfers), "transfer", "transfers"))}
 }
 
 func joinIDs(ids []int64) string {
@@ -189,4 +189,11 @@ func dedupe(in []string) []string {
 		}
 	}
 	return out
+}
+
+func count(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }

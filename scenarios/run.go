@@ -95,14 +95,23 @@ func (r *Run) ExpectBalances(ctx context.Context, ada, bola, chidi int64) {
 	for i := range got {
 		got[i], _ = l.Balance(int64(i + 1))
 	}
-	r.Expect(got == [3]int64{ada, bola, chidi}, "Ada %s, Bola %s, Chidi %s", bank.Naira(ada), bank.Naira(bola), bank.Naira(chidi))
+	want := [3]int64{ada, bola, chidi}
+	text := fmt.Sprintf("Ada %s, Bola %s, Chidi %s", bank.Naira(ada), bank.Naira(bola), bank.Naira(chidi))
+	if got != want {
+		text += fmt.Sprintf(" (found Ada %s, Bola %s, Chidi %s)", bank.Naira(got[0]), bank.Naira(got[1]), bank.Naira(got[2]))
+	}
+	r.Expect(got == want, "%s", text)
 }
 
 // ExpectTransfers checks how many transfers the ledger holds.
 func (r *Run) ExpectTransfers(ctx context.Context, n int) {
 	var got int
 	err := r.DB.QueryRow(ctx, "SELECT count(*) FROM transfers").Scan(&got)
-	r.Expect(err == nil && got == n, "%d transfer(s) in the ledger (found %d)", n, got)
+	text := plural(n, "transfer", "transfers") + " in the ledger"
+	if err != nil || got != n {
+		text += fmt.Sprintf(" (found %d)", got)
+	}
+	r.Expect(err == nil && got == n, "%s", text)
 }
 
 // Told records what a client was told, for the "clients were told the truth"
@@ -232,4 +241,12 @@ func holder(id int64) string {
 		}
 	}
 	return fmt.Sprintf("account %d", id)
+}
+
+// plural spells a count with its noun: "1 transfer", "2 transfers".
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }

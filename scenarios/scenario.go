@@ -38,14 +38,20 @@ var (
 	registry = map[string]Scenario{}
 )
 
-// Register adds a scenario; each scenario file registers its own.
-func Register(s Scenario) {
+// Register adds a scenario; each scenario file registers its own. The
+// returned function removes it again (tests register throwaway scenarios).
+func Register(s Scenario) (unregister func()) {
 	mu.Lock()
 	defer mu.Unlock()
 	if _, dup := registry[s.Name]; dup {
 		panic("scenarios: " + s.Name + " registered twice")
 	}
 	registry[s.Name] = s
+	return func() {
+		mu.Lock()
+		defer mu.Unlock()
+		delete(registry, s.Name)
+	}
 }
 
 // List returns every scenario, sorted by name.
@@ -263,7 +269,7 @@ func judge(p Phase, pr PhaseReport, runErr error) (bool, string) {
 		if len(broken) == 0 {
 			return false, "the fault did not break the unprotected bank, so this scenario proves nothing"
 		}
-		return true, fmt.Sprintf("the fault is real: without protection %s", joinAnd(broken))
+		return true, fmt.Sprintf("the fault is real: without protection, %s", joinAnd(broken))
 	}
 	if len(broken) > 0 {
 		return false, fmt.Sprintf("invariant broken: %s", joinAnd(broken))
@@ -276,7 +282,7 @@ func joinAnd(s []string) string {
 	case 0:
 		return ""
 	case 1:
-		return s[0] + " broke"
+		return "“" + s[0] + "” broke"
 	}
 	out := ""
 	for i, x := range s {
@@ -287,7 +293,7 @@ func joinAnd(s []string) string {
 		default:
 			out += ", "
 		}
-		out += x
+		out += "“" + x + "”"
 	}
 	return out + " broke"
 }

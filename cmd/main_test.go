@@ -1,0 +1,139 @@
+package cmd_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/banksim/bank-sim/cmd"
+	"github.com/banksim/bank-sim/postgres"
+	"github.com/banksim/bank-sim/scenarios"
+)
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+// run runs one command line in-process with buffered streams.
+func run(t *testing.T, ctx context.Context, start func(context.Context, postgres.Options) (*postgres.Server, error), args ...string) result {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	env := &cmd.Env{
+		Stdin:    strings.NewReader(""),
+		Stdout:   &out,
+		Stderr:   &errOut,
+		Getenv:   func(k string) string { return os.Getenv(k) },
+		Now:      func() time.Time { return time.Date(2026, 9, 24, 10, 0, 0, 0, time.UTC) },
+		Postgres: start,
+	}
+	code := cmd.Run(ctx, env, args)
+	return result{code, out.String(), errOut.String()}
+}
+
+// mustNotStart fails the test if PostgreSQL is started: usage errors are
+// caught before anything is started.
+func mustNotStart(t *testing.T) func(context.Context, postgres.Options) (*postgres.Server, error) {
+	return func(context.Context, postgres.Options) (*postgres.Server, error) {
+		t.Error("PostgreSQL was started for a command line that cannot run")
+		return nil, errors.New("not allowed")
+	}
+}
+
+func TestUsageErrorsExitTwoWithoutStartingPostgres(t *testing.T) {
+	cases := map[string][]string{
+		"unknown scenario":     {"scenario", "nope"},
+		"no scenario":          {"scenario"},
+		"names and --all":      {"scenario", "--all", "rules"},
+		"bad seed":             {"scenario", "rules", "--seed", "x"},
+		"unknown flag":         {"scenario", "rules", "--nope"},
+		"junit dir missing":    {"scenario", "rules", "--junit", filepath.Join(t.TempDir(), "no", "such", "r.xml")},
+		"step with json":       {"scenario", "rules", "--step", "--json"},
+		"unknown command":      {"frobnicate"},
+		"list takes no args":   {"list", "x"},
+		"unknown global flag":  {"--colour"},
+		"junit is a directory": {"scenario", "rules", "--junit", t.TempDir()},
+	}
+	for name, args := range cases {
+		t.Run(name, func(t *testing.T) {
+			r := run(t, context.Background(), mustNotStart(t), args...)
+			if r.code != cmd.ExitUsage {
+				t.Errorf("exit %d, want %d; stderr: %s", r.code, cmd.ExitUsage, r.stderr)
+			}
+			if !strings.HasPrefix(r.stderr, "bank-sim: ") || strings.Contains(r.stderr, "goroutine") {
+				t.Errorf("stderr should be one clear line, got %q", r.stderr)
+			}
+			if r.stdout != "" {
+				t.Errorf("stdout should be empty, got %q", r.stdout)
+			}
+		})
+	}
+}
+
+func TestUnknownScenarioListsValidNames(t *testing.T) {
+	r := run(t, context.Background(), mustNotStart(t), "scenario", "lost-responze")
+	for _, name := range scenarios.Names() {
+		if !strings.Contains(r.stderr, name) {
+			t.Errorf("stderr does not list %s: %s", name, r.stderr)
+		}
+	}
+}
+
+func TestUnreachableDatabaseExitsThree(t *testing.T) {
+	r := run(t, context.Background(), postgres.Start, "scenario", "rules", "--database-url", "postgres://bank:sim@127.0.0.1:1/bank?connect_timeout=2")
+	if r.code != cmd.ExitDatabase {
+		t.Fatalf("exit %d, want %d; stderr: %s", r.code, cmd.ExitDatabase, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "DATABASE_URL") && !strings.Contains(r.stderr, "database-url") {
+		t.Errorf("the message should say what to do: %s", r.stderr)
+	}
+}
+
+func TestAllScenariosPassAndSayHowMany(t *testing.T) {
+	r := run(t, context.Background(), postgres.Start, "scenario", "--all", "--seed", "3")
+	if r.code != cmd.ExitOK {
+		t.Fatalf("exit %d; stdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+	want := fmt.Sprintf("%d passed, 0 failed", len(scenarios.List()))
+	if !strings.Contains(r.stdout, want) {
+		t.Errorf("stdout lacks %q", want)
+	}
+	if !strings.Contains(r.stdout, "seed 3") {
+		t.Errorf("the seed is not printed")
+	}
+}
+
+// A control that breaks nothing proves nothing: the scenario fails, exit 1.
+func TestAControlThatBreaksNothingFailsTheRun(t *testing.T) {
+	defer scenarios.Register(scenarios.Scenario{
+		Name:    "zz-harmless-control",
+		Summary: "a fault that is not a fault",
+		Phases: []scenarios.Phase{{
+			Title:   "without protection: nothing happens",
+			Control: true,
+			Run:     func(context.Context, *scenarios.Run) error { return nil },
+		}},
+	})()
+	r := run(t, context.Background(), postgres.Start, "scenario", "zz-harmless-control", "--json")
+	if r.code != cmd.ExitFailed {
+		t.Fatalf("exit %d, want %d; stderr: %s", r.code, cmd.ExitFailed, r.stderr)
+	}
+	if !strings.Contains(r.stdout, "proves nothing") || !strings.Contains(r.stdout, `"failed": 1`) {
+		t.Errorf("the report should say why it failed:\n%s", r.stdout)
+	}
+}
+
+func TestInterruptedRunExits130(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	r := run(t, ctx, postgres.Start, "scenario", "rules")
+	if r.code != cmd.ExitInterrupted {
+		t.Fatalf("exit %d, want %d; stderr: %s", r.code, cmd.ExitInterrupted, r.stderr)
+	}
+}
