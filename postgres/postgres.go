@@ -1,0 +1,396 @@
+// Package postgres gives bank-sim a real PostgreSQL server: either an
+// existing one (DATABASE_URL) or a private cluster it starts itself from
+// locally installed (or, as a last resort, downloaded) binaries.
+//
+// The embedded cluster is run by a supervisor: this same executable,
+// re-executed with an environment variable set, which MaybeSupervise detects.
+// The supervisor owns the postmaster's lifetime. It stops it when the parent
+// closes its stdin, exits, panics or is SIGKILLed (Pdeathsig), so no run ever
+// leaves a postmaster behind. When started as root it drops to nobody first,
+// because initdb and postgres refuse to run as root.
+package postgres
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// ErrUnavailable is wrapped by every error that means PostgreSQL could not
+// be started or reached; the wrapping message says what to do about it.
+var ErrUnavailable = errors.New("PostgreSQL unavailable")
+
+const fixHint = "install PostgreSQL (e.g. `apt-get install postgresql`), " +
+	"or set BANK_SIM_PG_BINARIES to a directory containing bin/pg_ctl, " +
+	"or point --database-url / DATABASE_URL at a running server"
+
+func unavailable(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrUnavailable, fmt.Sprintf(format, args...))
+}
+
+// Options chooses the server.
+type Options struct {
+	// URL uses an existing server (DATABASE_URL) instead of starting one.
+	// Only databases named bank_sim_* that this process created are touched.
+	URL string
+	// BinariesPath is a PostgreSQL installation (containing bin/pg_ctl).
+	// "" means $BANK_SIM_PG_BINARIES, else the newest
+	// /usr/lib/postgresql/<major>, else `pg_config --bindir`/.., else a
+	// download by embedded-postgres.
+	BinariesPath string
+	// CacheDir holds clusters (and downloaded binaries). "" means
+	// $BANK_SIM_CACHE_DIR, else /var/cache/bank-sim as root, else
+	// os.UserCacheDir()/bank-sim. As root it must be searchable by nobody.
+	CacheDir string
+	// Log receives the PostgreSQL server log; nil discards it.
+	Log io.Writer
+}
+
+// Server is a running (or reachable) PostgreSQL server.
+type Server struct {
+	embedded bool
+	desc     string
+	adminURL string // connection string for CREATE/DROP DATABASE
+	dbURL    func(name string) string
+	major    int
+
+	// embedded only
+	stdin    *os.File
+	proc     *os.Process
+	done     chan struct{}
+	dataDir  string
+	postPID  int
+	stderr   *tailWriter
+	waitErr  error
+	slotPath string
+
+	mu     sync.Mutex
+	idle   []*pgx.Conn
+	closed bool
+
+	tplMu sync.Mutex
+	tpls  map[string]*tplEntry
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Start starts (or, with o.URL, connects to) a PostgreSQL server. Every
+// error wraps ErrUnavailable. The caller must Close the server; if it
+// cannot (panic, signal, SIGKILL) the embedded server stops by itself.
+func Start(ctx context.Context, o Options) (*Server, error) {
+	if os.Getenv(envSupervisor) != "" {
+		// We are a re-executed supervisor whose main did not call
+		// MaybeSupervise: starting another would recurse forever.
+		return nil, unavailable("%s is set but MaybeSupervise was not called first thing in main/TestMain", envSupervisor)
+	}
+	if !superviseCalled.Load() {
+		return nil, unavailable("postgres.MaybeSupervise must be called first thing in main() and in TestMain (pgtest.Run does it)")
+	}
+	if o.URL != "" {
+		return startExternal(ctx, o)
+	}
+	return startEmbedded(ctx, o)
+}
+
+// Embedded reports whether this process started the server.
+func (s *Server) Embedded() bool { return s.embedded }
+
+// Describe returns a one-line description without credentials.
+func (s *Server) Describe() string { return s.desc }
+
+// Close stops the embedded server, or drops this process's templates on an
+// external one. It is idempotent.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() { s.closeErr = s.close() })
+	return s.closeErr
+}
+
+func (s *Server) close() error {
+	var errs []error
+	if !s.embedded {
+		errs = append(errs, s.dropOwnTemplates())
+	}
+	s.mu.Lock()
+	s.closed = true
+	idle := s.idle
+	s.idle = nil
+	s.mu.Unlock()
+	for _, c := range idle {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = c.Close(ctx)
+		cancel()
+	}
+	if s.embedded {
+		errs = append(errs, s.stopSupervisor(15*time.Second))
+	}
+	return errors.Join(errs...)
+}
+
+// stopSupervisor closes the supervisor's stdin, which tells it to stop the
+// postmaster, and kills it if it does not manage within timeout.
+func (s *Server) stopSupervisor(timeout time.Duration) error {
+	if s.stdin != nil {
+		_ = s.stdin.Close()
+	}
+	select {
+	case <-s.done:
+		if s.waitErr != nil {
+			return fmt.Errorf("postgres supervisor: %v: %s", s.waitErr, s.stderr.String())
+		}
+		return nil
+	case <-time.After(timeout):
+		// SIGTERM first so it can still stop the postmaster.
+		_ = s.proc.Signal(syscall.SIGTERM)
+		select {
+		case <-s.done:
+		case <-time.After(5 * time.Second):
+			_ = s.proc.Kill()
+			<-s.done
+		}
+		return fmt.Errorf("postgres supervisor did not stop within %v", timeout)
+	}
+}
+
+func startEmbedded(ctx context.Context, o Options) (*Server, error) {
+	bin, err := resolveBinaries(ctx, o.BinariesPath)
+	if err != nil {
+		return nil, err
+	}
+	cacheDir, err := resolveCacheDir(o.CacheDir)
+	if err != nil {
+		return nil, err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, unavailable("cannot find own executable to run the PostgreSQL supervisor: %v", err)
+	}
+	cfg := supConfig{
+		ParentPID: os.Getpid(),
+		Binaries:  bin.path,
+		Download:  bin.download,
+		Version:   string(bin.version),
+		Major:     bin.major,
+		CacheDir:  cacheDir,
+		Log:       o.Log != nil,
+	}
+	cfgJSON, _ := json.Marshal(cfg)
+
+	stdinR, stdinW, err := os.Pipe()
+	if err != nil {
+		return nil, unavailable("pipe: %v", err)
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		stdinR.Close()
+		stdinW.Close()
+		return nil, unavailable("pipe: %v", err)
+	}
+	s := &Server{
+		embedded: true,
+		stdin:    stdinW,
+		done:     make(chan struct{}),
+		stderr:   &tailWriter{max: 8 << 10},
+		major:    bin.major,
+		tpls:     map[string]*tplEntry{},
+	}
+	var stderr io.Writer = s.stderr
+	if o.Log != nil {
+		stderr = io.MultiWriter(o.Log, s.stderr)
+	}
+	cmd := exec.Command(exe)
+	cmd.Dir = "/"
+	cmd.Env = append(os.Environ(), envSupervisor+"=1", envConfig+"="+string(cfgJSON))
+	cmd.Stdin = stdinR
+	cmd.Stdout = outW
+	cmd.Stderr = stderr
+	cmd.WaitDelay = 5 * time.Second
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Pdeathsig: syscall.SIGTERM,
+		// Own process group: a terminal's Ctrl-C goes to us only, so we
+		// decide when the database goes away (after reporting, say).
+		Setpgid: true,
+	}
+
+	started := make(chan error, 1)
+	go func() {
+		// Pdeathsig fires when the thread that forked the child exits, not
+		// the process: pin this goroutine to its thread for the child's life.
+		runtime.LockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			close(s.done)
+			return
+		}
+		started <- nil
+		s.waitErr = cmd.Wait()
+		close(s.done)
+	}()
+	err = <-started
+	stdinR.Close()
+	outW.Close()
+	if err != nil {
+		stdinW.Close()
+		outR.Close()
+		return nil, unavailable("cannot run the PostgreSQL supervisor (%s): %v", exe, err)
+	}
+	s.proc = cmd.Process
+
+	fail := func(err error) (*Server, error) {
+		_ = s.stopSupervisor(10 * time.Second)
+		return nil, err
+	}
+
+	type line struct {
+		b   []byte
+		err error
+	}
+	lines := make(chan line, 1)
+	go func() {
+		b, err := bufio.NewReader(outR).ReadBytes('\n')
+		outR.Close()
+		lines <- line{b, err}
+	}()
+	timeout := 2 * time.Minute
+	if bin.download {
+		timeout = 15 * time.Minute
+	}
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	var st supStatus
+	select {
+	case l := <-lines:
+		if l.err != nil {
+			<-s.done
+			return nil, unavailable("PostgreSQL supervisor exited without reporting (%v): %s; %s", s.waitErr, strings.TrimSpace(s.stderr.String()), fixHint)
+		}
+		if err := json.Unmarshal(l.b, &st); err != nil {
+			return fail(unavailable("bad status from PostgreSQL supervisor %q: %v", l.b, err))
+		}
+	case <-ctx.Done():
+		return fail(unavailable("starting PostgreSQL: %v", ctx.Err()))
+	case <-timer.C:
+		return fail(unavailable("PostgreSQL did not start within %v; server log: %s", timeout, strings.TrimSpace(s.stderr.String())))
+	}
+	if st.Error != "" {
+		if strings.Contains(st.Error, "BANK_SIM_CACHE_DIR") {
+			return fail(unavailable("%s", st.Error))
+		}
+		return fail(unavailable("%s; %s", st.Error, fixHint))
+	}
+	s.dataDir = st.DataDir
+	s.postPID = st.PostmasterPID
+	s.slotPath = st.SlotDir
+	s.adminURL = fmt.Sprintf("postgres://postgres:%s@127.0.0.1:%d/postgres?sslmode=disable", st.Password, st.Port)
+	s.dbURL = func(name string) string {
+		return fmt.Sprintf("postgres://postgres:%s@127.0.0.1:%d/%s?sslmode=disable", st.Password, st.Port, name)
+	}
+
+	conn, err := s.admin(ctx)
+	if err != nil {
+		return fail(unavailable("connecting to the embedded PostgreSQL on 127.0.0.1:%d: %v", st.Port, err))
+	}
+	version := s.serverVersion(ctx, conn)
+	// A killed earlier run in this slot may have left scenario databases:
+	// nobody else can be using them, since we hold the slot.
+	err = dropLeftovers(ctx, conn)
+	s.release(conn, err)
+	if err != nil {
+		return fail(unavailable("cleaning leftover databases: %v", err))
+	}
+	how := "new cluster"
+	if st.Reused {
+		how = "cluster reused"
+	}
+	s.desc = fmt.Sprintf("embedded PostgreSQL %s on 127.0.0.1:%d (%s), slot %d, %s", version, st.Port, bin.path, st.Slot, how)
+	return s, nil
+}
+
+func (s *Server) serverVersion(ctx context.Context, conn *pgx.Conn) string {
+	var v string
+	if err := conn.QueryRow(ctx, "SHOW server_version").Scan(&v); err != nil {
+		return "?"
+	}
+	if f := strings.Fields(v); len(f) > 0 {
+		v = f[0]
+	}
+	var major int
+	fmt.Sscanf(v, "%d", &major)
+	if major > 0 {
+		s.major = major
+	}
+	return v
+}
+
+// admin returns an idle admin connection or opens one. Several are kept so
+// parallel tests can clone concurrently.
+func (s *Server) admin(ctx context.Context) (*pgx.Conn, error) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, unavailable("server is closed")
+	}
+	for len(s.idle) > 0 {
+		c := s.idle[len(s.idle)-1]
+		s.idle = s.idle[:len(s.idle)-1]
+		if !c.IsClosed() {
+			s.mu.Unlock()
+			return c, nil
+		}
+	}
+	s.mu.Unlock()
+	return pgx.Connect(ctx, s.adminURL)
+}
+
+func (s *Server) release(c *pgx.Conn, err error) {
+	if c == nil {
+		return
+	}
+	s.mu.Lock()
+	// A connection that saw an error may be mid-transaction or broken.
+	if err == nil && !s.closed && !c.IsClosed() && c.PgConn().TxStatus() == 'I' && len(s.idle) < 4 {
+		s.idle = append(s.idle, c)
+		s.mu.Unlock()
+		return
+	}
+	s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = c.Close(ctx)
+}
+
+// tailWriter keeps the last max bytes written, for error messages.
+type tailWriter struct {
+	mu  sync.Mutex
+	max int
+	buf []byte
+}
+
+func (w *tailWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf = append(w.buf, p...)
+	if len(w.buf) > w.max {
+		w.buf = append([]byte(nil), w.buf[len(w.buf)-w.max:]...)
+	}
+	return len(p), nil
+}
+
+func (w *tailWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return string(bytes.TrimSpace(w.buf))
+}

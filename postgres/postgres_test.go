@@ -1,0 +1,452 @@
+package postgres
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+func TestMain(m *testing.M) {
+	MaybeSupervise()
+	if dir := os.Getenv("BANK_SIM_TEST_PARENT"); dir != "" {
+		os.Exit(fakeParent(dir))
+	}
+	os.Exit(m.Run())
+}
+
+// fakeParent starts a server, reports it, and waits to be killed: it
+// stands in for a bank-sim run that is SIGKILLed.
+func fakeParent(cacheDir string) int {
+	s, err := Start(context.Background(), Options{CacheDir: cacheDir})
+	if err != nil {
+		fmt.Println(`{"error":"` + err.Error() + `"}`)
+		return 1
+	}
+	json.NewEncoder(os.Stdout).Encode(map[string]any{"pid": s.postPID, "data": s.dataDir, "sup": s.proc.Pid})
+	select {}
+}
+
+// cacheDir returns a fresh cache dir that nobody can reach (t.TempDir is
+// 0700 root, which the dropped supervisor could not enter).
+func cacheDir(t *testing.T) string {
+	dir, err := os.MkdirTemp("", "bank-sim-pg-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(dir, 0o755)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+func start(t *testing.T, o Options) (*Server, time.Duration) {
+	t.Helper()
+	t0 := time.Now()
+	s, err := Start(context.Background(), o)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	d := time.Since(t0)
+	t.Cleanup(func() { s.Close() })
+	t.Logf("%s (start %v)", s.Describe(), d.Round(time.Millisecond))
+	return s, d
+}
+
+func waitDead(t *testing.T, pid int, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for alive(pid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("postmaster %d still running after %v", pid, within)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func ping(t *testing.T, url string) {
+	t.Helper()
+	ctx := context.Background()
+	c, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	var n int
+	if err := c.QueryRow(ctx, "SELECT 1").Scan(&n); err != nil || n != 1 {
+		t.Fatalf("SELECT 1: %v %d", err, n)
+	}
+}
+
+var testTemplate = Template{
+	Version: "test-v1",
+	Init: func(ctx context.Context, c *pgx.Conn) error {
+		_, err := c.Exec(ctx, `
+			CREATE TABLE accounts (id int PRIMARY KEY, owner text NOT NULL, balance bigint NOT NULL);
+			INSERT INTO accounts SELECT g, 'owner ' || g, 1000 FROM generate_series(1, 100) g;`)
+		return err
+	},
+}
+
+func TestStartStopReuse(t *testing.T) {
+	dir := cacheDir(t)
+	s, cold := start(t, Options{CacheDir: dir})
+	if !s.Embedded() || !strings.Contains(s.Describe(), "new cluster") {
+		t.Fatalf("Describe = %q", s.Describe())
+	}
+	if strings.Contains(s.Describe(), s.adminURL[strings.Index(s.adminURL, ":")+3:strings.Index(s.adminURL, "@")]) {
+		t.Fatalf("Describe leaks credentials: %q", s.Describe())
+	}
+	pid := s.postPID
+	if pid == 0 || !isPostmasterOf(pid, s.dataDir) {
+		t.Fatalf("no postmaster %d on %s", pid, s.dataDir)
+	}
+	ping(t, s.adminURL)
+	t0 := time.Now()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	closeTime := time.Since(t0)
+	if err := s.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if alive(pid) {
+		t.Fatalf("postmaster %d survived Close", pid)
+	}
+	if readPidFile(s.dataDir) != 0 {
+		t.Fatal("postmaster.pid left behind")
+	}
+	if m, _ := filepath.Glob(filepath.Join(s.slotPath, "tmp", "*")); len(m) > 0 {
+		t.Fatalf("temp files left: %v", m)
+	}
+	if m, _ := filepath.Glob("/tmp/embedded_postgres_log*"); len(m) > 0 {
+		t.Logf("note: /tmp has embedded_postgres_log files (maybe from other runs): %d", len(m))
+	}
+
+	var warm []time.Duration
+	for i := 0; i < 3; i++ {
+		s2, d := start(t, Options{CacheDir: dir})
+		if !strings.Contains(s2.Describe(), "cluster reused") || s2.dataDir != s.dataDir {
+			t.Fatalf("not reused: %q", s2.Describe())
+		}
+		ping(t, s2.adminURL)
+		t0 := time.Now()
+		s2.Close()
+		closeTime = max(closeTime, time.Since(t0))
+		warm = append(warm, d)
+	}
+	t.Logf("TIMING cold start %v, warm starts %v, close (max) %v", cold.Round(time.Millisecond), warm, closeTime.Round(time.Millisecond))
+}
+
+func TestTwoServersAtOnce(t *testing.T) {
+	dir := cacheDir(t)
+	var wg sync.WaitGroup
+	servers := make([]*Server, 2)
+	errs := make([]error, 2)
+	for i := range servers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			servers[i], errs[i] = Start(context.Background(), Options{CacheDir: dir})
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("server %d: %v", i, err)
+		}
+		defer servers[i].Close()
+	}
+	if servers[0].slotPath == servers[1].slotPath {
+		t.Fatalf("both in %s", servers[0].slotPath)
+	}
+	for _, s := range servers {
+		t.Log(s.Describe())
+		ping(t, s.adminURL)
+		db, err := s.CreateDatabase(context.Background(), testTemplate, "two")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ping(t, db.URL)
+	}
+	for _, s := range servers {
+		pid := s.postPID
+		s.Close()
+		waitDead(t, pid, time.Second)
+	}
+}
+
+func TestCreateDatabase(t *testing.T) {
+	ctx := context.Background()
+	s, _ := start(t, Options{CacheDir: cacheDir(t)})
+	t0 := time.Now()
+	db, err := s.CreateDatabase(ctx, testTemplate, "First Scenario!")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("TIMING first CreateDatabase (builds template) %v", time.Since(t0).Round(time.Millisecond))
+	if !strings.HasPrefix(db.Name, "bank_sim_first_scenario__") {
+		t.Fatalf("name %q", db.Name)
+	}
+	c, err := pgx.Connect(ctx, db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n, sum int64
+	if err := c.QueryRow(ctx, "SELECT count(*), sum(balance) FROM accounts").Scan(&n, &sum); err != nil {
+		t.Fatal(err)
+	}
+	if n != 100 || sum != 100000 {
+		t.Fatalf("clone has %d rows, sum %d", n, sum)
+	}
+	// Writes to a clone must not reach the template or other clones.
+	if _, err := c.Exec(ctx, "UPDATE accounts SET balance = 0"); err != nil {
+		t.Fatal(err)
+	}
+	db2, err := s.CreateDatabase(ctx, testTemplate, "second")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2, err := pgx.Connect(ctx, db2.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c2.QueryRow(ctx, "SELECT sum(balance) FROM accounts").Scan(&sum); err != nil || sum != 100000 {
+		t.Fatalf("second clone sum %d, %v", sum, err)
+	}
+	c2.Close(ctx)
+
+	// Drop works with a session still connected (c).
+	if err := db.Drop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c.Close(ctx)
+	if exists(t, s, db.Name) {
+		t.Fatal("dropped database still exists")
+	}
+	if err := db.Drop(ctx); err != nil {
+		t.Fatalf("second Drop: %v", err)
+	}
+
+	// Clone timing per strategy.
+	defer func(old string) { cloneStrategy = old }(cloneStrategy)
+	for _, strat := range []string{"FILE_COPY", "WAL_LOG", "FILE_COPY", "WAL_LOG"} {
+		cloneStrategy = strat
+		var ds, drops []time.Duration
+		for i := 0; i < 10; i++ {
+			t0 := time.Now()
+			d, err := s.CreateDatabase(ctx, testTemplate, "bench")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ds = append(ds, time.Since(t0))
+			t0 = time.Now()
+			if err := d.Drop(ctx); err != nil {
+				t.Fatal(err)
+			}
+			drops = append(drops, time.Since(t0))
+		}
+		slices.Sort(ds)
+		slices.Sort(drops)
+		t.Logf("TIMING clone %s: median %v (min %v max %v); drop median %v", strat,
+			ds[len(ds)/2].Round(100*time.Microsecond), ds[0].Round(100*time.Microsecond), ds[len(ds)-1].Round(100*time.Microsecond), drops[len(drops)/2].Round(100*time.Microsecond))
+	}
+
+	// Concurrent clones (parallel tests).
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d, err := s.CreateDatabase(ctx, testTemplate, "par")
+			if err == nil {
+				err = d.Drop(ctx)
+			}
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func exists(t *testing.T, s *Server, name string) bool {
+	t.Helper()
+	ctx := context.Background()
+	c, err := s.admin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.release(c, nil)
+	var ok bool
+	if err := c.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname=$1)", name).Scan(&ok); err != nil {
+		t.Fatal(err)
+	}
+	return ok
+}
+
+func TestTemplateInitErrorLeavesNothing(t *testing.T) {
+	ctx := context.Background()
+	s, _ := start(t, Options{CacheDir: cacheDir(t)})
+	bad := Template{Version: "bad", Init: func(ctx context.Context, c *pgx.Conn) error {
+		_, err := c.Exec(ctx, "CREATE TABLE x (")
+		return err
+	}}
+	if _, err := s.CreateDatabase(ctx, bad, "x"); err == nil {
+		t.Fatal("want error")
+	}
+	c, _ := s.admin(ctx)
+	defer s.release(c, nil)
+	var n int
+	c.QueryRow(ctx, "SELECT count(*) FROM pg_database WHERE datname LIKE 'bank_sim%'").Scan(&n)
+	if n != 0 {
+		t.Fatalf("%d bank_sim databases left after failed Init", n)
+	}
+}
+
+// A killed supervisor leaves pg_ctl's detached postmaster; the next Start
+// in that slot must stop it and reuse the cluster, and drop the killed
+// run's scenario databases but keep its template.
+func TestStaleAfterSupervisorKilled(t *testing.T) {
+	ctx := context.Background()
+	dir := cacheDir(t)
+	s, _ := start(t, Options{CacheDir: dir})
+	db, err := s.CreateDatabase(ctx, testTemplate, "orphan")
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := s.postPID
+	s.proc.Signal(syscall.SIGKILL)
+	<-s.done
+	if !alive(old) {
+		t.Log("postmaster died with its supervisor")
+	}
+	s2, d := start(t, Options{CacheDir: dir})
+	t.Logf("TIMING start over stale postmaster %v", d.Round(time.Millisecond))
+	if s2.slotPath != s.slotPath {
+		t.Fatalf("slot %s, want %s", s2.slotPath, s.slotPath)
+	}
+	waitDead(t, old, time.Second)
+	if exists(t, s2, db.Name) {
+		t.Fatal("leftover scenario database not dropped")
+	}
+	if !exists(t, s2, "bank_sim_tpl_test_v1") {
+		t.Fatal("template not kept")
+	}
+	t0 := time.Now()
+	if _, err := s2.CreateDatabase(ctx, testTemplate, "after"); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("TIMING CreateDatabase with kept template %v", time.Since(t0).Round(time.Millisecond))
+}
+
+// SIGKILL of the bank-sim process itself: Pdeathsig tells the supervisor,
+// which stops the postmaster.
+func TestParentKilled(t *testing.T) {
+	dir := cacheDir(t)
+	exe, _ := os.Executable()
+	cmd := exec.Command(exe)
+	cmd.Env = append(os.Environ(), "BANK_SIM_TEST_PARENT="+dir)
+	out, _ := cmd.StdoutPipe()
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var info struct {
+		PID   int
+		Data  string
+		Sup   int
+		Error string
+	}
+	line, err := bufio.NewReader(out).ReadBytes('\n')
+	if err != nil || json.Unmarshal(line, &info) != nil || info.Error != "" {
+		cmd.Process.Kill()
+		t.Fatalf("fake parent: %v %s", err, line)
+	}
+	if !isPostmasterOf(info.PID, info.Data) {
+		t.Fatalf("no postmaster %d", info.PID)
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	t0 := time.Now()
+	waitDead(t, info.PID, 10*time.Second)
+	waitDead(t, info.Sup, 5*time.Second)
+	t.Logf("TIMING postmaster gone %v after parent SIGKILL", time.Since(t0).Round(time.Millisecond))
+	if readPidFile(info.Data) != 0 {
+		t.Fatal("postmaster.pid left")
+	}
+}
+
+func TestUnavailable(t *testing.T) {
+	_, err := Start(context.Background(), Options{BinariesPath: "/nonexistent", CacheDir: cacheDir(t)})
+	if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "bin/pg_ctl") {
+		t.Fatalf("err = %v", err)
+	}
+	_, err = Start(context.Background(), Options{URL: "postgres://u:secret@127.0.0.1:1/db?connect_timeout=2"})
+	if !errors.Is(err, ErrUnavailable) || strings.Contains(err.Error(), "secret") {
+		t.Fatalf("err = %v", err)
+	}
+	t.Log(err)
+	// Unreachable cache dir (0700 root parent): nobody cannot enter it.
+	if os.Geteuid() == 0 {
+		_, err = Start(context.Background(), Options{CacheDir: filepath.Join(t.TempDir(), "c")})
+		if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "BANK_SIM_CACHE_DIR") {
+			t.Fatalf("err = %v", err)
+		}
+		t.Log(err)
+	}
+}
+
+func TestExternal(t *testing.T) {
+	ctx := context.Background()
+	emb, _ := start(t, Options{CacheDir: cacheDir(t)})
+	pc, err := pgx.ParseConfig(emb.adminURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv := fmt.Sprintf("host=127.0.0.1 port=%d user=postgres password=%s dbname=postgres sslmode=disable", pc.Port, pc.Password)
+	for _, url := range []string{emb.adminURL, kv} {
+		ext, err := Start(ctx, Options{URL: url})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Log(ext.Describe())
+		if ext.Embedded() || strings.Contains(ext.Describe(), "password") {
+			t.Fatalf("Describe %q", ext.Describe())
+		}
+		db, err := ext.CreateDatabase(ctx, testTemplate, "ext")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ping(t, db.URL)
+		var tpl string
+		for _, e := range ext.tpls {
+			tpl = e.name
+		}
+		if err := db.Drop(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := ext.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if exists(t, emb, tpl) {
+			t.Fatalf("template %s left after Close", tpl)
+		}
+	}
+}

@@ -1,0 +1,512 @@
+package postgres
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"os/user"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	embeddedpostgres "github.com/fergusstrange/embedded-postgres"
+)
+
+const (
+	envSupervisor = "BANK_SIM_PG_SUPERVISOR"
+	envConfig     = "BANK_SIM_PG_SUPERVISOR_CONFIG"
+	maxSlots      = 64
+)
+
+var superviseCalled atomic.Bool
+
+type supConfig struct {
+	ParentPID int
+	Binaries  string
+	Download  bool
+	Version   string
+	Major     int
+	CacheDir  string
+	Log       bool
+}
+
+type supStatus struct {
+	Error         string `json:"error,omitempty"`
+	Port          int    `json:"port,omitempty"`
+	Slot          int    `json:"slot"`
+	SlotDir       string `json:"slot_dir,omitempty"`
+	DataDir       string `json:"data_dir,omitempty"`
+	Reused        bool   `json:"reused"`
+	Password      string `json:"password,omitempty"`
+	PostmasterPID int    `json:"postmaster_pid,omitempty"`
+}
+
+// MaybeSupervise must be called first thing in main() and in TestMain of
+// any test binary that starts a server. If this process was re-executed by
+// Start as the PostgreSQL supervisor, it runs the supervisor and exits;
+// otherwise it returns immediately.
+func MaybeSupervise() {
+	superviseCalled.Store(true)
+	if os.Getenv(envSupervisor) == "" {
+		return
+	}
+	os.Exit(supervise())
+}
+
+func supervise() int {
+	// The parent-death signal we re-arm below is a property of this thread;
+	// keep it alive by never letting the main goroutine leave it.
+	runtime.LockOSThread()
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+
+	var cfg supConfig
+	err := json.Unmarshal([]byte(os.Getenv(envConfig)), &cfg)
+	os.Unsetenv(envSupervisor)
+	os.Unsetenv(envConfig)
+	out := json.NewEncoder(os.Stdout)
+	if err != nil {
+		out.Encode(supStatus{Error: "bad supervisor config: " + err.Error()})
+		return 2
+	}
+	sv := &supervisor{cfg: cfg, logw: io.Discard}
+	if cfg.Log {
+		sv.logw = os.Stderr
+	}
+	st, err := sv.start(sigs)
+	if err != nil {
+		out.Encode(supStatus{Error: err.Error()})
+		sv.cleanupTmp()
+		return 1
+	}
+	if err := out.Encode(st); err != nil {
+		// Parent gone before it heard from us.
+		sv.stop()
+		return 1
+	}
+	os.Stdout.Close()
+
+	go sv.reapOrphans()
+
+	eof := make(chan struct{})
+	go func() {
+		io.Copy(io.Discard, os.Stdin)
+		close(eof)
+	}()
+	select {
+	case <-eof:
+	case <-sigs:
+	}
+	if err := sv.stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "bank-sim postgres supervisor: stop:", err)
+		return 1
+	}
+	return 0
+}
+
+type supervisor struct {
+	cfg     supConfig
+	logw    io.Writer
+	root    string // CacheDir/pg<major>
+	slot    int
+	slotDir string
+	lock    *os.File
+	ep      *embeddedpostgres.EmbeddedPostgres
+}
+
+func (sv *supervisor) dataDir() string { return filepath.Join(sv.slotDir, "data") }
+func (sv *supervisor) tmpDir() string  { return filepath.Join(sv.slotDir, "tmp") }
+
+func (sv *supervisor) start(sigs chan os.Signal) (supStatus, error) {
+	sv.root = filepath.Join(sv.cfg.CacheDir, fmt.Sprintf("pg%d", sv.cfg.Major))
+	if err := sv.dropRoot(); err != nil {
+		return supStatus{}, err
+	}
+	if err := os.MkdirAll(sv.root, 0o700); err != nil {
+		return supStatus{}, fmt.Errorf("cannot create cache dir %s as uid %d: %v; set BANK_SIM_CACHE_DIR to a writable directory", sv.root, os.Getuid(), err)
+	}
+	if err := sv.takeSlot(); err != nil {
+		return supStatus{}, err
+	}
+	// initdb and postgres resolve relative paths against the cwd, and it
+	// must be a directory nobody can enter after the privilege drop.
+	if err := os.Chdir(sv.slotDir); err != nil {
+		return supStatus{}, err
+	}
+	os.Setenv("HOME", sv.slotDir)
+	// embedded-postgres leaves an embedded_postgres_log* file per start in
+	// TMPDIR; keep them in the slot, where we can delete them.
+	sv.cleanupTmp()
+	if err := os.MkdirAll(sv.tmpDir(), 0o700); err != nil {
+		return supStatus{}, err
+	}
+	os.Setenv("TMPDIR", sv.tmpDir())
+
+	stopStale(sv.dataDir())
+
+	binPath := sv.cfg.Binaries
+	if sv.cfg.Download {
+		binPath = filepath.Join(sv.root, "dist")
+		// Serialise downloads between concurrent supervisors.
+		unlock, err := flockWait(filepath.Join(sv.root, "dist.lock"))
+		if err != nil {
+			return supStatus{}, err
+		}
+		defer unlock()
+	}
+
+	pw, err := sv.password()
+	if err != nil {
+		return supStatus{}, err
+	}
+	version := embeddedpostgres.PostgresVersion(sv.cfg.Version)
+	var lastErr error
+	for attempt := 0; attempt < 4; attempt++ {
+		port, err := freePort()
+		if err != nil {
+			return supStatus{}, fmt.Errorf("no free TCP port on 127.0.0.1: %v", err)
+		}
+		reused := dataDirValid(sv.dataDir(), version)
+		if !reused && !sv.cfg.Download {
+			if err := sv.initdb(binPath, pw); err != nil {
+				return supStatus{}, err
+			}
+		}
+		conf := embeddedpostgres.DefaultConfig().
+			Version(version).
+			Port(uint32(port)).
+			// Not a template: the library's health check leaves an idle
+			// connection to this database, which would block cloning.
+			Database("postgres").
+			Username("postgres").
+			Password(pw).
+			RuntimePath(filepath.Join(sv.slotDir, "run")).
+			DataPath(sv.dataDir()).
+			BinariesPath(binPath).
+			CachePath(filepath.Join(sv.root, "download")).
+			Locale("C").
+			Encoding("UTF8").
+			StartTimeout(30 * time.Second).
+			Logger(sv.logw).
+			StartParameters(map[string]string{
+				"listen_addresses":        "127.0.0.1",
+				"unix_socket_directories": "",
+				// A simulator: durability against OS crashes is not
+				// needed, but synchronous_commit stays on so that killing
+				// postgres itself loses no acknowledged commit.
+				"fsync":             "off",
+				"full_page_writes":  "off",
+				"max_connections":   "200",
+				"wal_level":         "minimal",
+				"max_wal_senders":   "0",
+				"jit":               "off",
+				"shared_buffers":    "64MB",
+				"log_min_messages":  "warning",
+				"logging_collector": "off",
+			})
+		if sv.cfg.Download {
+			conf = conf.Version(embeddedpostgres.V18)
+		}
+		sv.ep = embeddedpostgres.NewDatabase(conf)
+		err = sv.ep.Start()
+		if err == nil {
+			select {
+			case <-sigs:
+				// Parent died or asked us to stop while we were starting.
+				sv.stop()
+				return supStatus{}, errors.New("interrupted while starting")
+			default:
+			}
+			return supStatus{
+				Port:          port,
+				Slot:          sv.slot,
+				SlotDir:       sv.slotDir,
+				DataDir:       sv.dataDir(),
+				Reused:        reused,
+				Password:      pw,
+				PostmasterPID: readPidFile(sv.dataDir()),
+			}, nil
+		}
+		lastErr = err
+		sv.ep = nil
+		msg := err.Error()
+		portClash := strings.Contains(msg, "already listening") || strings.Contains(msg, "already in use")
+		if !reused || !portClash {
+			// The library skips initialisation for a data dir with
+			// PG_VERSION, so a half-made or broken one must go or every
+			// later start times out.
+			stopStale(sv.dataDir())
+			os.RemoveAll(sv.dataDir())
+			if !reused && !portClash {
+				break
+			}
+		}
+	}
+	return supStatus{}, fmt.Errorf("starting PostgreSQL (%s) in %s: %v", sv.cfg.Binaries, sv.slotDir, lastErr)
+}
+
+// initdb initialises the cluster itself rather than leaving it to
+// embedded-postgres, to pass --no-sync: fsyncing every file is half of
+// initdb's time and pointless for a throwaway simulator cluster.
+func (sv *supervisor) initdb(binPath, pw string) error {
+	os.RemoveAll(sv.dataDir())
+	pwfile := filepath.Join(sv.tmpDir(), "pwfile")
+	if err := os.WriteFile(pwfile, []byte(pw), 0o600); err != nil {
+		return err
+	}
+	defer os.Remove(pwfile)
+	cmd := exec.Command(filepath.Join(binPath, "bin", "initdb"),
+		"--no-sync", "-A", "password", "-U", "postgres", "--pwfile="+pwfile,
+		"--locale=C", "--encoding=UTF8", "-D", sv.dataDir())
+	var out bytes.Buffer
+	cmd.Stdout = io.MultiWriter(&out, sv.logw)
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Run(); err != nil {
+		os.RemoveAll(sv.dataDir())
+		return fmt.Errorf("initdb (%s) failed: %v: %s", binPath, err, strings.TrimSpace(out.String()))
+	}
+	return nil
+}
+
+// dropRoot switches to nobody, because initdb and postgres refuse root.
+// The cache root is created and handed over first, while we still can.
+func (sv *supervisor) dropRoot() error {
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	uid, gid := 65534, 65534
+	if u, err := user.Lookup("nobody"); err == nil {
+		uid, _ = strconv.Atoi(u.Uid)
+		gid, _ = strconv.Atoi(u.Gid)
+	}
+	if err := os.MkdirAll(sv.cfg.CacheDir, 0o755); err != nil {
+		return fmt.Errorf("cannot create cache dir %s: %v; set BANK_SIM_CACHE_DIR", sv.cfg.CacheDir, err)
+	}
+	if err := os.MkdirAll(sv.root, 0o700); err != nil {
+		return fmt.Errorf("cannot create %s: %v; set BANK_SIM_CACHE_DIR", sv.root, err)
+	}
+	if err := os.Chown(sv.root, uid, gid); err != nil {
+		return fmt.Errorf("cannot hand %s to nobody: %v", sv.root, err)
+	}
+	if err := syscall.Setgroups([]int{}); err != nil {
+		return fmt.Errorf("setgroups: %v", err)
+	}
+	if err := syscall.Setgid(gid); err != nil {
+		return fmt.Errorf("setgid(%d): %v", gid, err)
+	}
+	if err := syscall.Setuid(uid); err != nil {
+		return fmt.Errorf("setuid(%d): %v", uid, err)
+	}
+	// Changing credentials clears the parent-death signal.
+	if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_PDEATHSIG, uintptr(syscall.SIGTERM), 0); errno != 0 {
+		return fmt.Errorf("prctl(PR_SET_PDEATHSIG): %v", errno)
+	}
+	if os.Getppid() != sv.cfg.ParentPID {
+		return errors.New("parent exited during startup")
+	}
+	if _, err := os.Stat(sv.root); err != nil {
+		return fmt.Errorf("user nobody cannot reach %s (%v): a parent directory is not searchable by others; set BANK_SIM_CACHE_DIR to a directory under a world-searchable path", sv.root, err)
+	}
+	return nil
+}
+
+// takeSlot locks the first free slot. The lock is held until we exit, so
+// concurrent runs get separate clusters and a postmaster found in a slot we
+// locked is an orphan of a killed run.
+func (sv *supervisor) takeSlot() error {
+	for n := 0; n < maxSlots; n++ {
+		dir := filepath.Join(sv.root, fmt.Sprintf("slot-%d", n))
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return fmt.Errorf("cannot create %s: %v", dir, err)
+		}
+		f, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_RDWR|os.O_CREATE, 0o600)
+		if err != nil {
+			return fmt.Errorf("cannot open slot lock: %v", err)
+		}
+		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+			f.Close()
+			if errors.Is(err, syscall.EWOULDBLOCK) {
+				continue
+			}
+			return fmt.Errorf("cannot lock %s: %v", f.Name(), err)
+		}
+		sv.slot, sv.slotDir, sv.lock = n, dir, f
+		return nil
+	}
+	return fmt.Errorf("all %d cluster slots in %s are busy", maxSlots, sv.root)
+}
+
+func flockWait(path string) (func(), error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { f.Close() }, nil
+}
+
+// password returns the cluster's superuser password, which is fixed at
+// initdb; a data dir whose password was lost is unusable and is removed.
+func (sv *supervisor) password() (string, error) {
+	file := filepath.Join(sv.slotDir, "password")
+	if b, err := os.ReadFile(file); err == nil && len(strings.TrimSpace(string(b))) > 0 {
+		return strings.TrimSpace(string(b)), nil
+	}
+	os.RemoveAll(sv.dataDir())
+	b := make([]byte, 16)
+	rand.Read(b)
+	pw := hex.EncodeToString(b)
+	if err := os.WriteFile(file, []byte(pw+"\n"), 0o600); err != nil {
+		return "", err
+	}
+	return pw, nil
+}
+
+func (sv *supervisor) stop() error {
+	var err error
+	if sv.ep != nil {
+		err = sv.ep.Stop()
+		if err != nil {
+			// pg_ctl failed; do not leave the postmaster running.
+			stopStale(sv.dataDir())
+		}
+		sv.ep = nil
+	}
+	sv.cleanupTmp()
+	return err
+}
+
+func (sv *supervisor) cleanupTmp() {
+	if sv.slotDir != "" {
+		os.RemoveAll(sv.tmpDir())
+	}
+}
+
+// reapOrphans stops postmasters that killed runs left in other, now
+// unlocked, slots, so they do not linger until that slot is next used.
+func (sv *supervisor) reapOrphans() {
+	entries, _ := os.ReadDir(sv.root)
+	for _, e := range entries {
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), "slot-") || e.Name() == filepath.Base(sv.slotDir) {
+			continue
+		}
+		dir := filepath.Join(sv.root, e.Name())
+		data := filepath.Join(dir, "data")
+		if readPidFile(data) == 0 {
+			continue
+		}
+		f, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_RDWR, 0)
+		if err != nil {
+			continue
+		}
+		if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil {
+			stopStale(data)
+		}
+		f.Close()
+	}
+}
+
+func dataDirValid(dataDir string, v embeddedpostgres.PostgresVersion) bool {
+	b, err := os.ReadFile(filepath.Join(dataDir, "PG_VERSION"))
+	if err != nil {
+		return false
+	}
+	return strings.HasPrefix(string(v), strings.TrimSpace(string(b)))
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func readPidFile(dataDir string) int {
+	b, err := os.ReadFile(filepath.Join(dataDir, "postmaster.pid"))
+	if err != nil {
+		return 0
+	}
+	first, _, _ := strings.Cut(string(b), "\n")
+	pid, _ := strconv.Atoi(strings.TrimSpace(first))
+	return pid
+}
+
+// stopStale stops a postmaster still running on dataDir (its supervisor
+// was SIGKILLed, so pg_ctl's detached postmaster survived) and removes
+// its pid file.
+func stopStale(dataDir string) {
+	pidFile := filepath.Join(dataDir, "postmaster.pid")
+	pid := readPidFile(dataDir)
+	if pid <= 0 {
+		return
+	}
+	if isPostmasterOf(pid, dataDir) {
+		syscall.Kill(pid, syscall.SIGQUIT) // immediate shutdown, children included
+		deadline := time.Now().Add(3 * time.Second)
+		for alive(pid) && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if alive(pid) {
+			syscall.Kill(pid, syscall.SIGKILL)
+			for i := 0; i < 100 && alive(pid); i++ {
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+	}
+	// Whether we stopped it or it was already dead, a leftover pid file
+	// only risks "lock file already exists" when the pid has been reused.
+	if !alive(pid) || !isPostmasterOf(pid, dataDir) {
+		os.Remove(pidFile)
+	}
+}
+
+func isPostmasterOf(pid int, dataDir string) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return false
+	}
+	args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+	if len(args) == 0 || !strings.Contains(filepath.Base(args[0]), "postgres") && !strings.Contains(filepath.Base(args[0]), "postmaster") {
+		return false
+	}
+	for _, a := range args[1:] {
+		if filepath.Clean(a) == filepath.Clean(dataDir) {
+			return true
+		}
+	}
+	return false
+}
+
+// alive treats zombies as dead: an orphan reparented to a careless init
+// may never be reaped.
+func alive(pid int) bool {
+	if syscall.Kill(pid, 0) != nil && !errors.Is(syscall.Kill(pid, 0), syscall.EPERM) {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
+		return s[i+2] != 'Z'
+	}
+	return true
+}
