@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"strconv"
 
@@ -37,7 +38,7 @@ func (r TransferRequest) Body() []byte {
 func ParseTransferRequest(body []byte) (TransferRequest, *Response) {
 	var fields map[string]json.RawMessage
 	dec := json.NewDecoder(bytes.NewReader(body))
-	if err := dec.Decode(&fields); err != nil || fields == nil {
+	if err := dec.Decode(&fields); err != nil || fields == nil || !atEOF(dec) {
 		r := Reject(400, CodeInvalidRequest, "The body must be a JSON object with from, to and amountKobo")
 		return TransferRequest{}, &r
 	}
@@ -53,6 +54,13 @@ func ParseTransferRequest(body []byte) (TransferRequest, *Response) {
 		return TransferRequest{}, &r
 	}
 	return TransferRequest{From: from, To: to, AmountKobo: amount}, nil
+}
+
+// atEOF reports whether nothing but whitespace follows the decoded value, so
+// that `{…} garbage` and `{…}}` are refused as JSON.parse refuses them.
+func atEOF(dec *json.Decoder) bool {
+	_, err := dec.Token()
+	return errors.Is(err, io.EOF)
 }
 
 // safeInteger accepts what Number.isSafeInteger accepts: a JSON number with

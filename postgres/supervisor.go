@@ -380,10 +380,16 @@ func (sv *supervisor) password() (string, error) {
 func (sv *supervisor) stop() error {
 	var err error
 	if sv.ep != nil {
+		pid := readPidFile(sv.dataDir())
 		err = sv.ep.Stop()
 		if err != nil {
 			// pg_ctl failed; do not leave the postmaster running.
 			stopStale(sv.dataDir())
+		}
+		// pg_ctl returns once postmaster.pid is gone, a moment before the
+		// process itself exits; callers are promised it is gone.
+		for deadline := time.Now().Add(5 * time.Second); pid > 0 && alive(pid) && time.Now().Before(deadline); {
+			time.Sleep(5 * time.Millisecond)
 		}
 		sv.ep = nil
 	}

@@ -1,0 +1,235 @@
+package bank_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+
+	"github.com/banksim/bank-sim/bank"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+func TestParseTransferRequest(t *testing.T) {
+	t.Parallel()
+	valid := []struct {
+		name string
+		body string
+		want bank.TransferRequest
+	}{
+		{"lesson's request", `{"from": 1, "to": 2, "amountKobo": 1000000}`, bank.TransferRequest{From: 1, To: 2, AmountKobo: 1_000_000}},
+		{"keys in another order", `{"amountKobo":100,"to":2,"from":1}`, bank.TransferRequest{From: 1, To: 2, AmountKobo: 100}},
+		{"exponent 1e3 is 1000", `{"from":1,"to":2,"amountKobo":1e3}`, bank.TransferRequest{From: 1, To: 2, AmountKobo: 1000}},
+		{"integral float 100.0 is 100", `{"from":1,"to":2,"amountKobo":100.0}`, bank.TransferRequest{From: 1, To: 2, AmountKobo: 100}},
+		{"largest safe integer 2^53-1", `{"from":1,"to":2,"amountKobo":9007199254740991}`, bank.TransferRequest{From: 1, To: 2, AmountKobo: 1<<53 - 1}},
+		{"unknown fields are ignored", `{"from":1,"to":2,"amountKobo":5,"note":"rent"}`, bank.TransferRequest{From: 1, To: 2, AmountKobo: 5}},
+	}
+	for _, tt := range valid {
+		t.Run("accepts/"+tt.name, func(t *testing.T) {
+			got, refusal := bank.ParseTransferRequest([]byte(tt.body))
+			if refusal != nil {
+				t.Fatalf("refused %s: %d %s", tt.body, refusal.Status, refusal.Code())
+			}
+			if got != tt.want {
+				t.Errorf("got %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+
+	refused := []struct {
+		name   string
+		body   string
+		status int
+		code   string
+	}{
+		{"half a kobo 10.5", `{"from":1,"to":2,"amountKobo":10.5}`, 400, bank.CodeInvalidAmount},
+		{"zero amount", `{"from":1,"to":2,"amountKobo":0}`, 400, bank.CodeInvalidAmount},
+		{"negative amount", `{"from":1,"to":2,"amountKobo":-1}`, 400, bank.CodeInvalidAmount},
+		{"amount as a string", `{"from":1,"to":2,"amountKobo":"100"}`, 400, bank.CodeInvalidAmount},
+		{"amount missing", `{"from":1,"to":2}`, 400, bank.CodeInvalidAmount},
+		{"amount null", `{"from":1,"to":2,"amountKobo":null}`, 400, bank.CodeInvalidAmount},
+		{"amount 2^53 is not safe", `{"from":1,"to":2,"amountKobo":9007199254740992}`, 400, bank.CodeInvalidAmount},
+		{"amount 1e300", `{"from":1,"to":2,"amountKobo":1e300}`, 400, bank.CodeInvalidAmount},
+		{"from as a string", `{"from":"1","to":2,"amountKobo":100}`, 400, bank.CodeInvalidAccount},
+		{"from as a fraction", `{"from":1.5,"to":2,"amountKobo":100}`, 400, bank.CodeInvalidAccount},
+		{"from missing", `{"to":2,"amountKobo":100}`, 400, bank.CodeInvalidAccount},
+		{"to as a boolean", `{"from":1,"to":true,"amountKobo":100}`, 400, bank.CodeInvalidAccount},
+		{"to as an array", `{"from":1,"to":[2],"amountKobo":100}`, 400, bank.CodeInvalidAccount},
+		{"account checked before amount", `{"from":"x","to":2,"amountKobo":10.5}`, 400, bank.CodeInvalidAccount},
+		{"array instead of object", `[1,2,100]`, 400, bank.CodeInvalidRequest},
+		{"string instead of object", `"from 1 to 2"`, 400, bank.CodeInvalidRequest},
+		{"JSON null", `null`, 400, bank.CodeInvalidRequest},
+		{"not JSON", `from=1&to=2&amountKobo=100`, 400, bank.CodeInvalidRequest},
+		{"empty body", ``, 400, bank.CodeInvalidRequest},
+		{"truncated object", `{"from":1,"to":2,`, 400, bank.CodeInvalidRequest},
+		{"trailing garbage", `{"from":1,"to":2,"amountKobo":100} garbage`, 400, bank.CodeInvalidRequest},
+		{"two objects", `{"from":1,"to":2,"amountKobo":100}{"from":1,"to":2,"amountKobo":100}`, 400, bank.CodeInvalidRequest},
+		{"stray closing brace", `{"from":1,"to":2,"amountKobo":100}}`, 400, bank.CodeInvalidRequest},
+	}
+	for _, tt := range refused {
+		t.Run("refuses/"+tt.name, func(t *testing.T) {
+			got, refusal := bank.ParseTransferRequest([]byte(tt.body))
+			if refusal == nil {
+				t.Fatalf("accepted %s as %+v, want %d %s", tt.body, got, tt.status, tt.code)
+			}
+			if refusal.Status != tt.status || refusal.Code() != tt.code {
+				t.Errorf("%s: got %d %q, want %d %q", tt.body, refusal.Status, refusal.Code(), tt.status, tt.code)
+			}
+			if got != (bank.TransferRequest{}) {
+				t.Errorf("a refusal came with a request: %+v", got)
+			}
+		})
+	}
+}
+
+// transferInTx runs one bank.Transfer in its own transaction, as the lesson's
+// rules.js does.
+func transferInTx(t testing.TB, db bank.DB, userID int64, req bank.TransferRequest) bank.Response {
+	t.Helper()
+	var resp bank.Response
+	err := bank.InTx(context.Background(), db, func(tx pgx.Tx) error {
+		var err error
+		resp, err = bank.Transfer(context.Background(), tx, userID, req)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("transfer %+v by user %d: %v", req, userID, err)
+	}
+	return resp
+}
+
+// TestTransferRules runs the lesson's rules.js in order on one bank, plus the
+// rules it implies, and checks that each refusal wrote nothing.
+func TestTransferRules(t *testing.T) {
+	t.Parallel()
+	pool := newBank(t, 4)
+
+	t.Run("ok: Ada sends ₦10,000 to Bola", func(t *testing.T) {
+		resp := transferInTx(t, pool, 1, bank.TransferRequest{From: 1, To: 2, AmountKobo: 1_000_000})
+		if resp.Status != 201 {
+			t.Fatalf("status %d body %s, want 201", resp.Status, resp.Body)
+		}
+		var body map[string]any
+		if err := json.Unmarshal(resp.Body, &body); err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]any{"transferId": 1.0, "from": 1.0, "to": 2.0, "amountKobo": 1_000_000.0, "balanceKobo": 4_000_000.0}
+		if len(body) != len(want) {
+			t.Errorf("body %s has fields other than %v", resp.Body, want)
+		}
+		for k, v := range want {
+			if body[k] != v {
+				t.Errorf("body[%q] = %v, want %v (body %s)", k, body[k], v, resp.Body)
+			}
+		}
+		l := ledger(t, pool)
+		if a, b := balance(t, l, 1), balance(t, l, 2); a != 4_000_000 || b != 1_500_000 {
+			t.Errorf("Ada %s, Bola %s; want ₦40,000 and ₦15,000", bank.Naira(a), bank.Naira(b))
+		}
+		if len(l.Transfers) != 1 || l.Transfers[0] != (bank.TransferRow{ID: 1, From: 1, To: 2, AmountKobo: 1_000_000}) {
+			t.Errorf("transfers = %+v, want the one transfer", l.Transfers)
+		}
+	})
+
+	refusals := []struct {
+		name   string
+		userID int64
+		req    bank.TransferRequest
+		status int
+		code   string
+	}{
+		{"not your account", 2, bank.TransferRequest{From: 1, To: 2, AmountKobo: 100}, 404, bank.CodeAccountNotFound},
+		{"no such sender account", 1, bank.TransferRequest{From: 99, To: 2, AmountKobo: 100}, 404, bank.CodeAccountNotFound},
+		{"frozen sender", 3, bank.TransferRequest{From: 3, To: 1, AmountKobo: 100}, 422, bank.CodeAccountNotActive},
+		{"frozen recipient", 1, bank.TransferRequest{From: 1, To: 3, AmountKobo: 100}, 422, bank.CodeRecipientUnavailable},
+		{"no such recipient", 1, bank.TransferRequest{From: 1, To: 99, AmountKobo: 100}, 422, bank.CodeRecipientUnavailable},
+		{"too much", 2, bank.TransferRequest{From: 2, To: 1, AmountKobo: 9_000_000}, 422, bank.CodeInsufficientFunds},
+		{"one kobo more than the balance", 2, bank.TransferRequest{From: 2, To: 1, AmountKobo: 1_500_001}, 422, bank.CodeInsufficientFunds},
+		{"same account", 1, bank.TransferRequest{From: 1, To: 1, AmountKobo: 100}, 422, bank.CodeSameAccount},
+		{"zero amount", 1, bank.TransferRequest{From: 1, To: 2, AmountKobo: 0}, 400, bank.CodeInvalidAmount},
+		{"account number zero", 1, bank.TransferRequest{From: 0, To: 2, AmountKobo: 100}, 400, bank.CodeInvalidAccount},
+	}
+	for _, tt := range refusals {
+		t.Run(tt.name, func(t *testing.T) {
+			before := ledger(t, pool)
+			resp := transferInTx(t, pool, tt.userID, tt.req)
+			if resp.Status != tt.status || resp.Code() != tt.code {
+				t.Errorf("got %d %q (body %s), want %d %q", resp.Status, resp.Code(), resp.Body, tt.status, tt.code)
+			}
+			after := ledger(t, pool)
+			if after.Line() != before.Line() || len(after.Transfers) != len(before.Transfers) {
+				t.Errorf("a refusal wrote to the bank:\nbefore %s\nafter  %s", before.Line(), after.Line())
+			}
+		})
+	}
+
+	t.Run("half a kobo is refused before reaching the bank", func(t *testing.T) {
+		_, refusal := bank.ParseTransferRequest([]byte(`{"from":1,"to":2,"amountKobo":10.5}`))
+		if refusal == nil || refusal.Status != 400 || refusal.Code() != bank.CodeInvalidAmount {
+			t.Fatalf("got %+v, want 400 invalid_amount", refusal)
+		}
+	})
+
+	t.Run("the lesson's final balances", func(t *testing.T) {
+		l := ledger(t, pool)
+		const want = "Ada ₦40,000, Bola ₦15,000, Chidi ₦20,000 | total ₦75,000 | transfers 1"
+		if got := l.Line(); got != want {
+			t.Errorf("balances line\n got %s\nwant %s", got, want)
+		}
+		assertAllInvariants(t, l, nil)
+	})
+}
+
+// TestNaiveTransfer is naive.js and atomic.js: the same three statements to a
+// missing recipient, first on a bare pool and then in a transaction.
+func TestNaiveTransfer(t *testing.T) {
+	t.Parallel()
+	req := bank.TransferRequest{From: 1, To: 99, AmountKobo: 1_000_000}
+
+	t.Run("without a transaction ₦10,000 vanishes", func(t *testing.T) {
+		t.Parallel()
+		pool := newBank(t, 2)
+		creditRows, err := bank.NaiveTransfer(context.Background(), pool, req)
+		var pg *pgconn.PgError
+		if !errors.As(err, &pg) || pg.Code != "23503" {
+			t.Fatalf("err = %v, want a foreign key violation (23503)", err)
+		}
+		if creditRows != 0 {
+			t.Errorf("the credit to account 99 changed %d rows, want 0", creditRows)
+		}
+		l := ledger(t, pool)
+		if got := l.Total(); got != 6_500_000 {
+			t.Errorf("total %s, want ₦65,000", bank.Naira(got))
+		}
+		if got := balance(t, l, 1); got != 4_000_000 {
+			t.Errorf("Ada has %s, want ₦40,000", bank.Naira(got))
+		}
+		if len(l.Transfers) != 0 {
+			t.Errorf("%d transfers recorded, want 0", len(l.Transfers))
+		}
+		checks := bank.CheckInvariants(bank.LessonAccounts, l, nil)
+		if checks[0].Name != bank.InvTotal || checks[0].OK {
+			t.Errorf("the total check did not notice the lost money: %+v", checks[0])
+		}
+	})
+
+	t.Run("inside a transaction nothing is lost", func(t *testing.T) {
+		t.Parallel()
+		pool := newBank(t, 2)
+		err := bank.InTx(context.Background(), pool, func(tx pgx.Tx) error {
+			_, err := bank.NaiveTransfer(context.Background(), tx, req)
+			return err
+		})
+		var pg *pgconn.PgError
+		if !errors.As(err, &pg) || pg.Code != "23503" {
+			t.Fatalf("err = %v, want a foreign key violation (23503)", err)
+		}
+		l := ledger(t, pool)
+		const want = "Ada ₦50,000, Bola ₦5,000, Chidi ₦20,000 | total ₦75,000 | transfers 0"
+		if got := l.Line(); got != want {
+			t.Errorf("got %s\nwant %s", got, want)
+		}
+		assertAllInvariants(t, l, nil)
+	})
+}

@@ -1,0 +1,347 @@
+package idem_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/banksim/bank-sim/bank"
+	"github.com/banksim/bank-sim/idem"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+func handle(t *testing.T, h *idem.Handler, userID int64, key string, b []byte) bank.Response {
+	t.Helper()
+	resp, err := h.Handle(context.Background(), idem.Request{UserID: userID, Key: key, Body: b})
+	if err != nil {
+		t.Fatalf("Handle(user %d, key %q, %s): %v", userID, key, b, err)
+	}
+	return resp
+}
+
+// TestHandlerKeyMisuse is the lesson's key-misuse.js, step by step, on one bank.
+func TestHandlerKeyMisuse(t *testing.T) {
+	t.Parallel()
+	pool := newBank(t, 4)
+	h := &idem.Handler{DB: pool, Store: &idem.Store{}}
+	const broke = "tap-2026-09-24-0002"
+	steps := []struct {
+		name     string
+		userID   int64
+		key      string
+		body     string
+		status   int
+		replayed bool
+		code     string // "" for a success
+	}{
+		{"first request", 1, key, `{"from":1,"to":2,"amountKobo":1000000}`, 201, false, ""},
+		{"same, keys reordered", 1, key, `{"amountKobo":1000000,"to":2,"from":1}`, 201, true, ""},
+		{"same key, other amount", 1, key, `{"from":1,"to":2,"amountKobo":5000000}`, 422, false, idem.CodeKeyReused},
+		{"other user, same key", 2, key, `{"from":2,"to":1,"amountKobo":100000}`, 201, false, ""},
+		{"no key", 1, "", `{"from":1,"to":2,"amountKobo":100}`, 400, false, idem.CodeKeyRequired},
+		{"malformed key", 1, "short", `{"from":1,"to":2,"amountKobo":100}`, 400, false, idem.CodeKeyRequired},
+		{"too much", 2, broke, `{"from":2,"to":1,"amountKobo":9000000}`, 422, false, bank.CodeInsufficientFunds},
+		{"too much, retried", 2, broke, `{"from":2,"to":1,"amountKobo":9000000}`, 422, true, bank.CodeInsufficientFunds},
+	}
+	var first bank.Receipt
+	for _, s := range steps {
+		resp := handle(t, h, s.userID, s.key, []byte(s.body))
+		if resp.Status != s.status || resp.Replayed != s.replayed || resp.Code() != s.code {
+			t.Errorf("%s: got %s (code %q), want %d replayed=%v %q", s.name, resp.Summary(), resp.Code(), s.status, s.replayed, s.code)
+		}
+		if s.name == "first request" {
+			first, _ = resp.Receipt()
+		}
+		if s.name == "same, keys reordered" {
+			if rc, _ := resp.Receipt(); rc != first {
+				t.Errorf("replayed receipt %+v, want the first one %+v", rc, first)
+			}
+		}
+	}
+	l := ledger(t, pool)
+	const want = "Ada ₦41,000, Bola ₦14,000, Chidi ₦20,000 | total ₦75,000 | transfers 2"
+	if got := l.Line(); got != want {
+		t.Errorf("got  %s\nwant %s", got, want)
+	}
+	if n := keyRows(t, pool); n != 3 {
+		t.Errorf("%d key rows, want 3 (Ada's, Bola's, Bola's refused)", n)
+	}
+}
+
+func TestHandler(t *testing.T) {
+	t.Parallel()
+
+	t.Run("no key: 400 and nothing written", func(t *testing.T) {
+		t.Parallel()
+		pool := newBank(t, 2)
+		h := &idem.Handler{DB: pool, Store: &idem.Store{}}
+		resp := handle(t, h, 1, "", body(1, 2, 1_000_000))
+		if resp.Status != 400 || resp.Code() != idem.CodeKeyRequired {
+			t.Errorf("got %s, want 400 idempotency_key_required", resp.Summary())
+		}
+		if n, k := transfers(t, pool), keyRows(t, pool); n != 0 || k != 0 {
+			t.Errorf("%d transfers and %d keys written, want none", n, k)
+		}
+		if got := ledger(t, pool).Line(); got != "Ada ₦50,000, Bola ₦5,000, Chidi ₦20,000 | total ₦75,000 | transfers 0" {
+			t.Errorf("balances changed: %s", got)
+		}
+	})
+
+	t.Run("lost response: the retry replays the first 201", func(t *testing.T) {
+		t.Parallel()
+		pool := newBank(t, 2)
+		h := &idem.Handler{DB: pool, Store: &idem.Store{}}
+		first := handle(t, h, 1, key, body(1, 2, 1_000_000)) // the response the tunnel ate
+		retry := handle(t, h, 1, key, body(1, 2, 1_000_000))
+		if first.Status != 201 || first.Replayed || retry.Status != 201 || !retry.Replayed {
+			t.Fatalf("first %s, retry %s; want 201 then 201 replayed", first.Summary(), retry.Summary())
+		}
+		rc, _ := retry.Receipt()
+		if want := (bank.Receipt{TransferID: 1, From: 1, To: 2, AmountKobo: 1_000_000, BalanceKobo: 4_000_000}); rc != want {
+			t.Errorf("replayed receipt %+v, want %+v", rc, want)
+		}
+		if n := transfers(t, pool); n != 1 {
+			t.Errorf("%d transfers, want 1", n)
+		}
+	})
+
+	t.Run("business refusal is stored and replayed", func(t *testing.T) {
+		t.Parallel()
+		pool := newBank(t, 2)
+		h := &idem.Handler{DB: pool, Store: &idem.Store{}}
+		for i, wantReplayed := range []bool{false, true, true} {
+			resp := handle(t, h, 2, key, body(2, 1, 9_000_000))
+			if resp.Status != 422 || resp.Code() != bank.CodeInsufficientFunds || resp.Replayed != wantReplayed {
+				t.Errorf("call %d: %s, want 422 insufficient_funds replayed=%v", i+1, resp.Summary(), wantReplayed)
+			}
+		}
+		var status string
+		var respStatus int
+		if err := pool.QueryRow(context.Background(), "SELECT status, response_status FROM idempotency_keys WHERE user_id = 2 AND key = $1", key).Scan(&status, &respStatus); err != nil {
+			t.Fatal(err)
+		}
+		if status != "completed" || respStatus != 422 {
+			t.Errorf("key row %s/%d, want completed/422", status, respStatus)
+		}
+		if n := transfers(t, pool); n != 0 {
+			t.Errorf("%d transfers, want 0", n)
+		}
+	})
+
+	t.Run("invalid body is a stored 400", func(t *testing.T) {
+		t.Parallel()
+		pool := newBank(t, 2)
+		h := &idem.Handler{DB: pool, Store: &idem.Store{}}
+		raw := []byte(`{"from":1,"to":2,"amountKobo":10.5}`)
+		a, b := handle(t, h, 1, key, raw), handle(t, h, 1, key, raw)
+		if a.Status != 400 || a.Code() != bank.CodeInvalidAmount || a.Replayed || !b.Replayed || b.Code() != bank.CodeInvalidAmount {
+			t.Errorf("got %s then %s, want 400 invalid_amount then the same replayed", a.Summary(), b.Summary())
+		}
+	})
+
+	t.Run("unexpected error releases the key and a retry succeeds", func(t *testing.T) {
+		t.Parallel()
+		pool := newBank(t, 2)
+		h := &idem.Handler{DB: pool, Store: &idem.Store{}}
+		boom := errors.New("server lost power before COMMIT")
+		ctx := idem.WithHooks(context.Background(), idem.Hooks{
+			BeforeCommit: func(context.Context) error { return boom },
+		})
+		resp, err := h.Handle(ctx, idem.Request{UserID: 1, Key: key, Body: body(1, 2, 1_000_000)})
+		if !errors.Is(err, boom) {
+			t.Fatalf("Handle = %s, %v; want the hook's error", resp.Summary(), err)
+		}
+		if n, k := transfers(t, pool), keyRows(t, pool); n != 0 || k != 0 {
+			t.Fatalf("after the failure: %d transfers, %d key rows; want 0 and 0", n, k)
+		}
+		if got := ledger(t, pool).Total(); got != 7_500_000 {
+			t.Fatalf("total %s after a rolled-back transfer", bank.Naira(got))
+		}
+		retry := handle(t, h, 1, key, body(1, 2, 1_000_000))
+		if retry.Status != 201 || retry.Replayed {
+			t.Fatalf("retry: %s, want a fresh 201", retry.Summary())
+		}
+		l := ledger(t, pool)
+		if len(l.Transfers) != 1 || l.Accounts[0].BalanceKobo != 4_000_000 {
+			t.Errorf("after the retry: %s", l.Line())
+		}
+	})
+
+	t.Run("AfterClaim sees the claim it is about to use", func(t *testing.T) {
+		t.Parallel()
+		pool := newBank(t, 2)
+		h := &idem.Handler{DB: pool, Store: &idem.Store{}}
+		var seen []idem.Claim
+		ctx := idem.WithHooks(context.Background(), idem.Hooks{
+			AfterClaim: func(_ context.Context, c idem.Claim) { seen = append(seen, c) },
+		})
+		for range 2 {
+			if _, err := h.Handle(ctx, idem.Request{UserID: 1, Key: key, Body: body(1, 2, 100)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if len(seen) != 1 || seen[0].Action != idem.Proceed || seen[0].LockID == "" {
+			t.Errorf("AfterClaim saw %+v, want one proceed claim (a replay claims nothing)", seen)
+		}
+	})
+
+	t.Run("NoKey handler: every call moves money", func(t *testing.T) {
+		t.Parallel()
+		pool := newBank(t, 2)
+		h := &idem.Handler{DB: pool, Store: &idem.Store{}, NoKey: true}
+		for i := range 2 {
+			resp := handle(t, h, 1, key, body(1, 2, 1_000_000))
+			if resp.Status != 201 || resp.Replayed {
+				t.Fatalf("call %d: %s, want 201", i+1, resp.Summary())
+			}
+		}
+		l := ledger(t, pool)
+		if len(l.Transfers) != 2 || l.Accounts[0].BalanceKobo != 3_000_000 {
+			t.Errorf("%s; want two transfers and Ada at ₦30,000", l.Line())
+		}
+		if k := keyRows(t, pool); k != 0 {
+			t.Errorf("%d key rows written by a handler that ignores keys", k)
+		}
+	})
+
+	// The lesson's crash.js: server A claims the key and goes silent.
+	t.Run("crash: 409 while locked, takeover after expiry, late server fenced", func(t *testing.T) {
+		t.Parallel()
+		pool := newBank(t, 2)
+		s := &idem.Store{}
+		var clock time.Time
+		h := &idem.Handler{DB: pool, Store: s, Now: func() time.Time { return clock }}
+		b := body(1, 2, 1_000_000)
+		stuck := begin(t, s, pool, 1, idem.Fingerprint(idem.Method, idem.Path, b), t0)
+
+		clock = at(10)
+		if early := handle(t, h, 1, key, b); early.Status != 409 || early.Code() != idem.CodeInProgress {
+			t.Fatalf("retry after 10 s: %s, want 409 request_in_progress", early.Summary())
+		}
+		clock = at(31)
+		late := handle(t, h, 1, key, b)
+		if rc, ok := late.Receipt(); late.Status != 201 || late.Replayed || !ok || rc.TransferID != 1 {
+			t.Fatalf("retry after 31 s: %s, want 201 transfer 1", late.Summary())
+		}
+
+		// Server A wakes up and runs its transfer; the fencing check rolls it back.
+		err := bank.InTx(context.Background(), pool, func(tx pgx.Tx) error {
+			if _, err := bank.Transfer(context.Background(), tx, 1, bank.TransferRequest{From: 1, To: 2, AmountKobo: 1_000_000}); err != nil {
+				return err
+			}
+			return s.Complete(context.Background(), tx, 1, key, stuck.LockID, bank.Response{Status: 201, Body: []byte(`{}`)})
+		})
+		if !errors.Is(err, idem.ErrLostLock) {
+			t.Fatalf("server A: %v, want ErrLostLock", err)
+		}
+		const want = "Ada ₦40,000, Bola ₦15,000, Chidi ₦20,000 | total ₦75,000 | transfers 1"
+		if got := ledger(t, pool).Line(); got != want {
+			t.Errorf("got  %s\nwant %s", got, want)
+		}
+	})
+}
+
+// race sends n copies of one request to h at the same moment, each on its
+// own goroutine, and returns the answers.
+func race(t *testing.T, h *idem.Handler, n int) []bank.Response {
+	t.Helper()
+	start := make(chan struct{})
+	out := make([]bank.Response, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			out[i], errs[i] = h.Handle(context.Background(), idem.Request{UserID: 1, Key: "double-tap-0000000001", Body: body(1, 2, 1_000_000)})
+		}()
+	}
+	close(start)
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("copy %d: %v", i, err)
+		}
+	}
+	return out
+}
+
+// warm opens n connections so that the race is between requests, not
+// between connection handshakes.
+func warm(t *testing.T, pool *pgxpool.Pool, n int) {
+	t.Helper()
+	conns := make([]*pgxpool.Conn, n)
+	for i := range conns {
+		c, err := pool.Acquire(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns[i] = c
+	}
+	for _, c := range conns {
+		c.Release()
+	}
+}
+
+func TestHandlerConcurrentDuplicates(t *testing.T) {
+	t.Parallel()
+	const n = 16
+	tests := []struct {
+		name     string
+		conflict idem.ConflictPolicy
+	}{
+		{"Reject409", idem.Reject409},
+		{"WaitForResult", idem.WaitForResult},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			pool := newBank(t, n+2)
+			warm(t, pool, n)
+			h := &idem.Handler{DB: pool, Store: &idem.Store{}, Conflict: tt.conflict, WaitTimeout: 10 * time.Second}
+			answers := race(t, h, n)
+
+			fresh, replayed, inProgress := 0, 0, 0
+			var receipt bank.Receipt
+			for _, a := range answers {
+				switch {
+				case a.Status == 201 && !a.Replayed:
+					fresh++
+					receipt, _ = a.Receipt()
+				case a.Status == 201 && a.Replayed:
+					replayed++
+				case a.Status == 409 && a.Code() == idem.CodeInProgress:
+					inProgress++
+				default:
+					t.Errorf("unexpected answer %s", a.Summary())
+				}
+			}
+			t.Logf("%d fresh 201, %d replayed 201, %d 409", fresh, replayed, inProgress)
+			if fresh != 1 {
+				t.Errorf("%d non-replayed 201s, want exactly 1", fresh)
+			}
+			if tt.conflict == idem.WaitForResult && replayed != n-1 {
+				t.Errorf("%d replayed 201s under WaitForResult, want %d", replayed, n-1)
+			}
+			for _, a := range answers {
+				if rc, ok := a.Receipt(); ok && a.Replayed && rc != receipt {
+					t.Errorf("replayed receipt %+v differs from the original %+v", rc, receipt)
+				}
+			}
+			l := ledger(t, pool)
+			if len(l.Transfers) != 1 {
+				t.Errorf("%d transfer rows, want exactly 1", len(l.Transfers))
+			}
+			if a := l.Accounts[0].BalanceKobo; a != 4_000_000 || l.Total() != 7_500_000 {
+				t.Errorf("%s; want Ada at ₦40,000 and ₦75,000 in all", l.Line())
+			}
+			if k := keyRows(t, pool); k != 1 {
+				t.Errorf("%d key rows, want 1", k)
+			}
+		})
+	}
+}
