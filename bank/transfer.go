@@ -87,6 +87,11 @@ type Flaws struct {
 	ReadCompareWrite bool
 	// NoRowLock skips locking the account rows before writing.
 	NoRowLock bool
+	// SenderLockOnly locks only the sender's row, as the lesson does. Two
+	// transfers that cross (A→B while B→A) then each hold one row and wait
+	// for the other's: a deadlock that PostgreSQL breaks after
+	// deadlock_timeout (1 s), which collapses throughput on hot accounts.
+	SenderLockOnly bool
 }
 
 // Transfer moves money between two accounts inside the caller's transaction,
@@ -112,33 +117,9 @@ func TransferWith(ctx context.Context, tx Querier, userID int64, req TransferReq
 		return Reject(422, CodeSameAccount, "You cannot transfer to the same account"), nil
 	}
 
-	lock := " FOR UPDATE"
-	if flaws.NoRowLock {
-		lock = ""
-	}
-	rows, err := tx.Query(ctx,
-		"SELECT id, owner_id, status, balance_kobo FROM accounts WHERE id IN ($1, $2) ORDER BY id"+lock,
-		req.From, req.To)
+	found, err := lockAccounts(ctx, tx, req, flaws)
 	if err != nil {
-		return Response{}, fmt.Errorf("read accounts: %w", err)
-	}
-	type row struct {
-		owner   int64
-		status  string
-		balance int64
-	}
-	found := map[int64]row{}
-	for rows.Next() {
-		var id int64
-		var r row
-		if err := rows.Scan(&id, &r.owner, &r.status, &r.balance); err != nil {
-			rows.Close()
-			return Response{}, fmt.Errorf("read accounts: %w", err)
-		}
-		found[id] = r
-	}
-	if err := rows.Err(); err != nil {
-		return Response{}, fmt.Errorf("read accounts: %w", err)
+		return Response{}, err
 	}
 
 	sender, ok := found[req.From]
@@ -190,6 +171,49 @@ func TransferWith(ctx context.Context, tx Querier, userID int64, req TransferReq
 		return Response{}, fmt.Errorf("record transfer: %w", err)
 	}
 	return Created(Receipt{TransferID: id, From: req.From, To: req.To, AmountKobo: req.AmountKobo, BalanceKobo: balance}), nil
+}
+
+type accountRow struct {
+	owner   int64
+	status  string
+	balance int64
+}
+
+// lockAccounts reads both accounts, locking their rows in id order so that
+// two transfers between the same accounts always queue the same way round.
+func lockAccounts(ctx context.Context, tx Querier, req TransferRequest, flaws Flaws) (map[int64]accountRow, error) {
+	found := map[int64]accountRow{}
+	read := func(query string, args ...any) error {
+		rows, err := tx.Query(ctx, query, args...)
+		if err != nil {
+			return fmt.Errorf("read accounts: %w", err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var id int64
+			var r accountRow
+			if err := rows.Scan(&id, &r.owner, &r.status, &r.balance); err != nil {
+				return fmt.Errorf("read accounts: %w", err)
+			}
+			found[id] = r
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("read accounts: %w", err)
+		}
+		return nil
+	}
+	const cols = "SELECT id, owner_id, status, balance_kobo FROM accounts WHERE "
+	switch {
+	case flaws.NoRowLock:
+		return found, read(cols+"id IN ($1, $2)", req.From, req.To)
+	case flaws.SenderLockOnly:
+		if err := read(cols+"id = $1 FOR UPDATE", req.From); err != nil {
+			return nil, err
+		}
+		return found, read(cols+"id = $1", req.To)
+	default:
+		return found, read(cols+"id IN ($1, $2) ORDER BY id FOR UPDATE", req.From, req.To)
+	}
 }
 
 func insufficient() Response {
