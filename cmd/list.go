@@ -10,13 +10,16 @@ import (
 )
 
 func newListCmd(app *App) *cobra.Command {
-	var asJSON bool
+	var asJSON, bugs bool
 	c := &cobra.Command{
 		Use:   "list",
-		Short: "List the scenarios, one line each",
+		Short: "List the scenarios, one line each (or, with --bugs, the known mistakes)",
 		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			out := app.Env.Stdout
+			if bugs {
+				return listBugs(app, asJSON)
+			}
 			if asJSON {
 				type item struct {
 					Name    string `json:"name"`
@@ -39,5 +42,6 @@ func newListCmd(app *App) *cobra.Command {
 		},
 	}
 	c.Flags().BoolVar(&asJSON, "json", false, "print the list as JSON")
+	c.Flags().BoolVar(&bugs, "bugs", false, "list the lesson's mistakes that --bug NAME switches on, and what each costs")
 	return c
 }

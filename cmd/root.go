@@ -34,6 +34,7 @@ every balance matches the transfers.`,
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usageError("%v", err)
 	})
-	root.AddCommand(newScenarioCmd(app), newListCmd(app))
+	root.AddCommand(newScenarioCmd(app), newListCmd(app), newServeCmd(app), newSendCmd(app), newBenchCmd(app),
+		newChaosCmd(app), newCheckCmd(app), newAuditCmd(app))
 	return root
 }

@@ -21,6 +21,7 @@ type scenarioOptions struct {
 	junit    string
 	step     bool
 	timeline bool
+	bug      string
 }
 
 func newScenarioCmd(app *App) *cobra.Command {
@@ -51,6 +52,7 @@ broke, 2 for a usage error, 3 when PostgreSQL could not be started or reached.`,
 	f.StringVar(&o.junit, "junit", "", "also write a JUnit XML report to `FILE`, one test case per scenario")
 	f.BoolVar(&o.step, "step", false, "pause after every step until Enter is pressed (for teaching)")
 	f.BoolVar(&o.timeline, "timeline", false, "prefix every line with its time since the start (and the simulated clock)")
+	f.StringVar(&o.bug, "bug", "", "switch one of the lesson's mistakes on in the protected phases (see 'bank-sim list --bugs'); they should then fail")
 	return c
 }
 
@@ -119,6 +121,10 @@ func runScenarios(c *cobra.Command, app *App, o scenarioOptions, args []string) 
 	if o.step && o.asJSON {
 		return usageError("--step pauses the story; it cannot be combined with --json")
 	}
+	bug, err := parseBug(o.bug)
+	if err != nil {
+		return err
+	}
 
 	ctx := c.Context()
 	out := app.Env.Stdout
@@ -131,6 +137,9 @@ func runScenarios(c *cobra.Command, app *App, o scenarioOptions, args []string) 
 		}
 		obs = text
 		fmt.Fprintf(out, "bank-sim %s · seed %d (repeat this run with --seed %d)\n", version(), seed, seed)
+		if bug != nil {
+			fmt.Fprintf(out, "bug %s is on in every protected phase: %s\n", bug.Name, bug.Mistake)
+		}
 	}
 	srv, err := app.Server(ctx)
 	if err != nil {
@@ -144,7 +153,7 @@ func runScenarios(c *cobra.Command, app *App, o scenarioOptions, args []string) 
 	dbs := scenarios.ServerBanks(srv)
 	var reports []scenarios.Report
 	for _, s := range list {
-		rep, err := scenarios.Execute(ctx, s, dbs, seed, obs)
+		rep, err := scenarios.ExecuteWith(ctx, s, dbs, seed, obs, scenarios.Options{Bug: bug})
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()

@@ -3,6 +3,12 @@
 // duplicates, lets a server go silent after claiming a key, and adds delay.
 // Each fault is a small type in a file of its own, registered by name; every
 // random choice comes from the network's seeded generator.
+//
+// Proxy does the same on real sockets: a TCP proxy on 127.0.0.1 between an
+// HTTP client and the server, whose connection faults (conn_*.go, registered
+// with RegisterConn) drop the connection after the commit, reset it before
+// the request arrives, hold the answer past the client's timeout, answer 503
+// from the middle, add latency, or cut the body short.
 package faults
 
 import (

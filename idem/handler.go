@@ -91,6 +91,17 @@ type Handler struct {
 	NoKey bool
 	// Bank switches on mistakes inside the transfer itself.
 	Bank bank.Flaws
+	// Memory, when set, keeps the keys in this process's memory instead of
+	// in Store: the lesson's "keys in a Map" mistake (see MemoryStore).
+	Memory *MemoryStore
+	// SecondTransaction is the lesson's mistake "storing the response in a
+	// second transaction": the transfer commits first, and a failure before
+	// the second commit leaves a done transfer with no stored response.
+	SecondTransaction bool
+	// StoreServerErrors is the mistake "replaying stored 500s": after an
+	// unexpected failure the key is completed with a 500 instead of being
+	// released, so every retry replays the outage.
+	StoreServerErrors bool
 }
 
 func (h *Handler) now() time.Time {
@@ -106,6 +117,9 @@ func (h *Handler) now() time.Time {
 func (h *Handler) Handle(ctx context.Context, req Request) (bank.Response, error) {
 	if h.NoKey {
 		return h.transfer(ctx, req, nil)
+	}
+	if h.Memory != nil {
+		return h.handleInMemory(ctx, h.Memory, req)
 	}
 	if !ValidKey(req.Key) {
 		return KeyRequired(), nil
@@ -135,6 +149,11 @@ func (h *Handler) Handle(ctx context.Context, req Request) (bank.Response, error
 		// A fresh context, because the request's may be what failed.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
+		if h.StoreServerErrors {
+			if serr := h.Store.Complete(rctx, h.DB, req.UserID, req.Key, claim.LockID, ServerError()); serr == nil {
+				return bank.Response{}, err
+			}
+		}
 		if rerr := h.Store.Release(rctx, h.DB, req.UserID, req.Key, claim.LockID); rerr != nil {
 			err = errors.Join(err, rerr)
 		}
@@ -146,6 +165,9 @@ func (h *Handler) Handle(ctx context.Context, req Request) (bank.Response, error
 // transfer runs the transfer and, when claim is set, stores its response in
 // the same transaction.
 func (h *Handler) transfer(ctx context.Context, req Request, claim *Claim) (bank.Response, error) {
+	if claim != nil && h.SecondTransaction {
+		return h.transferThenStore(ctx, req, *claim)
+	}
 	var resp bank.Response
 	err := bank.InTx(ctx, h.DB, func(tx pgx.Tx) error {
 		parsed, refusal := bank.ParseTransferRequest(req.Body)

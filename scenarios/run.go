@@ -32,6 +32,7 @@ type Run struct {
 	expectations []Expectation
 	told         []bank.Told
 	cleanups     []func()
+	bug          *idem.Bug // switched on in every handler and client of the phase
 }
 
 func newRand(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 0x62616e6b)) }
@@ -145,12 +146,22 @@ func (r *Run) Handler(clock *faults.Clock) *idem.Handler {
 	if clock != nil {
 		h.Now = clock.Now
 	}
+	r.applyBug(h)
 	return h
+}
+
+// applyBug switches the phase's bug on in h. Network calls it again, because
+// a story may set the handler's flaws after Handler made it.
+func (r *Run) applyBug(h *idem.Handler) {
+	if r.bug != nil {
+		r.bug.Apply(h)
+	}
 }
 
 // Network returns a fault-injecting network to h, seeded from the phase,
 // whose server-side notes join the story.
 func (r *Run) Network(h *idem.Handler, clock *faults.Clock) *faults.Network {
+	r.applyBug(h)
 	n := faults.NewNetwork(h.Handle, r.Uint64(), clock)
 	n.Env.Note = r.Server
 	return n
@@ -205,6 +216,9 @@ func (r *Run) SendWithRetries(ctx context.Context, net *faults.Network, in Inten
 	var resp bank.Response
 	var err error
 	for attempt := 1; attempt <= attempts; attempt++ {
+		if attempt > 1 && r.bug != nil && r.bug.NewKeyPerAttempt {
+			in.Key = r.Key()
+		}
 		resp, err = r.Send(ctx, net, in, attempt, "")
 		if err == nil && resp.Final() {
 			return resp, nil

@@ -162,6 +162,12 @@ func SeedFor(seed uint64, name string) uint64 {
 // scenario could not run (no database); a scenario that ran and failed is a
 // Report with Passed false.
 func Execute(ctx context.Context, s Scenario, dbs Databases, seed uint64, obs Observer) (Report, error) {
+	return ExecuteWith(ctx, s, dbs, seed, obs, Options{})
+}
+
+// ExecuteWith is Execute with options: a bug switched on in the protected
+// phases, or the controls skipped.
+func ExecuteWith(ctx context.Context, s Scenario, dbs Databases, seed uint64, obs Observer, o Options) (Report, error) {
 	start := time.Now()
 	if obs == nil {
 		obs = nopObserver{}
@@ -170,7 +176,10 @@ func Execute(ctx context.Context, s Scenario, dbs Databases, seed uint64, obs Ob
 	rep := Report{Scenario: s.Name, Summary: s.Summary, Seed: seed, Passed: true}
 	obs.ScenarioStart(s, seed)
 	for i, p := range s.Phases {
-		pr, err := runPhase(ctx, s, p, i, dbs, seed, start, obs)
+		if p.Control && o.SkipControls {
+			continue
+		}
+		pr, err := runPhase(ctx, s, p, i, dbs, seed, start, obs, o)
 		if err != nil {
 			return rep, err
 		}
@@ -204,7 +213,7 @@ func verdict(rep Report) string {
 	return "the fault broke the unprotected bank, and the protected bank kept every invariant"
 }
 
-func runPhase(ctx context.Context, s Scenario, p Phase, index int, dbs Databases, seed uint64, start time.Time, obs Observer) (PhaseReport, error) {
+func runPhase(ctx context.Context, s Scenario, p Phase, index int, dbs Databases, seed uint64, start time.Time, obs Observer, o Options) (PhaseReport, error) {
 	obs.PhaseStart(p, index)
 	db, err := dbs.NewBank(ctx, s.Name)
 	if err != nil {
@@ -218,6 +227,9 @@ func runPhase(ctx context.Context, s Scenario, p Phase, index int, dbs Databases
 		start:   start,
 		obs:     obs,
 		opening: bank.LessonAccounts,
+	}
+	if !p.Control {
+		r.bug = o.Bug
 	}
 	r.rng = newRand(r.Seed)
 	pr := PhaseReport{Title: p.Title, Control: p.Control}

@@ -1,0 +1,202 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+
+	"github.com/banksim/bank-sim/idem"
+	"github.com/banksim/bank-sim/scenarios"
+)
+
+// CleanRow is the audit's name for the unmodified handler.
+const CleanRow = "(none)"
+
+// ChaosColumn is the audit's name for the chaos run's column.
+const ChaosColumn = "chaos"
+
+// AuditConfig is one audit.
+type AuditConfig struct {
+	Seed uint64
+	// Chaos is the short chaos run each bug meets; its Seed and Bug are set
+	// by the audit.
+	Chaos Config
+	// Parallel is how many scenario or chaos runs go at once.
+	Parallel int
+	// Done, when set, is told each time a cell of the matrix is filled.
+	Done func(done, total int)
+}
+
+// AuditRow is one bug (or the clean handler) against every check.
+type AuditRow struct {
+	Bug     string `json:"bug"`
+	Mistake string `json:"mistake,omitempty"`
+	// Caught maps each column (a scenario, or "chaos") to whether it caught
+	// the bug: a protected phase failed, or the checker found a violation.
+	Caught map[string]bool `json:"caught"`
+	// Why holds, for each catching column, the first thing that broke.
+	Why map[string]string `json:"why,omitempty"`
+}
+
+// Any reports whether some column caught the row's bug.
+func (r AuditRow) Any() bool {
+	for _, c := range r.Caught {
+		if c {
+			return true
+		}
+	}
+	return false
+}
+
+// AuditReport is the matrix: bugs × checks.
+type AuditReport struct {
+	Seed    uint64     `json:"seed"`
+	Columns []string   `json:"columns"`
+	Clean   AuditRow   `json:"clean"`
+	Rows    []AuditRow `json:"rows"`
+}
+
+// KillRatio is the share of bugs that at least one check caught.
+func (r AuditReport) KillRatio() (caught, total int) {
+	for _, row := range r.Rows {
+		if row.Any() {
+			caught++
+		}
+	}
+	return caught, len(r.Rows)
+}
+
+// Passed reports whether every bug was caught and the clean handler by none.
+func (r AuditReport) Passed() bool {
+	caught, total := r.KillRatio()
+	return caught == total && !r.Clean.Any()
+}
+
+// Audit runs the clean handler and every bug in idem.Bugs against the
+// protected phases of every scenario and a short chaos run.
+func Audit(ctx context.Context, dbs scenarios.Databases, cfg AuditConfig) (AuditReport, error) {
+	if cfg.Parallel <= 0 {
+		cfg.Parallel = 4
+	}
+	if cfg.Chaos.Intents <= 0 && cfg.Chaos.Duration <= 0 {
+		cfg.Chaos.Intents = 300
+	}
+	if cfg.Chaos.Clients <= 0 {
+		cfg.Chaos.Clients = 8
+	}
+	dbs, closeDBs := scenarios.Recycled(dbs)
+	defer closeDBs()
+	list := scenarios.List()
+	rep := AuditReport{Seed: cfg.Seed}
+	for _, s := range list {
+		rep.Columns = append(rep.Columns, s.Name)
+	}
+	rep.Columns = append(rep.Columns, ChaosColumn)
+
+	bugs := idem.Bugs()
+	rows := make([]AuditRow, len(bugs)+1)
+	rows[0] = AuditRow{Bug: CleanRow, Caught: map[string]bool{}, Why: map[string]string{}}
+	for i, b := range bugs {
+		rows[i+1] = AuditRow{Bug: b.Name, Mistake: b.Mistake, Caught: map[string]bool{}, Why: map[string]string{}}
+	}
+
+	type job struct {
+		row    int
+		column string
+	}
+	var jobs []job
+	for r := range rows {
+		for _, c := range rep.Columns {
+			jobs = append(jobs, job{r, c})
+		}
+	}
+	var mu sync.Mutex
+	var firstErr error
+	done := 0
+	sem := make(chan struct{}, cfg.Parallel)
+	var wg sync.WaitGroup
+	for _, j := range jobs {
+		var bug *idem.Bug
+		if j.row > 0 {
+			bug = &bugs[j.row-1]
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			caught, why, err := cell(ctx, dbs, cfg, bug, j.column)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				if firstErr == nil {
+					firstErr = fmt.Errorf("audit %s × %s: %w", rows[j.row].Bug, j.column, err)
+				}
+				return
+			}
+			rows[j.row].Caught[j.column] = caught
+			if caught {
+				rows[j.row].Why[j.column] = why
+			}
+			done++
+			if cfg.Done != nil {
+				cfg.Done(done, len(jobs))
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return rep, firstErr
+	}
+	rep.Clean = rows[0]
+	rep.Rows = rows[1:]
+	sort.Slice(rep.Rows, func(a, b int) bool { return rep.Rows[a].Bug < rep.Rows[b].Bug })
+	return rep, nil
+}
+
+// cell runs one check with one bug (nil: the clean handler).
+func cell(ctx context.Context, dbs scenarios.Databases, cfg AuditConfig, bug *idem.Bug, column string) (bool, string, error) {
+	if column == ChaosColumn {
+		c := cfg.Chaos
+		c.Seed, c.Bug = cfg.Seed, bug
+		h, err := RunOn(ctx, dbs, c, nil)
+		if err != nil {
+			return false, "", err
+		}
+		res := Check(h)
+		if res.Valid() {
+			return false, "", nil
+		}
+		return true, fmt.Sprintf("%s: %s", res.First.Kind, res.First.Detail), nil
+	}
+	s, ok := scenarios.Get(column)
+	if !ok {
+		return false, "", fmt.Errorf("no scenario %s", column)
+	}
+	rep, err := scenarios.ExecuteWith(ctx, s, dbs, cfg.Seed, nil, scenarios.Options{Bug: bug, SkipControls: true})
+	if err != nil {
+		return false, "", err
+	}
+	if !rep.Caught() {
+		return false, "", nil
+	}
+	return true, rep.Verdict, nil
+}
+
+// RunOn runs cfg on a fresh bank from dbs, with a pool sized for its
+// clients, and drops the bank afterwards.
+func RunOn(ctx context.Context, dbs scenarios.Databases, cfg Config, progress Progress) (*History, error) {
+	cfg = cfg.WithDefaults()
+	db, err := dbs.NewBank(ctx, "chaos")
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	pool, err := Pool(ctx, db.Pool, cfg.Clients)
+	if err != nil {
+		return nil, err
+	}
+	defer pool.Close()
+	return Run(ctx, pool, cfg, progress)
+}

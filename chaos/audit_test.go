@@ -1,0 +1,46 @@
+package chaos_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/banksim/bank-sim/chaos"
+	"github.com/banksim/bank-sim/postgres/pgtest"
+	"github.com/banksim/bank-sim/scenarios"
+)
+
+// The audit: every bug of the catalogue is caught by some check, and the
+// correct handler by none.
+func TestAuditCatchesEveryBugAndNotTheCleanHandler(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	start := time.Now()
+	rep, err := chaos.Audit(ctx, scenarios.ServerBanks(pgtest.Server(t)), chaos.AuditConfig{Seed: 42})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("audit took %s", time.Since(start))
+	for col, caught := range rep.Clean.Caught {
+		if caught {
+			t.Errorf("the clean handler was caught by %s: %s", col, rep.Clean.Why[col])
+		}
+	}
+	for _, row := range rep.Rows {
+		var by []string
+		for _, col := range rep.Columns {
+			if row.Caught[col] {
+				by = append(by, col)
+			}
+		}
+		if len(by) == 0 {
+			t.Errorf("bug %s was caught by no check", row.Bug)
+		}
+		t.Logf("%-20s caught by %v", row.Bug, by)
+	}
+	caught, total := rep.KillRatio()
+	if !rep.Passed() {
+		t.Errorf("kill ratio %d/%d", caught, total)
+	}
+}

@@ -1,0 +1,64 @@
+package chaos
+
+import "time"
+
+// Stats is the summary of a run, computed from its history.
+type Stats struct {
+	Intents  int `json:"intents"`
+	Attempts int `json:"attempts"`
+	OK       int `json:"ok"`
+	Rejected int `json:"rejected"`
+	// Healed is how many intents ended the fault phase unknown; Resolved
+	// how many of those healing settled.
+	Healed           int            `json:"healed"`
+	Resolved         int            `json:"resolved"`
+	Unresolved       int            `json:"unresolved"`
+	Replays          int            `json:"replays"`
+	Conflicts        int            `json:"conflicts"` // 409 answers
+	ServerErrors     int            `json:"serverErrors"`
+	Takeovers        int            `json:"takeovers"`
+	FencingRollbacks int            `json:"fencingRollbacks"`
+	Fired            map[string]int `json:"fired"`
+	Transfers        int            `json:"transfers"`
+	Audits           int            `json:"audits"`
+	Duration         time.Duration  `json:"durationNs"`
+	// IntentsPerSecond is intents settled per second of the whole run.
+	IntentsPerSecond float64 `json:"intentsPerSecond"`
+}
+
+// Summarize counts what happened in h.
+func Summarize(h *History) Stats {
+	s := Stats{Intents: len(h.Intents), Takeovers: h.Takeovers, FencingRollbacks: h.FencingRollbacks,
+		Fired: h.Fired, Transfers: len(h.Final.Transfers), Audits: len(h.Audits), Duration: h.Duration}
+	for _, in := range h.Intents {
+		s.Attempts += len(in.Attempts)
+		switch in.Outcome {
+		case SeenOK:
+			s.OK++
+		case SeenRejected:
+			s.Rejected++
+		default:
+			s.Unresolved++
+		}
+		if in.Healed {
+			s.Healed++
+			if in.Outcome != SeenUnknown {
+				s.Resolved++
+			}
+		}
+		for _, a := range in.Attempts {
+			switch {
+			case a.Replayed:
+				s.Replays++
+			case a.Status == 409:
+				s.Conflicts++
+			case a.Status >= 500:
+				s.ServerErrors++
+			}
+		}
+	}
+	if h.Duration > 0 {
+		s.IntentsPerSecond = float64(s.Intents) / h.Duration.Seconds()
+	}
+	return s
+}

@@ -1,0 +1,175 @@
+package cmd
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/banksim/bank-sim/chaos"
+	"github.com/banksim/bank-sim/scenarios"
+	"github.com/spf13/cobra"
+)
+
+type auditOptions struct {
+	seed     string
+	intents  int
+	clients  int
+	parallel int
+	asJSON   bool
+}
+
+func newAuditCmd(app *App) *cobra.Command {
+	var o auditOptions
+	c := &cobra.Command{
+		Use:   "audit",
+		Short: "Prove the checks' power: run every known mistake and show which checks catch it",
+		Long: `Run the correct handler and then each of the lesson's mistakes ('bank-sim list
+--bugs') against the protected phases of every scenario and a short seeded
+chaos run, and print the matrix: bug × check, caught or missed, and the kill
+ratio. A bug is caught when a protected phase fails or the chaos checker
+finds a violation.
+
+Exit code 0 when every bug is caught by at least one check and the correct
+handler by none; 1 otherwise; 3 when PostgreSQL is unavailable.`,
+		Example: `  bank-sim audit
+  bank-sim audit --seed 7 --json`,
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error { return runAudit(c, app, o) },
+	}
+	f := c.Flags()
+	f.StringVar(&o.seed, "seed", "", "seed for the scenarios and the chaos runs (default: a new one)")
+	f.IntVar(&o.intents, "intents", 300, "intents in each chaos run")
+	f.IntVar(&o.clients, "clients", 8, "clients in each chaos run")
+	f.IntVar(&o.parallel, "parallel", 4, "runs at once")
+	f.BoolVar(&o.asJSON, "json", false, "print the matrix as JSON")
+	return c
+}
+
+func runAudit(c *cobra.Command, app *App, o auditOptions) error {
+	seed, err := parseSeed(app, o.seed)
+	if err != nil {
+		return err
+	}
+	switch {
+	case o.intents < 1:
+		return usageError("--intents %d: give a positive number", o.intents)
+	case o.clients < 1 || o.clients > 64:
+		return usageError("--clients %d: give 1 to 64", o.clients)
+	case o.parallel < 1 || o.parallel > 16:
+		return usageError("--parallel %d: give 1 to 16", o.parallel)
+	}
+	ctx := c.Context()
+	out := app.Env.Stdout
+	p := app.palette()
+	if !o.asJSON {
+		fmt.Fprintf(out, "bank-sim %s · audit · seed %d (repeat this run with --seed %d)\n", version(), seed, seed)
+	}
+	srv, err := app.Server(ctx)
+	if err != nil {
+		return err
+	}
+	cfg := chaos.AuditConfig{Seed: seed, Parallel: o.parallel,
+		Chaos: chaos.Config{Intents: o.intents, Clients: o.clients}}
+	bar := &progressBar{out: out}
+	if app.Env.Terminal && !o.asJSON {
+		cfg.Done = bar.update
+	}
+	rep, err := chaos.Audit(ctx, scenarios.ServerBanks(srv), cfg)
+	bar.clear()
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return &ExitError{Code: ExitDatabase, Err: err}
+	}
+	if o.asJSON {
+		caught, total := rep.KillRatio()
+		if err := writeJSON(out, struct {
+			chaos.AuditReport
+			Caught int  `json:"caught"`
+			Total  int  `json:"total"`
+			Passed bool `json:"passed"`
+		}{rep, caught, total, rep.Passed()}); err != nil {
+			return err
+		}
+	} else {
+		printAudit(out, p, rep)
+	}
+	if !rep.Passed() {
+		return errFailed
+	}
+	return nil
+}
+
+// printAudit prints the matrix with numbered columns and their legend, then
+// what first broke for each bug, and the verdict.
+func printAudit(out io.Writer, p *palette, rep chaos.AuditReport) {
+	fmt.Fprintln(out)
+	tw := tabwriter.NewWriter(out, 0, 0, 1, ' ', 0)
+	head := []string{"bug"}
+	for i := range rep.Columns {
+		head = append(head, fmt.Sprint(i+1))
+	}
+	head = append(head, "verdict")
+	fmt.Fprintln(tw, strings.Join(head, "\t")+"\t")
+	row := func(r chaos.AuditRow, clean bool) {
+		cells := []string{r.Bug}
+		for _, c := range rep.Columns {
+			if r.Caught[c] {
+				cells = append(cells, "✗")
+			} else {
+				cells = append(cells, "·")
+			}
+		}
+		switch {
+		case clean && r.Any():
+			cells = append(cells, p.bad.Sprint("FALSE ALARM"))
+		case clean:
+			cells = append(cells, p.ok.Sprint("clean"))
+		case r.Any():
+			cells = append(cells, p.ok.Sprint("caught"))
+		default:
+			cells = append(cells, p.bad.Sprint("MISSED"))
+		}
+		fmt.Fprintln(tw, strings.Join(cells, "\t")+"\t")
+	}
+	row(rep.Clean, true)
+	for _, r := range rep.Rows {
+		row(r, false)
+	}
+	_ = tw.Flush()
+	fmt.Fprintln(out, p.dim.Sprint("✗ = this check caught the bug · = it did not"))
+	var legend []string
+	for i, c := range rep.Columns {
+		legend = append(legend, fmt.Sprintf("%d %s", i+1, c))
+	}
+	fmt.Fprintln(out, p.dim.Sprint("checks: "+strings.Join(legend, ", ")))
+
+	fmt.Fprintln(out)
+	for _, r := range append([]chaos.AuditRow{rep.Clean}, rep.Rows...) {
+		for _, c := range rep.Columns {
+			if why, ok := r.Why[c]; ok {
+				fmt.Fprintf(out, "%s × %s: %s\n", p.bold.Sprint(r.Bug), c, p.dim.Sprint(firstLine(why)))
+				break
+			}
+		}
+	}
+	caught, total := rep.KillRatio()
+	line := fmt.Sprintf("kill ratio %d/%d", caught, total)
+	if rep.Passed() {
+		fmt.Fprintf(out, "\n%s: every bug caught, the correct handler by none %s\n", p.ok.Sprint(line), p.dim.Sprintf("(seed %d)", rep.Seed))
+		return
+	}
+	fmt.Fprintf(out, "\n%s %s\n", p.bad.Sprint(line+": FAILED"), p.dim.Sprintf("(seed %d)", rep.Seed))
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i]
+	}
+	if r := []rune(s); len(r) > 160 {
+		s = string(r[:157]) + "…"
+	}
+	return s
+}

@@ -1,0 +1,323 @@
+package cmd
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/banksim/bank-sim/chaos"
+	"github.com/banksim/bank-sim/idem"
+	"github.com/banksim/bank-sim/scenarios"
+	"github.com/spf13/cobra"
+)
+
+type chaosOptions struct {
+	seed        string
+	clients     int
+	intents     int
+	duration    time.Duration
+	accounts    int
+	faults      string
+	bug         string
+	history     string
+	instances   int
+	maxAttempts int
+	asJSON      bool
+}
+
+func newChaosCmd(app *App) *cobra.Command {
+	var o chaosOptions
+	c := &cobra.Command{
+		Use:   "chaos",
+		Short: "Run many concurrent clients under seeded random faults and check the history",
+		Long: `Run C concurrent clients, each a goroutine with its own intents, against the
+transfer handler on a real PostgreSQL pool, through a network that fails at
+random: lost responses, dropped requests, duplicate copies, servers that go
+silent after claiming a key, transactions that fail just before COMMIT,
+requests that arrive after the client gave up, slow servers and clock jumps
+that expire locks. Requests land on one of several copies of the server.
+
+Every intent is recorded: its key, each attempt, what the client saw. An
+auditor reads every balance in one snapshot while clients run. After the
+fault phase, healing stops the faults, wakes the silent servers and retries
+every unknown intent with its own key until it settles. Then the checker
+verifies the history: money conserved at every audit and at the end, no
+negative balance, no intent moved money twice, every acknowledged transfer
+exists once, no refused intent moved money, every replay equals the original
+answer, every intent settled, no key left in progress, every balance equal to
+its opening balance plus credits minus debits.
+
+Every random choice comes from --seed: the same seed gives the same intents
+and the same fault on every attempt. Exit code 0 when the history is valid,
+1 on any violation, 2 for a usage error, 3 when PostgreSQL is unavailable.`,
+		Example: `  bank-sim chaos --seed 42
+  bank-sim chaos --clients 16 --intents 10000 --accounts 3
+  bank-sim chaos --duration 30s --faults lose-response=0.2,duplicate=0.1
+  bank-sim chaos --bug no-fencing --history run.json   then: bank-sim check run.json`,
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error { return runChaos(c, app, o) },
+	}
+	f := c.Flags()
+	f.StringVar(&o.seed, "seed", "", "seed for every random choice (printed on each run; default: a new one)")
+	f.IntVar(&o.clients, "clients", 8, "concurrent clients, each a goroutine on the pool")
+	f.IntVar(&o.intents, "intents", 0, "how many intents to run (default 1000, unless --duration)")
+	f.DurationVar(&o.duration, "duration", 0, "start new intents until this much time has passed, instead of --intents")
+	f.IntVar(&o.accounts, "accounts", 5, "how many accounts: a few make them hot, many spread the load")
+	f.StringVar(&o.faults, "faults", "default", "which faults at what rate per attempt: default, none, or kind=rate,… (kinds: "+strings.Join(chaos.FaultKinds(), ", ")+")")
+	f.StringVar(&o.bug, "bug", "", "run with one of the lesson's mistakes (see 'bank-sim list --bugs')")
+	f.StringVar(&o.history, "history", "", "write the history as JSON to `FILE` (re-check it with 'bank-sim check FILE')")
+	f.IntVar(&o.instances, "servers", 3, "copies of the server behind the load balancer")
+	f.IntVar(&o.maxAttempts, "attempts", 4, "attempts per intent before it is left to healing")
+	f.BoolVar(&o.asJSON, "json", false, "print the result as JSON")
+	_ = c.RegisterFlagCompletionFunc("bug", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+		return idem.BugNames(), cobra.ShellCompDirectiveNoFileComp
+	})
+	return c
+}
+
+func parseBug(name string) (*idem.Bug, error) {
+	if name == "" {
+		return nil, nil
+	}
+	b, err := idem.LookupBug(name)
+	if err != nil {
+		return nil, usageError("--bug: %v", err)
+	}
+	return &b, nil
+}
+
+func (o chaosOptions) config(app *App) (chaos.Config, error) {
+	seed, err := parseSeed(app, o.seed)
+	if err != nil {
+		return chaos.Config{}, err
+	}
+	switch {
+	case o.clients < 1 || o.clients > 256:
+		return chaos.Config{}, usageError("--clients %d: give 1 to 256", o.clients)
+	case o.intents < 0:
+		return chaos.Config{}, usageError("--intents %d: give a positive number", o.intents)
+	case o.intents > 0 && o.duration > 0:
+		return chaos.Config{}, usageError("give --intents or --duration, not both")
+	case o.duration < 0:
+		return chaos.Config{}, usageError("--duration %s: give a positive duration", o.duration)
+	case o.accounts < 2 || o.accounts > 10_000:
+		return chaos.Config{}, usageError("--accounts %d: give 2 to 10000", o.accounts)
+	case o.instances < 1 || o.instances > 64:
+		return chaos.Config{}, usageError("--servers %d: give 1 to 64", o.instances)
+	case o.maxAttempts < 1 || o.maxAttempts > 100:
+		return chaos.Config{}, usageError("--attempts %d: give 1 to 100", o.maxAttempts)
+	}
+	rates, err := chaos.ParseRates(o.faults)
+	if err != nil {
+		return chaos.Config{}, usageError("--faults: %v", err)
+	}
+	bug, err := parseBug(o.bug)
+	if err != nil {
+		return chaos.Config{}, err
+	}
+	if o.history != "" {
+		if err := checkWritableFlag("--history", o.history); err != nil {
+			return chaos.Config{}, err
+		}
+	}
+	return chaos.Config{Seed: seed, Clients: o.clients, Intents: o.intents, Duration: o.duration,
+		Accounts: o.accounts, Faults: rates, Instances: o.instances, MaxAttempts: o.maxAttempts, Bug: bug}.WithDefaults(), nil
+}
+
+func runChaos(c *cobra.Command, app *App, o chaosOptions) error {
+	cfg, err := o.config(app)
+	if err != nil {
+		return err
+	}
+	ctx := c.Context()
+	out := app.Env.Stdout
+	p := app.palette()
+	if !o.asJSON {
+		fmt.Fprintf(out, "bank-sim %s · chaos · seed %d (repeat this run with --seed %d)\n", version(), cfg.Seed, cfg.Seed)
+	}
+	srv, err := app.Server(ctx)
+	if err != nil {
+		return err
+	}
+	if !o.asJSON {
+		fmt.Fprintf(out, "%s\n", p.dim.Sprint(srv.Describe()))
+		fmt.Fprintf(out, "%s\n", describeConfig(cfg))
+	}
+	var progress chaos.Progress
+	bar := &progressBar{out: out}
+	if app.Env.Terminal && !o.asJSON {
+		progress = bar.update
+	}
+	h, err := chaos.RunOn(ctx, scenarios.ServerBanks(srv), cfg, progress)
+	bar.clear()
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return &ExitError{Code: ExitDatabase, Err: fmt.Errorf("chaos run (seed %d): %w", cfg.Seed, err)}
+	}
+	if o.history != "" {
+		if err := h.Save(o.history); err != nil {
+			return &ExitError{Code: ExitFailed, Err: fmt.Errorf("write the history: %w", err)}
+		}
+	}
+	res := chaos.Check(h)
+	if o.asJSON {
+		if err := writeJSON(out, chaosJSON{Seed: cfg.Seed, Valid: res.Valid(), Result: res}); err != nil {
+			return err
+		}
+	} else {
+		printChaosResult(out, p, h, res)
+		if o.history != "" {
+			fmt.Fprintf(out, "%s\n", p.dim.Sprintf("history written to %s (re-check it with: bank-sim check %s)", o.history, o.history))
+		}
+	}
+	if !res.Valid() {
+		return errFailed
+	}
+	return nil
+}
+
+type chaosJSON struct {
+	Seed   uint64       `json:"seed"`
+	Valid  bool         `json:"valid"`
+	Result chaos.Result `json:"result"`
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func describeConfig(cfg chaos.Config) string {
+	what := fmt.Sprintf("%d intents", cfg.Intents)
+	if cfg.Intents <= 0 {
+		what = "intents for " + cfg.Duration.String()
+	}
+	bug := "none (the correct handler)"
+	if cfg.Bug != nil {
+		bug = cfg.Bug.Name
+	}
+	return fmt.Sprintf("%d clients · %s · %d accounts · %d servers · up to %d attempts\nfaults: %s\nbug: %s",
+		cfg.Clients, what, cfg.Accounts, cfg.Instances, cfg.MaxAttempts, cfg.Faults, bug)
+}
+
+// printChaosResult prints the summary table, the checks, and the first and
+// worst violation with the timeline of the intent involved.
+func printChaosResult(out io.Writer, p *palette, h *chaos.History, res chaos.Result) {
+	s := res.Stats
+	fmt.Fprintln(out)
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "intents\t%d\t(%d ok, %d rejected, %d unknown after the fault phase → %d resolved by healing)\n",
+		s.Intents, s.OK, s.Rejected, s.Healed, s.Resolved)
+	fmt.Fprintf(tw, "attempts\t%d\t(%d replays, %d × 409, %d × 5xx)\n", s.Attempts, s.Replays, s.Conflicts, s.ServerErrors)
+	fmt.Fprintf(tw, "server side\t%d takeovers\t%d fencing rollbacks\n", s.Takeovers, s.FencingRollbacks)
+	var fired []string
+	for _, k := range chaos.FaultKinds() {
+		if n := s.Fired[k]; n > 0 {
+			fired = append(fired, fmt.Sprintf("%s %d", k, n))
+		}
+	}
+	if len(fired) == 0 {
+		fired = []string{"none"}
+	}
+	fmt.Fprintf(tw, "faults fired\t%s\n", strings.Join(fired, ", "))
+	fmt.Fprintf(tw, "ledger\t%d transfers\t%d audits\n", s.Transfers, s.Audits)
+	transfersPerSecond := 0.0
+	if s.Duration > 0 {
+		transfersPerSecond = float64(s.Transfers) / s.Duration.Seconds()
+	}
+	fmt.Fprintf(tw, "speed\t%.0f intents/s\t%.0f transfers/s (%s)\n", s.IntentsPerSecond, transfersPerSecond, s.Duration.Round(time.Millisecond))
+	_ = tw.Flush()
+
+	fmt.Fprintln(out)
+	for _, c := range res.Checks {
+		if c.Violations == 0 {
+			fmt.Fprintf(out, "   %s %s\n", p.ok.Sprint("✓"), checkTitle(c.Kind))
+		} else {
+			fmt.Fprintf(out, "   %s %s: %d violation(s)\n", p.bad.Sprint("✗"), p.bad.Sprint(checkTitle(c.Kind)), c.Violations)
+		}
+	}
+	if res.Valid() {
+		fmt.Fprintf(out, "\n%s %s\n", p.ok.Sprint("VALID"), p.dim.Sprintf("seed %d", h.Seed))
+		return
+	}
+	show := func(label string, v *chaos.Violation) {
+		fmt.Fprintf(out, "\n%s %s %s\n", p.bad.Sprint(label+":"), p.bold.Sprint(v.Kind), v.Detail)
+		for _, line := range chaos.Timeline(h, v.Intent) {
+			fmt.Fprintf(out, "   %s\n", line)
+		}
+	}
+	show("first violation", res.First)
+	if res.Worst != res.First {
+		show("worst violation", res.Worst)
+	}
+	fmt.Fprintf(out, "\n%s %d violation(s) · seed %d (repeat with --seed %d)\n", p.bad.Sprint("INVALID"), len(res.Violations), h.Seed, h.Seed)
+}
+
+func checkTitle(kind string) string {
+	switch kind {
+	case chaos.KindTotal:
+		return "total money conserved at every audit and at the end"
+	case chaos.KindNegative:
+		return "no negative balance"
+	case chaos.KindTwice:
+		return "no intent moved money more than once"
+	case chaos.KindAckMissing:
+		return "every acknowledged transfer exists, once, as asked"
+	case chaos.KindRejected:
+		return "no refused intent moved money"
+	case chaos.KindReplay:
+		return "every replay equals the original answer"
+	case chaos.KindStuckKey:
+		return "no key left in progress after healing"
+	case chaos.KindUnresolved:
+		return "every intent settled after healing"
+	case chaos.KindLedger:
+		return "each balance is opening + credits − debits"
+	}
+	return kind
+}
+
+// progressBar redraws one line on a terminal.
+type progressBar struct {
+	out   io.Writer
+	mu    sync.Mutex
+	last  int
+	drawn bool
+}
+
+func (b *progressBar) update(done, total int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	const width = 30
+	if total <= 0 {
+		if done-b.last < 50 && b.drawn {
+			return
+		}
+		b.last, b.drawn = done, true
+		fmt.Fprintf(b.out, "\r  %d intents settled", done)
+		return
+	}
+	pct := done * 100 / total
+	if pct == b.last && b.drawn {
+		return
+	}
+	b.last, b.drawn = pct, true
+	filled := done * width / total
+	fmt.Fprintf(b.out, "\r  [%s%s] %3d%% %d/%d intents", strings.Repeat("█", filled), strings.Repeat("·", width-filled), pct, done, total)
+}
+
+func (b *progressBar) clear() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.drawn {
+		fmt.Fprintf(b.out, "\r%s\r", strings.Repeat(" ", 60))
+		b.drawn = false
+	}
+}

@@ -1,0 +1,154 @@
+package cmd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/banksim/bank-sim/api"
+	"github.com/banksim/bank-sim/bank"
+	"github.com/banksim/bank-sim/idem"
+	"github.com/banksim/bank-sim/scenarios"
+	"github.com/spf13/cobra"
+)
+
+type serveOptions struct {
+	addr      string
+	listenAny bool
+}
+
+func newServeCmd(app *App) *cobra.Command {
+	var o serveOptions
+	c := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve the transfer API over HTTP on a fresh bank",
+		Long: `Serve POST /transfers — with bearer tokens, Idempotency-Key and problem+json
+errors — on a fresh copy of the lesson's bank, so that curl, your own app or
+your own retry library can be pointed at it. The bank is dropped on exit.
+
+Routes: POST /transfers, GET /transfers/{id}, GET /transfers?key=K,
+GET /accounts/{id}, GET /healthz. Stop with Ctrl-C: requests in flight finish,
+then PostgreSQL stops.`,
+		Example: `  bank-sim serve
+  bank-sim serve --addr 127.0.0.1:9000
+  bank-sim serve --addr 0.0.0.0:8080 --listen-any   reachable from other machines`,
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, args []string) error { return runServe(c.Context(), app, o) },
+	}
+	c.Flags().StringVar(&o.addr, "addr", "127.0.0.1:8080", "listen on this `HOST:PORT` (port 0 picks a free one)")
+	c.Flags().BoolVar(&o.listenAny, "listen-any", false, "allow an address other than loopback (the demo tokens are public!)")
+	return c
+}
+
+// checkAddr refuses a non-loopback address unless asked: the demo tokens
+// are printed for anyone to read, so the bank must not be reachable by
+// other machines by accident.
+func checkAddr(addr string, listenAny bool) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return usageError("--addr %q: %v (want HOST:PORT, e.g. 127.0.0.1:8080)", addr, err)
+	}
+	if listenAny {
+		return nil
+	}
+	if host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	return usageError("--addr %s is not a loopback address; anyone who can reach it can move the demo money with the printed tokens. Add --listen-any if that is what you want", addr)
+}
+
+func runServe(ctx context.Context, app *App, o serveOptions) error {
+	if err := checkAddr(o.addr, o.listenAny); err != nil {
+		return err
+	}
+	out, p := app.Env.Stdout, app.palette()
+	srv, err := app.Server(ctx)
+	if err != nil {
+		return err
+	}
+	db, err := scenarios.ServerBanks(srv).NewBank(ctx, "serve")
+	if err != nil {
+		return &ExitError{Code: ExitDatabase, Err: err}
+	}
+	defer db.Close()
+
+	ln, err := net.Listen("tcp", o.addr)
+	if err != nil {
+		return &ExitError{Code: ExitFailed, Err: fmt.Errorf("cannot listen on %s: %w", o.addr, err)}
+	}
+	url := "http://" + ln.Addr().String()
+	h := &idem.Handler{DB: db.Pool, Store: &idem.Store{}}
+	hs := &http.Server{
+		Handler: api.NewServer(api.Config{Handler: h, Tokens: api.DemoTokens(), Log: func(format string, args ...any) {
+			fmt.Fprintf(app.Env.Stderr, "bank-sim serve: "+format+"\n", args...)
+		}}),
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       60 * time.Second,
+	}
+
+	fmt.Fprintf(out, "bank-sim %s serving the transfer API on %s\n", version(), p.bold.Sprint(url))
+	fmt.Fprintf(out, "%s\n", p.dim.Sprint(srv.Describe()+", database "+db.Name+" (dropped on exit)"))
+	fmt.Fprintln(out, "demo bearer tokens:")
+	toks := api.DemoTokens()
+	names := make([]string, 0, len(toks))
+	for t := range toks {
+		names = append(names, t)
+	}
+	sort.Slice(names, func(i, j int) bool { return toks[names[i]] < toks[names[j]] })
+	for _, t := range names {
+		fmt.Fprintf(out, "  %-12s %s (account %d)\n", t, holderOf(toks[t]), toks[t])
+	}
+	fmt.Fprintln(out, "try:")
+	fmt.Fprintf(out, "  curl -i -X POST %s/transfers -H 'Authorization: Bearer token-ada' \\\n", url)
+	fmt.Fprintf(out, "    -H \"Idempotency-Key: $(uuidgen)\" -H 'Content-Type: application/json' \\\n")
+	fmt.Fprintf(out, "    -d '{\"from\":1,\"to\":2,\"amountKobo\":1000000}'\n")
+	printLedger(ctx, app, db.Pool)
+	fmt.Fprintln(out, p.dim.Sprint("Ctrl-C to stop"))
+
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- hs.Serve(ln) }()
+	select {
+	case err := <-serveErr:
+		return &ExitError{Code: ExitFailed, Err: fmt.Errorf("serving: %w", err)}
+	case <-ctx.Done():
+	}
+
+	// Requests in flight finish (and commit) before the database goes.
+	fmt.Fprintln(out, "stopping: finishing requests in flight")
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		fmt.Fprintf(app.Env.Stderr, "bank-sim serve: shutdown: %v\n", err)
+	}
+	printLedger(sctx, app, db.Pool)
+	fmt.Fprintln(out, "stopped; the bank is dropped and PostgreSQL stops")
+	return nil
+}
+
+func printLedger(ctx context.Context, app *App, db bank.DB) {
+	l, err := bank.ReadLedger(ctx, db)
+	if err != nil {
+		fmt.Fprintf(app.Env.Stderr, "bank-sim serve: %v\n", err)
+		return
+	}
+	fmt.Fprintln(app.Env.Stdout, l.Line())
+}
+
+func holderOf(user int64) string {
+	for _, a := range bank.LessonAccounts {
+		if a.OwnerID == user {
+			return strings.Fields(a.Holder)[0]
+		}
+	}
+	return fmt.Sprintf("user %d", user)
+}

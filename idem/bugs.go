@@ -1,0 +1,164 @@
+package idem
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/banksim/bank-sim/bank"
+)
+
+// Bug is one of the lesson's mistakes ("Failure cases and production
+// concerns", and the transfer's own pitfalls), switched on in a handler or a
+// client that is otherwise correct. The simulator runs with exactly one bug
+// to show that its checks catch it.
+type Bug struct {
+	// Name is the bug's flag value: --bug NAME.
+	Name string `json:"name"`
+	// Mistake is what the code does wrong, as the lesson's table says it.
+	Mistake string `json:"mistake"`
+	// Consequence is what the mistake costs, and when it shows.
+	Consequence string `json:"consequence"`
+
+	// NewKeyPerAttempt is the client-side mistake: the client makes a new
+	// key for every attempt instead of one per intent. Apply ignores it; the
+	// client reads it.
+	NewKeyPerAttempt bool `json:"newKeyPerAttempt,omitempty"`
+	// MemoryKeys keeps each server process's keys in its own memory.
+	MemoryKeys bool `json:"memoryKeys,omitempty"`
+	// SecondTransaction stores the response in a second transaction.
+	SecondTransaction bool `json:"secondTransaction,omitempty"`
+	// StoreServerErrors stores a 500 as the key's final answer.
+	StoreServerErrors bool `json:"storeServerErrors,omitempty"`
+	// Store switches on mistakes in the key store.
+	Store Flaws `json:"store,omitzero"`
+	// Bank switches on mistakes in the transfer.
+	Bank bank.Flaws `json:"bank,omitzero"`
+}
+
+// Apply switches the bug on in h, on top of whatever h already has. It is
+// safe to call more than once. Each call with MemoryKeys gives h a map of its
+// own only if it has none yet: one map per server process.
+func (b Bug) Apply(h *Handler) {
+	if h.Store == nil {
+		h.Store = &Store{}
+	}
+	f := &h.Store.Flaws
+	f.NoFingerprint = f.NoFingerprint || b.Store.NoFingerprint
+	f.Unscoped = f.Unscoped || b.Store.Unscoped
+	f.NoExpiry = f.NoExpiry || b.Store.NoExpiry
+	f.NoFencing = f.NoFencing || b.Store.NoFencing
+	h.Bank.ReadCompareWrite = h.Bank.ReadCompareWrite || b.Bank.ReadCompareWrite
+	h.Bank.NoRowLock = h.Bank.NoRowLock || b.Bank.NoRowLock
+	h.SecondTransaction = h.SecondTransaction || b.SecondTransaction
+	h.StoreServerErrors = h.StoreServerErrors || b.StoreServerErrors
+	if b.MemoryKeys && h.Memory == nil {
+		h.Memory = &MemoryStore{}
+	}
+}
+
+// Bugs returns the catalogue, sorted by name.
+func Bugs() []Bug {
+	out := []Bug{
+		{
+			Name:             "new-key-per-attempt",
+			Mistake:          "The client makes a new idempotency key for every attempt instead of one per intent",
+			Consequence:      "Every retry looks new to the server: a lost response and its retry move the money twice, exactly as with no keys",
+			NewKeyPerAttempt: true,
+		},
+		{
+			Name:        "memory-keys",
+			Mistake:     "Keys kept in a map in the server's memory",
+			Consequence: "Lost on restart and not shared between the copies of the server behind a load balancer: a retry that lands on another copy moves the money again",
+			MemoryKeys:  true,
+		},
+		{
+			Name:              "second-transaction",
+			Mistake:           "The response is stored in a second transaction, after the transfer's has committed",
+			Consequence:       "A crash between the two commits leaves a done transfer with no stored response; the retry transfers again",
+			SecondTransaction: true,
+		},
+		{
+			Name:        "unscoped-keys",
+			Mistake:     "Keys are not scoped to the user",
+			Consequence: "One user who sends another's key is told that user's stored response, and their own transfer never happens",
+			Store:       Flaws{Unscoped: true},
+		},
+		{
+			Name:        "no-fingerprint",
+			Mistake:     "The request fingerprint is ignored",
+			Consequence: "A buggy client reuses a key for a different amount and is told it succeeded",
+			Store:       Flaws{NoFingerprint: true},
+		},
+		{
+			Name:              "stored-5xx",
+			Mistake:           "An unexpected failure's 500 is stored as the key's answer and replayed",
+			Consequence:       "A temporary outage becomes a permanent failure for that key: every retry replays the 500 and the intent never completes",
+			StoreServerErrors: true,
+		},
+		{
+			Name:        "no-expiry",
+			Mistake:     "The key's lock has no expiry",
+			Consequence: "One crash blocks that key forever: the user can never complete that transfer",
+			Store:       Flaws{NoExpiry: true},
+		},
+		{
+			Name:        "no-fencing",
+			Mistake:     "The lock expires, but completion does not check a fencing token",
+			Consequence: "A slow server and the retry that took over its key both commit their transfer",
+			Store:       Flaws{NoFencing: true},
+		},
+		{
+			Name:        "read-compare-write",
+			Mistake:     "The balance is read, compared in Go and written back in separate statements, with no lock held between them",
+			Consequence: "Two concurrent transfers both see the old balance; one debit is lost and money appears from nowhere",
+			// A read-compare-write under FOR UPDATE is safe, so the mistake
+			// as people make it comes without the lock.
+			Bank: bank.Flaws{ReadCompareWrite: true, NoRowLock: true},
+		},
+		{
+			Name:        "no-row-lock",
+			Mistake:     "The sender's row is not locked (no FOR UPDATE) while the transfer works from the balance it read",
+			Consequence: "Concurrent transfers from one account interleave: both pass the balance check and one debit overwrites the other",
+			// Without FOR UPDATE, the conditional UPDATE alone would still be
+			// safe; the lock matters for a transfer that checks the balance it
+			// read, which is this one.
+			Bank: bank.Flaws{NoRowLock: true, ReadCompareWrite: true},
+		},
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// BugNames returns every bug's name, sorted.
+func BugNames() []string {
+	var names []string
+	for _, b := range Bugs() {
+		names = append(names, b.Name)
+	}
+	return names
+}
+
+// LookupBug returns the bug called name, or an error listing the valid names.
+func LookupBug(name string) (Bug, error) {
+	for _, b := range Bugs() {
+		if b.Name == name {
+			return b, nil
+		}
+	}
+	return Bug{}, fmt.Errorf("unknown bug %q; valid names: %s", name, strings.Join(BugNames(), ", "))
+}
+
+// CodeInternal is the error code of a 500.
+const CodeInternal = "internal_error"
+
+// ServerError is the 500 answer to an unexpected failure. A correct handler
+// never stores it: it says nothing about whether the transfer happened.
+func ServerError() bank.Response {
+	return bank.Reject(500, CodeInternal, "Something went wrong on our side; retry with the same Idempotency-Key")
+}
+
+// HooksFrom returns the hooks attached to ctx by WithHooks, so that a fault
+// can add its own to them instead of replacing them.
+func HooksFrom(ctx context.Context) Hooks { return hooksFrom(ctx) }

@@ -1,0 +1,43 @@
+package idem
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/banksim/bank-sim/bank"
+	"github.com/jackc/pgx/v5"
+)
+
+// transferThenStore is the mistake SecondTransaction switches on: the
+// transfer commits in one transaction and its response is stored in another.
+// The BeforeCommit hook runs before the second commit, which is where a crash
+// does the damage: the money has moved and the key knows nothing about it.
+func (h *Handler) transferThenStore(ctx context.Context, req Request, claim Claim) (bank.Response, error) {
+	var resp bank.Response
+	err := bank.InTx(ctx, h.DB, func(tx pgx.Tx) error {
+		parsed, refusal := bank.ParseTransferRequest(req.Body)
+		if refusal != nil {
+			resp = *refusal
+			return nil
+		}
+		var err error
+		resp, err = bank.TransferWith(ctx, tx, req.UserID, parsed, h.Bank)
+		return err
+	})
+	if err != nil {
+		return bank.Response{}, fmt.Errorf("transfer: %w", err)
+	}
+	err = bank.InTx(ctx, h.DB, func(tx pgx.Tx) error {
+		if err := h.Store.Complete(ctx, tx, req.UserID, req.Key, claim.LockID, resp); err != nil {
+			return err
+		}
+		if hook := hooksFrom(ctx).BeforeCommit; hook != nil {
+			return hook(ctx)
+		}
+		return nil
+	})
+	if err != nil {
+		return bank.Response{}, fmt.Errorf("store the response: %w", err)
+	}
+	return resp, nil
+}
