@@ -89,15 +89,7 @@ func (t *textObserver) ScenarioEnd(r scenarios.Report) {
 	fmt.Fprintf(t.out, "%s %s %s\n", status, r.Scenario, t.p.dim.Sprintf("(%s) — %s", r.Duration.Round(time.Millisecond), r.Verdict))
 }
 
-func (t *textObserver) summary(reports []scenarios.Report, elapsed time.Duration) {
-	passed, failed := 0, 0
-	for _, r := range reports {
-		if r.Passed {
-			passed++
-		} else {
-			failed++
-		}
-	}
+func (t *textObserver) summary(reports []scenarios.Report, passed, failed int, elapsed time.Duration) {
 	fmt.Fprintln(t.out)
 	for _, r := range reports {
 		if !r.Passed {

@@ -185,7 +185,7 @@ func runScenarios(c *cobra.Command, app *App, o scenarioOptions, args []string) 
 			return err
 		}
 	} else {
-		text.summary(reports, elapsed)
+		text.summary(reports, passed, failed, elapsed)
 	}
 	if failed > 0 {
 		return errFailed

@@ -170,14 +170,9 @@ func (h *Handler) transfer(ctx context.Context, req Request, claim *Claim) (bank
 	}
 	var resp bank.Response
 	err := bank.InTx(ctx, h.DB, func(tx pgx.Tx) error {
-		parsed, refusal := bank.ParseTransferRequest(req.Body)
-		if refusal != nil {
-			resp = *refusal
-		} else {
-			var err error
-			if resp, err = bank.TransferWith(ctx, tx, req.UserID, parsed, h.Bank); err != nil {
-				return err
-			}
+		var err error
+		if resp, err = h.work(ctx, tx, req); err != nil {
+			return err
 		}
 		if claim != nil {
 			if err := h.Store.Complete(ctx, tx, req.UserID, req.Key, claim.LockID, resp); err != nil {
@@ -193,6 +188,17 @@ func (h *Handler) transfer(ctx context.Context, req Request, claim *Claim) (bank
 		return bank.Response{}, fmt.Errorf("transfer: %w", err)
 	}
 	return resp, nil
+}
+
+// work parses the body and runs the transfer in tx: the part of a request
+// that touches money. A body that breaks the input rules is a refusal, not
+// an error.
+func (h *Handler) work(ctx context.Context, tx pgx.Tx, req Request) (bank.Response, error) {
+	parsed, refusal := bank.ParseTransferRequest(req.Body)
+	if refusal != nil {
+		return *refusal, nil
+	}
+	return bank.TransferWith(ctx, tx, req.UserID, parsed, h.Bank)
 }
 
 // wait is the second article's answer to a duplicate in flight: instead of

@@ -15,13 +15,8 @@ import (
 func (h *Handler) transferThenStore(ctx context.Context, req Request, claim Claim) (bank.Response, error) {
 	var resp bank.Response
 	err := bank.InTx(ctx, h.DB, func(tx pgx.Tx) error {
-		parsed, refusal := bank.ParseTransferRequest(req.Body)
-		if refusal != nil {
-			resp = *refusal
-			return nil
-		}
 		var err error
-		resp, err = bank.TransferWith(ctx, tx, req.UserID, parsed, h.Bank)
+		resp, err = h.work(ctx, tx, req)
 		return err
 	})
 	if err != nil {
