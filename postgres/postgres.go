@@ -76,6 +76,10 @@ type Server struct {
 	stderr   *tailWriter
 	waitErr  error
 	slotPath string
+	// replies carries the supervisor's answers to commands, one a line.
+	replies chan string
+	cmdMu   sync.Mutex
+	cmdErr  error // set when a command's answer was not waited for
 
 	mu     sync.Mutex
 	idle   []*pgx.Conn
@@ -111,6 +115,61 @@ func (s *Server) Embedded() bool { return s.embedded }
 
 // Describe returns a one-line description without credentials.
 func (s *Server) Describe() string { return s.desc }
+
+// ErrNotEmbedded is returned by Crash for a server this process did not start.
+var ErrNotEmbedded = errors.New("only a PostgreSQL that bank-sim started itself can be crashed; not one at --database-url / DATABASE_URL")
+
+// Crash kills the embedded server's postmaster with SIGKILL, as kill -9 or
+// the OOM killer would, and starts it again on the same data directory and
+// port. It returns once the server accepts connections again, having
+// recovered from its WAL: every committed transaction is still there.
+// Connections open at the time of the crash are broken; pools must discard
+// them (pgxpool does on their first error). Only for an embedded server.
+func (s *Server) Crash(ctx context.Context) error {
+	if !s.embedded {
+		return ErrNotEmbedded
+	}
+	s.cmdMu.Lock()
+	defer s.cmdMu.Unlock()
+	if s.cmdErr != nil {
+		return s.cmdErr
+	}
+	if _, err := io.WriteString(s.stdin, cmdCrash+"\n"); err != nil {
+		return unavailable("asking the supervisor to crash PostgreSQL: %v", err)
+	}
+	// The admin connections died with the server.
+	s.mu.Lock()
+	idle := s.idle
+	s.idle = nil
+	s.mu.Unlock()
+	for _, c := range idle {
+		cctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		_ = c.Close(cctx)
+		cancel()
+	}
+	select {
+	case r, ok := <-s.replies:
+		switch {
+		case !ok:
+			s.cmdErr = unavailable("the PostgreSQL supervisor exited during a crash: %s", strings.TrimSpace(s.stderr.String()))
+			return s.cmdErr
+		case strings.HasPrefix(r, "ok"):
+			var pid int
+			fmt.Sscanf(r, "ok %d", &pid)
+			s.mu.Lock()
+			s.postPID = pid
+			s.mu.Unlock()
+			return nil
+		default:
+			return unavailable("crash and restart: %s", strings.TrimPrefix(r, "error "))
+		}
+	case <-ctx.Done():
+		// The answer will come, to no one: no later command can trust
+		// the next line.
+		s.cmdErr = unavailable("crash and restart abandoned: %v", ctx.Err())
+		return ctx.Err()
+	}
+}
 
 // Close stops the embedded server, or drops this process's templates on an
 // external one. It is idempotent.
@@ -259,10 +318,24 @@ func startEmbedded(ctx context.Context, o Options) (*Server, error) {
 		err error
 	}
 	lines := make(chan line, 1)
+	s.replies = make(chan string, 1)
 	go func() {
-		b, err := bufio.NewReader(outR).ReadBytes('\n')
-		outR.Close()
+		defer outR.Close()
+		br := bufio.NewReader(outR)
+		b, err := br.ReadBytes('\n')
 		lines <- line{b, err}
+		if err != nil {
+			return
+		}
+		// Then the answers to commands (Crash), until the supervisor exits.
+		for {
+			b, err := br.ReadBytes('\n')
+			if err != nil {
+				close(s.replies)
+				return
+			}
+			s.replies <- strings.TrimSpace(string(b))
+		}
 	}()
 	timeout := 2 * time.Minute
 	if bin.download {

@@ -450,3 +450,92 @@ func TestExternal(t *testing.T) {
 		}
 	}
 }
+
+// Crash kills the postmaster with SIGKILL and restarts it on the same data
+// and port: a row committed before the crash is there after it, a
+// transaction still open at the crash is not, and Close still leaves no
+// postmaster behind.
+func TestCrashKeepsCommittedData(t *testing.T) {
+	ctx := context.Background()
+	s, _ := start(t, Options{CacheDir: cacheDir(t)})
+	db, err := s.CreateDatabase(ctx, testTemplate, "crash")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := pgx.Connect(ctx, db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Exec(ctx, "UPDATE accounts SET balance = 4242 WHERE id = 1"); err != nil {
+		t.Fatal(err)
+	}
+	// Open when the server dies: never committed.
+	open, err := c.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := open.Exec(ctx, "UPDATE accounts SET balance = 0 WHERE id = 2"); err != nil {
+		t.Fatal(err)
+	}
+	old := s.postPID
+	oldURL := s.adminURL
+	t0 := time.Now()
+	if err := s.Crash(ctx); err != nil {
+		t.Fatalf("Crash: %v", err)
+	}
+	t.Logf("TIMING crash and restart %v", time.Since(t0).Round(time.Millisecond))
+	if alive(old) {
+		t.Fatalf("postmaster %d survived the crash", old)
+	}
+	if s.postPID == 0 || s.postPID == old || !isPostmasterOf(s.postPID, s.dataDir) {
+		t.Fatalf("no new postmaster on %s (old %d, new %d)", s.dataDir, old, s.postPID)
+	}
+	if s.adminURL != oldURL {
+		t.Fatal("the server moved")
+	}
+	if _, err := c.Exec(ctx, "SELECT 1"); err == nil {
+		t.Fatal("a connection from before the crash still works")
+	}
+	c.Close(ctx)
+
+	c2, err := pgx.Connect(ctx, db.URL)
+	if err != nil {
+		t.Fatalf("connect after the crash: %v", err)
+	}
+	defer c2.Close(ctx)
+	var b1, b2 int64
+	if err := c2.QueryRow(ctx, "SELECT (SELECT balance FROM accounts WHERE id = 1), (SELECT balance FROM accounts WHERE id = 2)").Scan(&b1, &b2); err != nil {
+		t.Fatal(err)
+	}
+	if b1 != 4242 || b2 != 1000 {
+		t.Fatalf("after the crash: balances %d and %d, want 4242 (committed) and 1000 (never committed)", b1, b2)
+	}
+	// The admin side works again too.
+	if _, err := s.CreateDatabase(ctx, testTemplate, "after-crash"); err != nil {
+		t.Fatalf("CreateDatabase after the crash: %v", err)
+	}
+	// A second crash works as the first.
+	if err := s.Crash(ctx); err != nil {
+		t.Fatalf("second Crash: %v", err)
+	}
+	ping(t, s.adminURL)
+
+	pid := s.postPID
+	c2.Close(ctx)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if alive(pid) {
+		t.Fatalf("postmaster %d survived Close after a crash", pid)
+	}
+	if readPidFile(s.dataDir) != 0 {
+		t.Fatal("postmaster.pid left behind")
+	}
+}
+
+func TestCrashRefusesAnExternalServer(t *testing.T) {
+	s := &Server{}
+	if err := s.Crash(context.Background()); !errors.Is(err, ErrNotEmbedded) {
+		t.Fatalf("Crash on an external server: %v, want ErrNotEmbedded", err)
+	}
+}

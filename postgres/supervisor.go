@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/rand"
 	"encoding/hex"
@@ -96,19 +97,41 @@ func supervise() int {
 		sv.stop()
 		return 1
 	}
-	os.Stdout.Close()
 
 	go sv.reapOrphans()
 
+	// The parent's commands, one a line on stdin, each answered with one
+	// line on stdout; EOF means stop.
+	cmds := make(chan string)
 	eof := make(chan struct{})
 	go func() {
-		io.Copy(io.Discard, os.Stdin)
+		sc := bufio.NewScanner(os.Stdin)
+		for sc.Scan() {
+			cmds <- strings.TrimSpace(sc.Text())
+		}
 		close(eof)
 	}()
-	select {
-	case <-eof:
-	case <-sigs:
+loop:
+	for {
+		select {
+		case <-eof:
+			break loop
+		case <-sigs:
+			break loop
+		case c := <-cmds:
+			switch c {
+			case cmdCrash:
+				if err := sv.crash(); err != nil {
+					fmt.Fprintf(os.Stdout, "error %s\n", strings.ReplaceAll(err.Error(), "\n", " "))
+				} else {
+					fmt.Fprintf(os.Stdout, "ok %d\n", readPidFile(sv.dataDir()))
+				}
+			default:
+				fmt.Fprintf(os.Stdout, "error unknown command %q\n", c)
+			}
+		}
 	}
+	os.Stdout.Close()
 	if err := sv.stop(); err != nil {
 		fmt.Fprintln(os.Stderr, "bank-sim postgres supervisor: stop:", err)
 		return 1
@@ -124,6 +147,103 @@ type supervisor struct {
 	slotDir string
 	lock    *os.File
 	ep      *embeddedpostgres.EmbeddedPostgres
+	conf    embeddedpostgres.Config // ep's, to start it again after a crash
+}
+
+// cmdCrash asks the supervisor to SIGKILL the postmaster and start it again
+// on the same data directory and port.
+const cmdCrash = "crash"
+
+// crash kills the postmaster with SIGKILL, as the OOM killer or kill -9
+// would: no shutdown checkpoint, backends cut off mid-transaction. Once it
+// and every child of it are gone it starts the server again on the same data
+// directory and port; PostgreSQL recovers from its WAL, so every transaction
+// that had committed is still there.
+func (sv *supervisor) crash() error {
+	if sv.ep == nil {
+		return errors.New("the server is not running")
+	}
+	data := sv.dataDir()
+	pid := readPidFile(data)
+	if pid <= 0 || !isPostmasterOf(pid, data) {
+		return fmt.Errorf("no postmaster is running on %s", data)
+	}
+	kids := childrenOf(pid)
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		return fmt.Errorf("kill -9 %d: %v", pid, err)
+	}
+	if !waitGone(10*time.Second, pid) {
+		return fmt.Errorf("postmaster %d survived SIGKILL", pid)
+	}
+	// Backends notice their postmaster's death and exit by themselves; the
+	// new postmaster refuses to start while one still holds the old
+	// shared memory.
+	if !waitGone(10*time.Second, kids...) {
+		for _, k := range kids {
+			syscall.Kill(k, syscall.SIGKILL)
+		}
+		waitGone(5*time.Second, kids...)
+	}
+	// An init that does not reap orphans leaves the postmaster a zombie,
+	// which the new postmaster would take for a live one holding the lock
+	// file. Only then is the lock file removed; otherwise PostgreSQL reads
+	// it to clean up the old shared memory itself.
+	if syscall.Kill(pid, 0) == nil {
+		os.Remove(filepath.Join(data, "postmaster.pid"))
+	}
+	sv.ep = embeddedpostgres.NewDatabase(sv.conf)
+	if err := sv.ep.Start(); err != nil {
+		sv.ep = nil
+		return fmt.Errorf("restarting PostgreSQL after the crash: %v", err)
+	}
+	return nil
+}
+
+// childrenOf lists the processes whose parent is pid.
+func childrenOf(pid int) []int {
+	entries, _ := os.ReadDir("/proc")
+	var kids []int
+	for _, e := range entries {
+		k, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", k))
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(s[i+1:])
+		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
+			kids = append(kids, k)
+		}
+	}
+	return kids
+}
+
+// waitGone waits until none of pids is alive, for at most max.
+func waitGone(max time.Duration, pids ...int) bool {
+	deadline := time.Now().Add(max)
+	for {
+		left := false
+		for _, p := range pids {
+			if alive(p) {
+				left = true
+				break
+			}
+		}
+		if !left {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 func (sv *supervisor) dataDir() string { return filepath.Join(sv.slotDir, "data") }
@@ -219,6 +339,7 @@ func (sv *supervisor) start(sigs chan os.Signal) (supStatus, error) {
 		if sv.cfg.Download {
 			conf = conf.Version(embeddedpostgres.V18)
 		}
+		sv.conf = conf
 		sv.ep = embeddedpostgres.NewDatabase(conf)
 		err = sv.ep.Start()
 		if err == nil {
