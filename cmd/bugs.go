@@ -16,6 +16,6 @@ func listBugs(app *App, asJSON bool) error {
 	for _, b := range idem.Bugs() {
 		fmt.Fprintf(out, "%s\n  %s\n  %s\n", p.bold.Sprint(b.Name), b.Mistake+".", p.dim.Sprint("→ "+b.Consequence+"."))
 	}
-	fmt.Fprintln(out, p.dim.Sprint("\nRun one with: bank-sim scenario --all --bug NAME, or bank-sim chaos --bug NAME; all of them: bank-sim audit"))
+	fmt.Fprintln(out, p.dim.Sprint("\nRun one with: bank-sim scenario --all --bug NAME, bank-sim chaos --bug NAME, or serve one with bank-sim serve --bug NAME; all of them: bank-sim audit"))
 	return nil
 }

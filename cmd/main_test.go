@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -59,6 +60,9 @@ func TestUsageErrorsExitTwoWithoutStartingPostgres(t *testing.T) {
 		"list takes no args":   {"list", "x"},
 		"unknown global flag":  {"--colour"},
 		"junit is a directory": {"scenario", "rules", "--junit", t.TempDir()},
+		"serve unknown bug":    {"serve", "--bug", "nope"},
+		"serve a client's bug": {"serve", "--bug", "new-key-per-attempt"},
+		"kill an external db":  {"chaos", "--kill-postgres", "--database-url", "postgres://bank:sim@127.0.0.1:1/bank"},
 	}
 	for name, args := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -135,5 +139,63 @@ func TestInterruptedRunExits130(t *testing.T) {
 	r := run(t, ctx, postgres.Start, "scenario", "rules")
 	if r.code != cmd.ExitInterrupted {
 		t.Fatalf("exit %d, want %d; stderr: %s", r.code, cmd.ExitInterrupted, r.stderr)
+	}
+}
+
+// waitWriter is a buffer that closes seen once what it holds contains want.
+type waitWriter struct {
+	mu   sync.Mutex
+	buf  bytes.Buffer
+	want string
+	seen chan struct{}
+	once sync.Once
+}
+
+func (w *waitWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n, err := w.buf.Write(p)
+	if w.want != "" && strings.Contains(w.buf.String(), w.want) {
+		w.once.Do(func() { close(w.seen) })
+	}
+	return n, err
+}
+
+func (w *waitWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
+}
+
+// serve --bug serves the handler with the bug switched on, and says so
+// loudly on both streams before the first request can arrive.
+func TestServeWithABugWarns(t *testing.T) {
+	out := &waitWriter{want: "Ctrl-C to stop", seen: make(chan struct{})}
+	var errOut waitWriter
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	env := &cmd.Env{
+		Stdin: strings.NewReader(""), Stdout: out, Stderr: &errOut,
+		Getenv:   func(k string) string { return os.Getenv(k) },
+		Now:      time.Now,
+		Postgres: postgres.Start,
+	}
+	code := make(chan int, 1)
+	go func() { code <- cmd.Run(ctx, env, []string{"serve", "--addr", "127.0.0.1:0", "--bug", "memory-keys"}) }()
+	select {
+	case <-out.seen:
+		cancel()
+	case c := <-code:
+		t.Fatalf("serve exited %d before serving; stdout:\n%s\nstderr:\n%s", c, out.String(), errOut.String())
+	}
+	if c := <-code; c != cmd.ExitOK {
+		t.Fatalf("exit %d; stderr:\n%s", c, errOut.String())
+	}
+	want := "WARNING: this server runs with a known mistake, --bug memory-keys: Keys kept in a map in the server's memory."
+	if !strings.Contains(out.String(), want) {
+		t.Errorf("stdout lacks the warning %q:\n%s", want, out.String())
+	}
+	if !strings.Contains(errOut.String(), want) {
+		t.Errorf("stderr lacks the warning %q:\n%s", want, errOut.String())
 	}
 }

@@ -20,6 +20,7 @@ import (
 type serveOptions struct {
 	addr      string
 	listenAny bool
+	bug       string
 }
 
 func newServeCmd(app *App) *cobra.Command {
@@ -33,16 +34,46 @@ your own retry library can be pointed at it. The bank is dropped on exit.
 
 Routes: POST /transfers, GET /transfers/{id}, GET /transfers?key=K,
 GET /accounts/{id}, GET /healthz. Stop with Ctrl-C: requests in flight finish,
-then PostgreSQL stops.`,
+then PostgreSQL stops.
+
+--bug NAME serves with one of the lesson's server-side mistakes switched on
+(see 'bank-sim list --bugs'), so that your own client or retry library can be
+shown what it costs; a warning says so when the server starts. A client's
+mistake (new-key-per-attempt) is refused: serve runs only the server.`,
 		Example: `  bank-sim serve
   bank-sim serve --addr 127.0.0.1:9000
-  bank-sim serve --addr 0.0.0.0:8080 --listen-any   reachable from other machines`,
+  bank-sim serve --addr 0.0.0.0:8080 --listen-any   reachable from other machines
+  bank-sim serve --bug memory-keys                   a server that keeps its keys in a map`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, args []string) error { return runServe(c.Context(), app, o) },
 	}
 	c.Flags().StringVar(&o.addr, "addr", "127.0.0.1:8080", "listen on this `HOST:PORT` (port 0 picks a free one)")
 	c.Flags().BoolVar(&o.listenAny, "listen-any", false, "allow an address other than loopback (the demo tokens are public!)")
+	c.Flags().StringVar(&o.bug, "bug", "", "serve with one of the lesson's server-side mistakes (see 'bank-sim list --bugs')")
+	_ = c.RegisterFlagCompletionFunc("bug", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+		var names []string
+		for _, b := range idem.Bugs() {
+			if !b.NewKeyPerAttempt {
+				names = append(names, b.Name)
+			}
+		}
+		return names, cobra.ShellCompDirectiveNoFileComp
+	})
 	return c
+}
+
+// parseServeBug reads --bug for serve: any server-side bug. A client's
+// mistake cannot be switched on in a server, and pretending would serve the
+// correct handler under a bug's name.
+func parseServeBug(name string) (*idem.Bug, error) {
+	bug, err := parseBug(name)
+	if err != nil || bug == nil {
+		return bug, err
+	}
+	if bug.NewKeyPerAttempt {
+		return nil, usageError("--bug %s is a client's mistake, not the server's: serve runs only the server, and your client decides its keys. See it with: bank-sim chaos --bug %s, or bank-sim scenario --all --bug %s", name, name, name)
+	}
+	return bug, nil
 }
 
 // checkAddr refuses a non-loopback address unless asked: the demo tokens
@@ -69,6 +100,10 @@ func runServe(ctx context.Context, app *App, o serveOptions) error {
 	if err := checkAddr(o.addr, o.listenAny); err != nil {
 		return err
 	}
+	bug, err := parseServeBug(o.bug)
+	if err != nil {
+		return err
+	}
 	out, p := app.Env.Stdout, app.palette()
 	srv, err := app.Server(ctx)
 	if err != nil {
@@ -86,6 +121,9 @@ func runServe(ctx context.Context, app *App, o serveOptions) error {
 	}
 	url := "http://" + ln.Addr().String()
 	h := &idem.Handler{DB: db.Pool, Store: &idem.Store{}}
+	if bug != nil {
+		bug.Apply(h)
+	}
 	hs := &http.Server{
 		Handler: api.NewServer(api.Config{Handler: h, Tokens: api.DemoTokens(), Log: func(format string, args ...any) {
 			fmt.Fprintf(app.Env.Stderr, "bank-sim serve: "+format+"\n", args...)
@@ -98,6 +136,13 @@ func runServe(ctx context.Context, app *App, o serveOptions) error {
 
 	fmt.Fprintf(out, "bank-sim %s serving the transfer API on %s\n", version(), p.bold.Sprint(url))
 	fmt.Fprintf(out, "%s\n", p.dim.Sprint(srv.Describe()+", database "+db.Name+" (dropped on exit)"))
+	if bug != nil {
+		// On both streams: whoever reads either must not mistake this
+		// server for a correct one.
+		warning := fmt.Sprintf("WARNING: this server runs with a known mistake, --bug %s: %s. %s.", bug.Name, bug.Mistake, bug.Consequence)
+		fmt.Fprintln(out, p.bad.Sprint(warning))
+		fmt.Fprintln(app.Env.Stderr, "bank-sim serve: "+warning)
+	}
 	fmt.Fprintln(out, "demo bearer tokens:")
 	toks := api.DemoTokens()
 	names := make([]string, 0, len(toks))
