@@ -187,6 +187,11 @@ func cell(ctx context.Context, dbs scenarios.Databases, cfg AuditConfig, bug *id
 // RunOn runs cfg on a fresh bank from dbs, with a pool sized for its
 // clients, and drops the bank afterwards.
 func RunOn(ctx context.Context, dbs scenarios.Databases, cfg Config, progress Progress) (*History, error) {
+	return RunOnWith(ctx, dbs, cfg, Options{Progress: progress})
+}
+
+// RunOnWith is RunOn with options.
+func RunOnWith(ctx context.Context, dbs scenarios.Databases, cfg Config, opts Options) (*History, error) {
 	cfg = cfg.WithDefaults()
 	db, err := dbs.NewBank(ctx, "chaos")
 	if err != nil {
@@ -198,5 +203,5 @@ func RunOn(ctx context.Context, dbs scenarios.Databases, cfg Config, progress Pr
 		return nil, err
 	}
 	defer pool.Close()
-	return Run(ctx, pool, cfg, progress)
+	return RunWith(ctx, pool, cfg, opts)
 }

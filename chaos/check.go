@@ -21,12 +21,13 @@ const (
 	KindStuckKey   = "key-in-progress"        // a key still in progress after healing
 	KindUnresolved = "unresolved"             // an intent still unknown after healing
 	KindLedger     = "balance-ledger-differs" // a balance is not opening + credits − debits
+	KindKeyLost    = "key-lost"               // an acknowledged intent's key is not completed after a crash
 )
 
 // Kinds lists every violation kind in the order Check reports them.
 func Kinds() []string {
 	return []string{KindTotal, KindNegative, KindTwice, KindAckMissing, KindRejected, KindReplay,
-		KindStuckKey, KindUnresolved, KindLedger}
+		KindStuckKey, KindUnresolved, KindLedger, KindKeyLost}
 }
 
 // Violation is one broken rule.
@@ -68,6 +69,7 @@ func Check(h *History) Result {
 	c.money()
 	c.intents()
 	c.keys()
+	c.keysSurvived()
 	c.finish()
 	return c.res
 }
@@ -215,6 +217,37 @@ func (c *checker) keys() {
 	}
 }
 
+// keysSurvived checks, in a run where PostgreSQL was killed, that the key of
+// every acknowledged transfer is completed at the end: a crash lost no
+// stored answer, so a retry of any of them is still a replay. A server
+// that keeps its keys in memory, or unscoped, stores none in the table to
+// check; other checks catch those.
+func (c *checker) keysSurvived() {
+	if len(c.h.Crashes) == 0 {
+		return
+	}
+	if b := c.h.Config.Bug; b != nil && (b.MemoryKeys || b.Store.Unscoped) {
+		return
+	}
+	have := make(map[string]bool, len(c.h.CompletedKeys))
+	for _, k := range c.h.CompletedKeys {
+		have[k] = true
+	}
+	for idx := range c.h.Intents {
+		in := &c.h.Intents[idx]
+		for _, a := range in.Attempts {
+			if a.Seen != SeenOK || a.Lookup {
+				continue
+			}
+			if k := fmt.Sprintf("%d/%s", in.UserID, a.Key); !have[k] {
+				c.add(Violation{Kind: KindKeyLost, Intent: in.Index, AtNs: a.EndNs, Kobo: in.Request.AmountKobo,
+					Detail: fmt.Sprintf("%s was told it succeeded (attempt %d, key %s), but after the crash its key is not completed", in.Label, a.N, a.Key)})
+				break
+			}
+		}
+	}
+}
+
 func (c *checker) finish() {
 	for k := range c.res.Violations {
 		v := &c.res.Violations[k]
@@ -226,6 +259,9 @@ func (c *checker) finish() {
 		}
 	}
 	for _, k := range Kinds() {
+		if k == KindKeyLost && len(c.h.Crashes) == 0 {
+			continue // checked only across a crash
+		}
 		c.res.Checks = append(c.res.Checks, CheckSummary{Kind: k, Violations: c.res.ByKind[k]})
 	}
 	c.res.Stats = Summarize(c.h)
@@ -308,6 +344,9 @@ func Timeline(h *History, index int) []string {
 		key := ""
 		if a.Key != in.Key {
 			key = ", key " + a.Key
+		}
+		if a.Lookup {
+			key += ", GET /transfers?key="
 		}
 		lines = append(lines, fmt.Sprintf("  %9s  attempt %d (%s, server %d, %s%s): %s → %s",
 			time.Duration(a.StartNs).Round(time.Microsecond), a.N, a.Phase, a.Instance+1, fault, key, what, a.Seen))

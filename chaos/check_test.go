@@ -106,6 +106,11 @@ func TestCheckerFlagsEachViolationKind(t *testing.T) {
 		chaos.KindLedger: func(h *chaos.History) {
 			h.Final.Accounts[0].BalanceKobo, h.Final.Accounts[1].BalanceKobo = 8_000, 7_000
 		},
+		chaos.KindKeyLost: func(h *chaos.History) {
+			// PostgreSQL was killed; intent-0 was told 201, but its key is gone.
+			h.Crashes = []chaos.Crash{{AfterIntent: 1, AtNs: 42, UpNs: 44}}
+			h.CompletedKeys = []string{"2/chaos-key-0000000001"}
+		},
 	}
 	if len(cases) != len(chaos.Kinds()) {
 		t.Fatalf("%d cases for %d kinds", len(cases), len(chaos.Kinds()))

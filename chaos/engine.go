@@ -29,10 +29,44 @@ type Progress func(done, total int)
 // accounts, and returns the history. The error is for a run that could not
 // happen (the database failed), never for a violation: check the history.
 func Run(ctx context.Context, db bank.DB, cfg Config, progress Progress) (*History, error) {
+	return RunWith(ctx, db, cfg, Options{Progress: progress})
+}
+
+// Options are a run's ties to the world outside the bank.
+type Options struct {
+	// Progress, when set, is told how many intents have settled.
+	Progress Progress
+	// CrashPostgres kills the PostgreSQL server under db with SIGKILL and
+	// starts it again on the same data, returning once it accepts
+	// connections (postgres.Server.Crash). Config.KillPostgres needs it.
+	CrashPostgres func(ctx context.Context) error
+}
+
+// ErrNoCrash is returned for a run with Config.KillPostgres but no
+// Options.CrashPostgres.
+var ErrNoCrash = errors.New("chaos: KillPostgres needs Options.CrashPostgres")
+
+// RunWith is Run with options. When db has a Reset method (a pgxpool.Pool
+// does), it is called once PostgreSQL is back after a crash, so that no
+// connection from before the crash is handed out again.
+func RunWith(ctx context.Context, db bank.DB, cfg Config, opts Options) (*History, error) {
 	cfg = cfg.WithDefaults()
+	if cfg.KillPostgres && opts.CrashPostgres == nil {
+		return nil, ErrNoCrash
+	}
+	progress := opts.Progress
 	e := newEngine(db, cfg)
+	e.crashPostgres = opts.CrashPostgres
 	if err := e.open(ctx); err != nil {
 		return nil, err
+	}
+	if cfg.HTTP {
+		rig, err := startHTTP(e)
+		if err != nil {
+			return nil, err
+		}
+		defer rig.close()
+		e.rig = rig
 	}
 	return e.run(ctx, progress)
 }
@@ -44,9 +78,12 @@ type engine struct {
 	clock *faults.Clock
 	env   *faults.Env
 
-	servers []faults.Server
-	faults  map[string]faults.Fault
-	crash   *faults.CrashAfterClaim
+	handlers []*idem.Handler
+	servers  []faults.Server
+	faults   map[string]faults.Fault
+	crash    *faults.CrashAfterClaim
+	// rig carries the run over real HTTP (Config.HTTP); nil in process.
+	rig *httpRig
 
 	mu      sync.Mutex
 	intents []*Intent
@@ -56,6 +93,13 @@ type engine struct {
 	late      sync.WaitGroup
 	takeovers atomic.Int64
 	fencing   atomic.Int64
+
+	// crashPostgres kills and restarts PostgreSQL (Config.KillPostgres).
+	crashPostgres func(ctx context.Context) error
+	crashes       []Crash
+	crashErr      error
+	crashWG       sync.WaitGroup
+	crashOnce     sync.Once
 }
 
 func newEngine(db bank.DB, cfg Config) *engine {
@@ -81,6 +125,7 @@ func newEngine(db bank.DB, cfg Config) *engine {
 		if cfg.Bug != nil {
 			cfg.Bug.Apply(h)
 		}
+		e.handlers = append(e.handlers, h)
 		e.servers = append(e.servers, func(ctx context.Context, req idem.Request) (bank.Response, error) {
 			resp, err := h.Handle(ctx, req)
 			if errors.Is(err, idem.ErrLostLock) {
@@ -128,6 +173,17 @@ func (e *engine) run(ctx context.Context, progress Progress) (*History, error) {
 	auditDone := make(chan error, 1)
 	go func() { auditDone <- e.audit(auditCtx) }()
 
+	// The crash comes at a moment the seed picks: when a seeded intent
+	// starts, or at a seeded share of the duration.
+	crashAt := -1
+	if cfg.KillPostgres {
+		if total > 0 {
+			crashAt = cfg.CrashIntent()
+		} else {
+			t := time.AfterFunc(cfg.CrashAfter(), func() { e.killPostgres(ctx, -1) })
+			defer t.Stop()
+		}
+	}
 	var next, done atomic.Int64
 	var wg sync.WaitGroup
 	for range cfg.Clients {
@@ -139,7 +195,15 @@ func (e *engine) run(ctx context.Context, progress Progress) (*History, error) {
 				if total > 0 && i >= total || total <= 0 && time.Now().After(deadline) {
 					return
 				}
-				in := e.faultPhase(ctx, i)
+				if i == crashAt {
+					e.killPostgres(ctx, i)
+				}
+				var in *Intent
+				if e.rig != nil {
+					in = e.rig.faultPhase(ctx, i)
+				} else {
+					in = e.faultPhase(ctx, i)
+				}
 				if total <= 0 {
 					e.mu.Lock()
 					e.intents = append(e.intents, in)
@@ -155,6 +219,9 @@ func (e *engine) run(ctx context.Context, progress Progress) (*History, error) {
 		}()
 	}
 	wg.Wait()
+	// Healing starts with PostgreSQL up again.
+	e.crashOnce.Do(func() {}) // a crash timer that has not fired never will
+	e.crashWG.Wait()
 	if err := ctx.Err(); err != nil {
 		e.crash.KillAll()
 		e.late.Wait()
@@ -169,6 +236,9 @@ func (e *engine) run(ctx context.Context, progress Progress) (*History, error) {
 	// Healing: no more faults. Requests still on their way arrive, the
 	// clock moves past every lock, unknown intents are retried with their
 	// key until they settle, and then the silent servers wake up.
+	if e.rig != nil {
+		e.rig.healing.Store(true)
+	}
 	e.late.Wait()
 	e.clock.Advance(idem.DefaultLockTTL + time.Second)
 	runErr := e.heal(ctx)
@@ -182,12 +252,15 @@ func (e *engine) run(ctx context.Context, progress Progress) (*History, error) {
 	if err := <-auditDone; err != nil && runErr == nil {
 		runErr = err
 	}
+	if e.crashErr != nil && runErr == nil {
+		runErr = e.crashErr
+	}
 	if runErr != nil {
 		return nil, runErr
 	}
 
 	h := &History{Seed: cfg.Seed, Config: cfg, Opening: cfg.Opening(), Audits: e.audits, Fired: e.fired,
-		Takeovers: int(e.takeovers.Load()), FencingRollbacks: int(e.fencing.Load())}
+		Takeovers: int(e.takeovers.Load()), FencingRollbacks: int(e.fencing.Load()), Crashes: e.crashes}
 	h.Intents = make([]Intent, len(e.intents))
 	for i, in := range e.intents {
 		h.Intents[i] = *in
@@ -198,6 +271,11 @@ func (e *engine) run(ctx context.Context, progress Progress) (*History, error) {
 	}
 	if h.StuckKeys, err = stuckKeys(ctx, e.db); err != nil {
 		return nil, err
+	}
+	if len(h.Crashes) > 0 {
+		if h.CompletedKeys, err = completedKeys(ctx, e.db); err != nil {
+			return nil, err
+		}
 	}
 	h.Duration = time.Since(e.start)
 	return h, nil
@@ -235,6 +313,10 @@ func (e *engine) heal(ctx context.Context) error {
 		go func() {
 			defer wg.Done()
 			for in := range work {
+				if e.rig != nil {
+					e.rig.heal(ctx, in)
+					continue
+				}
 				p := e.cfg.Intent(in.Index)
 				for n := 0; n < HealAttempts && in.Outcome == SeenUnknown && ctx.Err() == nil; n++ {
 					a := e.attempt(ctx, in.Index, p, len(in.Attempts)+1, PhaseHeal, "")
@@ -350,6 +432,11 @@ func (e *engine) audit(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
+		if err != nil && e.cfg.KillPostgres {
+			// The server is down, or the connection died with it: no
+			// snapshot this time.
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("audit: %w", err)
 		}
@@ -367,6 +454,43 @@ func stuckKeys(ctx context.Context, db bank.DB) ([]string, error) {
 	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
 		return nil, fmt.Errorf("read keys in progress: %w", err)
+	}
+	return keys, nil
+}
+
+// killPostgres kills PostgreSQL and restarts it, once per run, in the background:
+// clients carry on meanwhile, and see the failures a real outage gives.
+// after is the intent whose start triggered it, or -1 for a timer.
+func (e *engine) killPostgres(ctx context.Context, after int) {
+	e.crashOnce.Do(func() {
+		e.crashWG.Add(1)
+		go func() {
+			defer e.crashWG.Done()
+			c := Crash{AfterIntent: after, AtNs: e.since()}
+			err := e.crashPostgres(ctx)
+			if r, ok := e.db.(interface{ Reset() }); ok {
+				r.Reset()
+			}
+			c.UpNs = e.since()
+			if err != nil {
+				c.Error = err.Error()
+				e.crashErr = fmt.Errorf("crash and restart PostgreSQL: %w", err)
+			}
+			e.mu.Lock()
+			e.crashes = append(e.crashes, c)
+			e.mu.Unlock()
+		}()
+	})
+}
+
+func completedKeys(ctx context.Context, db bank.DB) ([]string, error) {
+	rows, err := db.Query(ctx, "SELECT user_id::text || '/' || key FROM idempotency_keys WHERE status = 'completed' ORDER BY 1")
+	if err != nil {
+		return nil, fmt.Errorf("read completed keys: %w", err)
+	}
+	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("read completed keys: %w", err)
 	}
 	return keys, nil
 }

@@ -45,6 +45,22 @@ type History struct {
 	Takeovers        int           `json:"takeovers"`
 	FencingRollbacks int           `json:"fencingRollbacks"`
 	Duration         time.Duration `json:"durationNs"`
+	// Crashes are the times PostgreSQL was killed (KillPostgres).
+	Crashes []Crash `json:"crashes,omitempty"`
+	// CompletedKeys are the keys completed in PostgreSQL after healing,
+	// as user/key; read only for a run with a crash.
+	CompletedKeys []string `json:"completedKeys,omitempty"`
+}
+
+// Crash is one kill -9 of PostgreSQL and its restart on the same data.
+type Crash struct {
+	// AfterIntent is the intent whose start triggered it; -1 for a timer.
+	AfterIntent int `json:"afterIntent"`
+	// AtNs is when the kill was asked for, UpNs when the restarted server
+	// accepted connections again.
+	AtNs  int64  `json:"atNs"`
+	UpNs  int64  `json:"upNs"`
+	Error string `json:"error,omitempty"`
 }
 
 // Intent is one thing a user decided to do, and everything that happened to
@@ -78,6 +94,9 @@ type Attempt struct {
 	Body     json.RawMessage `json:"body,omitempty"`
 	Error    string          `json:"error,omitempty"`
 	Seen     string          `json:"seen"`
+	// Lookup marks a GET /transfers?key= that asked for the key's stored
+	// answer (HTTP runs, healing) rather than a delivery of the transfer.
+	Lookup bool `json:"lookup,omitempty"`
 }
 
 // Response is what the client was told, as a bank.Response.

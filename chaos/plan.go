@@ -120,6 +120,15 @@ type Config struct {
 	// AuditEvery is how often the auditor reads every balance.
 	AuditEvery time.Duration `json:"auditEveryNs"`
 	Bug        *idem.Bug     `json:"bug,omitempty"`
+	// HTTP carries every attempt over real sockets: the api server on
+	// 127.0.0.1 for each instance, a fault proxy in front of each, and the
+	// retrying client (api/client). Otherwise attempts call the handler in
+	// process.
+	HTTP bool `json:"http,omitempty"`
+	// KillPostgres kills the PostgreSQL server with SIGKILL once, at a
+	// moment the seed picks, and restarts it on the same data while the
+	// clients run.
+	KillPostgres bool `json:"killPostgres,omitempty"`
 }
 
 // WithDefaults fills in every zero field.
@@ -154,6 +163,7 @@ const (
 	saltFault    = 0x6661756c74
 	saltInstance = 0x696e7374
 	saltOpening  = 0x6f70656e
+	saltCrash    = 0x6372617368
 )
 
 func rng(seed uint64, salt, a, b uint64) *rand.Rand {
@@ -172,6 +182,21 @@ func (c Config) Opening() []bank.Account {
 			BalanceKobo: 50_000 + r.Int64N(200_000)}
 	}
 	return out
+}
+
+// CrashIntent is the intent whose start kills PostgreSQL (KillPostgres,
+// with Intents): one in the middle half of the run, drawn from the seed.
+func (c Config) CrashIntent() int {
+	c = c.WithDefaults()
+	n := max(c.Intents, 1)
+	return n/4 + rng(c.Seed, saltCrash, 0, 0).IntN(max(n/2, 1))
+}
+
+// CrashAfter is when PostgreSQL is killed in a run of Duration: in the
+// middle half of it, drawn from the seed.
+func (c Config) CrashAfter() time.Duration {
+	c = c.WithDefaults()
+	return c.Duration/4 + time.Duration(rng(c.Seed, saltCrash, 1, 0).Int64N(max(int64(c.Duration/2), 1)))
 }
 
 // Planned is an intent as the seed decides it, before anything runs.

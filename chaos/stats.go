@@ -24,12 +24,15 @@ type Stats struct {
 	Duration         time.Duration  `json:"durationNs"`
 	// IntentsPerSecond is intents settled per second of the whole run.
 	IntentsPerSecond float64 `json:"intentsPerSecond"`
+	// Crashes are the kills of PostgreSQL (KillPostgres).
+	Crashes []Crash `json:"crashes,omitempty"`
 }
 
 // Summarize counts what happened in h.
 func Summarize(h *History) Stats {
 	s := Stats{Intents: len(h.Intents), Takeovers: h.Takeovers, FencingRollbacks: h.FencingRollbacks,
-		Fired: h.Fired, Transfers: len(h.Final.Transfers), Audits: len(h.Audits), Duration: h.Duration}
+		Fired: h.Fired, Transfers: len(h.Final.Transfers), Audits: len(h.Audits), Duration: h.Duration,
+		Crashes: h.Crashes}
 	for _, in := range h.Intents {
 		s.Attempts += len(in.Attempts)
 		switch in.Outcome {

@@ -27,6 +27,8 @@ type chaosOptions struct {
 	instances   int
 	maxAttempts int
 	asJSON      bool
+	http        bool
+	kill        bool
 }
 
 func newChaosCmd(app *App) *cobra.Command {
@@ -40,6 +42,20 @@ random: lost responses, dropped requests, duplicate copies, servers that go
 silent after claiming a key, transactions that fail just before COMMIT,
 requests that arrive after the client gave up, slow servers and clock jumps
 that expire locks. Requests land on one of several copies of the server.
+
+With --http the same seeded intents travel over real sockets: each copy of
+the server is the HTTP API on 127.0.0.1, behind a fault proxy that fails the
+connection (drops it after the commit, resets it, duplicates the request,
+delivers it late, slows it), and each client is the lesson's retrying client
+(api/client). Healing asks GET /transfers?key= for each unknown intent and
+sends it again with the same key when the server never saw it.
+
+With --kill-postgres the PostgreSQL server is killed with SIGKILL once, at a
+moment the seed picks, and started again on the same data while the clients
+run: they see broken connections and 500s, the pool reconnects, healing
+settles what was left unknown, and the checker also verifies that the key of
+every acknowledged transfer is still completed. Only for the PostgreSQL that
+bank-sim starts itself, not one at --database-url.
 
 Every intent is recorded: its key, each attempt, what the client saw. An
 auditor reads every balance in one snapshot while clients run. After the
@@ -57,6 +73,8 @@ and the same fault on every attempt. Exit code 0 when the history is valid,
 		Example: `  bank-sim chaos --seed 42
   bank-sim chaos --clients 16 --intents 10000 --accounts 3
   bank-sim chaos --duration 30s --faults lose-response=0.2,duplicate=0.1
+  bank-sim chaos --http --clients 8 --intents 2000
+  bank-sim chaos --kill-postgres --intents 2000
   bank-sim chaos --bug no-fencing --history run.json   then: bank-sim check run.json`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error { return runChaos(c, app, o) },
@@ -73,6 +91,8 @@ and the same fault on every attempt. Exit code 0 when the history is valid,
 	f.IntVar(&o.instances, "servers", 3, "copies of the server behind the load balancer")
 	f.IntVar(&o.maxAttempts, "attempts", 4, "attempts per intent before it is left to healing")
 	f.BoolVar(&o.asJSON, "json", false, "print the result as JSON")
+	f.BoolVar(&o.http, "http", false, "send every attempt over real HTTP: API servers on 127.0.0.1, fault proxies, the retrying client")
+	f.BoolVar(&o.kill, "kill-postgres", false, "kill PostgreSQL with SIGKILL once during the run and restart it on the same data")
 	_ = c.RegisterFlagCompletionFunc("bug", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 		return idem.BugNames(), cobra.ShellCompDirectiveNoFileComp
 	})
@@ -119,13 +139,16 @@ func (o chaosOptions) config(app *App) (chaos.Config, error) {
 	if err != nil {
 		return chaos.Config{}, err
 	}
+	if o.kill && app.externalURL() != "" {
+		return chaos.Config{}, usageError("--kill-postgres kills the PostgreSQL that bank-sim starts itself; it cannot kill the server at --database-url / DATABASE_URL")
+	}
 	if o.history != "" {
 		if err := checkWritableFlag("--history", o.history); err != nil {
 			return chaos.Config{}, err
 		}
 	}
 	return chaos.Config{Seed: seed, Clients: o.clients, Intents: o.intents, Duration: o.duration,
-		Accounts: o.accounts, Faults: rates, Instances: o.instances, MaxAttempts: o.maxAttempts, Bug: bug}.WithDefaults(), nil
+		Accounts: o.accounts, Faults: rates, Instances: o.instances, MaxAttempts: o.maxAttempts, Bug: bug, HTTP: o.http, KillPostgres: o.kill}.WithDefaults(), nil
 }
 
 func runChaos(c *cobra.Command, app *App, o chaosOptions) error {
@@ -152,7 +175,14 @@ func runChaos(c *cobra.Command, app *App, o chaosOptions) error {
 	if app.Env.Terminal && !o.asJSON {
 		progress = bar.update
 	}
-	h, err := chaos.RunOn(ctx, scenarios.ServerBanks(srv), cfg, progress)
+	opts := chaos.Options{Progress: progress}
+	if cfg.KillPostgres {
+		if !srv.Embedded() {
+			return usageError("--kill-postgres kills the PostgreSQL that bank-sim starts itself; it cannot kill %s", srv.Describe())
+		}
+		opts.CrashPostgres = srv.Crash
+	}
+	h, err := chaos.RunOnWith(ctx, scenarios.ServerBanks(srv), cfg, opts)
 	bar.clear()
 	if err != nil {
 		if ctx.Err() != nil {
@@ -203,8 +233,16 @@ func describeConfig(cfg chaos.Config) string {
 	if cfg.Bug != nil {
 		bug = cfg.Bug.Name
 	}
-	return fmt.Sprintf("%d clients · %s · %d accounts · %d servers · up to %d attempts\nfaults: %s\nbug: %s",
-		cfg.Clients, what, cfg.Accounts, cfg.Instances, cfg.MaxAttempts, cfg.Faults, bug)
+	via := "in process"
+	if cfg.HTTP {
+		via = "over HTTP"
+	}
+	faults := cfg.Faults.String()
+	if cfg.KillPostgres {
+		faults += " · PostgreSQL killed (SIGKILL) once and restarted"
+	}
+	return fmt.Sprintf("%d clients · %s · %d accounts · %d servers %s · up to %d attempts\nfaults: %s\nbug: %s",
+		cfg.Clients, what, cfg.Accounts, cfg.Instances, via, cfg.MaxAttempts, faults, bug)
 }
 
 // printChaosResult prints the summary table, the checks, and the first and
@@ -227,6 +265,18 @@ func printChaosResult(out io.Writer, p *palette, h *chaos.History, res chaos.Res
 		fired = []string{"none"}
 	}
 	fmt.Fprintf(tw, "faults fired\t%s\n", strings.Join(fired, ", "))
+	for _, c := range s.Crashes {
+		after := "on a timer"
+		if c.AfterIntent >= 0 {
+			after = fmt.Sprintf("as intent %d started", c.AfterIntent)
+		}
+		if c.Error != "" {
+			fmt.Fprintf(tw, "postgres\tkilled with SIGKILL %s, at %s; restart failed: %s\n", after, time.Duration(c.AtNs).Round(time.Millisecond), c.Error)
+			continue
+		}
+		fmt.Fprintf(tw, "postgres\tkilled with SIGKILL %s, at %s; back on the same data after %s\n", after,
+			time.Duration(c.AtNs).Round(time.Millisecond), time.Duration(c.UpNs-c.AtNs).Round(time.Millisecond))
+	}
 	fmt.Fprintf(tw, "ledger\t%d transfers\t%d audits\n", s.Transfers, s.Audits)
 	transfersPerSecond := 0.0
 	if s.Duration > 0 {
@@ -280,6 +330,8 @@ func checkTitle(kind string) string {
 		return "every intent settled after healing"
 	case chaos.KindLedger:
 		return "each balance is opening + credits − debits"
+	case chaos.KindKeyLost:
+		return "every acknowledged transfer's key still completed after the crash"
 	}
 	return kind
 }

@@ -96,6 +96,14 @@ type App struct {
 	srv *postgres.Server
 }
 
+// externalURL is the server to use instead of starting one, if any.
+func (a *App) externalURL() string {
+	if a.databaseURL != "" {
+		return a.databaseURL
+	}
+	return a.Env.Getenv("DATABASE_URL")
+}
+
 // Server starts (or reaches) PostgreSQL on first use; Main stops it.
 func (a *App) Server(ctx context.Context) (*postgres.Server, error) {
 	a.mu.Lock()
@@ -103,11 +111,7 @@ func (a *App) Server(ctx context.Context) (*postgres.Server, error) {
 	if a.srv != nil {
 		return a.srv, nil
 	}
-	url := a.databaseURL
-	if url == "" {
-		url = a.Env.Getenv("DATABASE_URL")
-	}
-	srv, err := a.Env.Postgres(ctx, postgres.Options{URL: url})
+	srv, err := a.Env.Postgres(ctx, postgres.Options{URL: a.externalURL()})
 	if err != nil {
 		return nil, &ExitError{Code: ExitDatabase, Err: err}
 	}

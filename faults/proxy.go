@@ -87,6 +87,11 @@ type Proxy struct {
 	// Env holds the seeded generator every random choice comes from; its Note
 	// hears what the client cannot see.
 	Env *Env
+	// Select, when set, picks the fault for each request before the rules
+	// are consulted (nil: no fault from Select). A harness that plans its
+	// faults ahead, from (seed, intent, attempt), decides here instead of
+	// drawing from Env. Set it before the first request arrives.
+	Select func(attempt int, req *http.Request) ConnFault
 
 	upstream string
 	ln       net.Listener
@@ -199,7 +204,17 @@ func (p *Proxy) serve(c net.Conn) {
 	}
 	attempt, _ := strconv.Atoi(req.Header.Get(AttemptHeader))
 	x := &Exchange{Attempt: attempt, Request: req, Body: body, client: c, upstream: p.upstream, proxy: p}
-	f := p.pick(attempt)
+	var f ConnFault
+	if p.Select != nil {
+		if f = p.Select(attempt, req); f != nil {
+			p.mu.Lock()
+			p.fired[f.Name()]++
+			p.mu.Unlock()
+		}
+	}
+	if f == nil {
+		f = p.pick(attempt)
+	}
 	if f == nil {
 		_ = x.Forward(p.ctx)
 		return

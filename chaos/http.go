@@ -1,0 +1,349 @@
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/banksim/bank-sim/api"
+	"github.com/banksim/bank-sim/api/client"
+	"github.com/banksim/bank-sim/bank"
+	"github.com/banksim/bank-sim/faults"
+	"github.com/banksim/bank-sim/idem"
+)
+
+// The client's patience and backoff in an HTTP run. No fault holds an answer
+// past the timeout, so it only bounds a run that went wrong; the backoff is
+// short because the faults need no real patience, only a retry.
+const (
+	httpTimeout       = 30 * time.Second
+	httpBaseDelay     = 200 * time.Microsecond
+	httpMaxDelay      = 2 * time.Millisecond
+	httpMaxRetryAfter = 2 * time.Millisecond
+	saltJitter        = 0x6a6974746572
+)
+
+// httpRig runs a chaos run over real sockets: for each instance an api
+// server on 127.0.0.1 with its own handler (all sharing the pool and the key
+// store), a fault proxy in front of it, and per intent a retrying client
+// whose attempts go, one by one, to the proxies the schedule picked. The
+// fault of each attempt is the schedule's, as in process: the proxy fails the
+// connection (lose-response, drop-request, duplicate, late, slow), or the
+// server fails itself (crash-after-claim, fail-before-commit, clock-jump).
+type httpRig struct {
+	e       *engine
+	servers []*http.Server
+	proxies []*faults.Proxy
+	urls    []string       // each instance's proxy
+	index   map[string]int // proxy URL → instance
+	tokens  map[int64]string
+	http    *http.Client
+	// healing switches every fault off.
+	healing atomic.Bool
+}
+
+func startHTTP(e *engine) (*httpRig, error) {
+	r := &httpRig{e: e, index: map[string]int{}, tokens: map[int64]string{}}
+	byToken := map[string]int64{}
+	for _, a := range e.cfg.Opening() {
+		tok := fmt.Sprintf("chaos-user-%d", a.OwnerID)
+		r.tokens[a.OwnerID], byToken[tok] = tok, a.OwnerID
+	}
+	r.http = &http.Client{Timeout: httpTimeout, Transport: &http.Transport{DisableKeepAlives: true}}
+	for inst, h := range e.handlers {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			r.close()
+			return nil, fmt.Errorf("listen: %w", err)
+		}
+		srv := &http.Server{Handler: r.serverFaults(h, byToken), ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = srv.Serve(ln) }()
+		r.servers = append(r.servers, srv)
+		p, err := faults.StartProxy(ln.Addr().String(), e.cfg.Seed+uint64(inst))
+		if err != nil {
+			r.close()
+			return nil, err
+		}
+		p.Select = r.connFault
+		r.proxies = append(r.proxies, p)
+		r.urls = append(r.urls, p.URL())
+		r.index[p.URL()] = inst
+	}
+	return r, nil
+}
+
+// close stops the proxies, then the servers (requests in flight finish).
+func (r *httpRig) close() {
+	for _, p := range r.proxies {
+		_ = p.Close()
+	}
+	for _, s := range r.servers {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_ = s.Shutdown(ctx)
+		cancel()
+	}
+	r.http.CloseIdleConnections()
+}
+
+// scheduled returns the fault the schedule gives this request: the intent
+// from the simulator's intent header, the attempt from the attempt header.
+// None while healing, or for a request the schedule does not know.
+func (r *httpRig) scheduled(req *http.Request) (intent, attempt int, fault string) {
+	if r.healing.Load() {
+		return 0, 0, ""
+	}
+	i, err := strconv.Atoi(strings.TrimPrefix(req.Header.Get(api.HeaderIntent), "intent-"))
+	if err != nil || i < 0 {
+		return 0, 0, ""
+	}
+	n, err := strconv.Atoi(req.Header.Get(api.HeaderAttempt))
+	if err != nil || n < 1 || n > r.e.cfg.MaxAttempts {
+		return 0, 0, ""
+	}
+	return i, n, r.e.cfg.Fault(i, n)
+}
+
+// connFault is each proxy's Select: the faults that happen on the wire.
+func (r *httpRig) connFault(_ int, req *http.Request) faults.ConnFault {
+	_, _, fault := r.scheduled(req)
+	switch fault {
+	case FaultLoseResponse:
+		return &faults.Tunnel{} // the server commits; the connection drops
+	case FaultDropRequest:
+		return &faults.Reset{} // reset before the request reaches the server
+	case FaultDuplicate:
+		return &faults.DuplicateConn{Copies: 2}
+	case FaultLate:
+		return &lateConn{e: r.e}
+	case FaultSlow:
+		return &faults.Latency{Latency: time.Millisecond}
+	}
+	return nil
+}
+
+// serverFaults is one server: the api on h, wrapped so that the faults that
+// happen inside a server (it crashes after claiming the key, its transaction
+// breaks before COMMIT, its clock jumps) hit the attempts the schedule says.
+func (r *httpRig) serverFaults(h *idem.Handler, tokens map[string]int64) http.Handler {
+	e := r.e
+	apiH := api.NewServer(api.Config{Handler: h, Tokens: tokens, Log: func(_ string, args ...any) {
+		for _, a := range args {
+			if err, ok := a.(error); ok && errors.Is(err, idem.ErrLostLock) {
+				e.fencing.Add(1)
+			}
+		}
+	}})
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		i, n, fault := r.scheduled(req)
+		hooks := idem.Hooks{AfterClaim: func(_ context.Context, c idem.Claim) {
+			if c.TookOver {
+				e.takeovers.Add(1)
+			}
+		}}
+		switch fault {
+		case FaultCrashAfterClaim:
+			r.crash(w, req, apiH, i, n)
+			return
+		case FaultFailBeforeCommit:
+			// The handler's error becomes the api's 500, never stored.
+			hooks.BeforeCommit = func(context.Context) error { return faults.ErrFailedBeforeCommit }
+		case FaultClockJump:
+			e.clock.Advance(idem.DefaultLockTTL + time.Second)
+		}
+		apiH.ServeHTTP(w, req.WithContext(idem.WithHooks(req.Context(), hooks)))
+	})
+}
+
+// crash serves req through CrashAfterClaim: once the server has claimed the
+// key it stops cold, and its connection is cut with no answer, as a server
+// process that died would leave it (the proxy in front answers 502). Healing
+// wakes it later, as the in-process run does. A request with no key to claim
+// (a replay, a 409) is answered normally.
+func (r *httpRig) crash(w http.ResponseWriter, req *http.Request, apiH http.Handler, i, n int) {
+	body, err := io.ReadAll(io.LimitReader(req.Body, api.DefaultMaxBody+1))
+	if err != nil {
+		panic(http.ErrAbortHandler)
+	}
+	var rec *httptest.ResponseRecorder
+	next := func(ctx context.Context, _ idem.Request) (bank.Response, error) {
+		rec = httptest.NewRecorder()
+		inner := req.Clone(ctx)
+		inner.Body = io.NopCloser(bytes.NewReader(body))
+		apiH.ServeHTTP(rec, inner)
+		return bank.Response{Status: rec.Code}, nil
+	}
+	_, err = r.e.crash.Deliver(req.Context(), r.e.env, faults.Delivery{Attempt: n, Intent: fmt.Sprintf("intent-%d", i)}, next)
+	if err != nil {
+		panic(http.ErrAbortHandler) // silent: the connection closes, no answer
+	}
+	for k, v := range rec.Header() {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(rec.Code)
+	_, _ = w.Write(rec.Body.Bytes())
+}
+
+// lateConn is the late fault on the wire: the client's connection drops at
+// once (it gave up), and the request reaches the server lateBy later.
+type lateConn struct{ e *engine }
+
+func (*lateConn) Name() string { return FaultLate }
+
+func (l *lateConn) Exchange(ctx context.Context, env *faults.Env, x *faults.Exchange) error {
+	// Counted before the client can see anything, so healing, which waits
+	// for every late request, cannot start before this one is counted.
+	l.e.late.Add(1)
+	defer l.e.late.Done()
+	_ = x.Drop()
+	t := time.NewTimer(lateBy)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+	}
+	_, _, err := x.RoundTrip(ctx)
+	return err
+}
+
+// client returns the retrying client for intent i: its attempts go to the
+// proxies of the instances the schedule picked, in order (the client's
+// round-robin over this list is the schedule's load balancer), its jitter is
+// seeded, and a buggy one makes its keys as Config.AttemptKey does.
+func (r *httpRig) client(i int, p Planned, urls []string, attempts int, record func(client.Attempt)) *client.Client {
+	cfg := r.e.cfg
+	keys := 1
+	c := &client.Client{
+		URLs:          urls,
+		Token:         r.tokens[p.UserID],
+		HTTP:          r.http,
+		Attempts:      attempts,
+		BaseDelay:     httpBaseDelay,
+		MaxDelay:      httpMaxDelay,
+		MaxRetryAfter: httpMaxRetryAfter,
+		Rand:          rand.New(rand.NewPCG(cfg.Seed^saltJitter, uint64(i))),
+		NewKey: func() string {
+			keys++
+			return cfg.AttemptKey(p, keys)
+		},
+		OnAttempt: record,
+	}
+	if cfg.Bug != nil {
+		c.Flaws.NewKeyPerAttempt = cfg.Bug.NewKeyPerAttempt
+	}
+	return c
+}
+
+// attemptOf records a client's attempt as the history's.
+func (r *httpRig) attemptOf(a client.Attempt, n int, phase, fault string, start, end int64) Attempt {
+	at := Attempt{N: n, Phase: phase, Fault: fault, Key: a.Key, Instance: r.index[a.URL], StartNs: start, EndNs: end}
+	r.see(&at, a.Response, a.Err)
+	return at
+}
+
+func (r *httpRig) see(at *Attempt, resp bank.Response, err error) {
+	switch {
+	case err != nil:
+		at.Error, at.Seen = client.Explain(err), SeenUnknown
+	default:
+		at.Status, at.Replayed, at.Body = resp.Status, resp.Replayed, resp.Body
+		switch {
+		case resp.OK():
+			at.Seen = SeenOK
+		case resp.Final():
+			at.Seen = SeenRejected
+		default:
+			at.Seen = SeenUnknown
+		}
+	}
+}
+
+// faultPhase sends intent i with the retrying client, faults on.
+func (r *httpRig) faultPhase(ctx context.Context, i int) *Intent {
+	e, cfg := r.e, r.e.cfg
+	p := cfg.Intent(i)
+	in := &Intent{Index: i, Label: p.Label, UserID: p.UserID, Key: p.Key, Request: p.Request, Outcome: SeenUnknown}
+	urls := make([]string, cfg.MaxAttempts)
+	for n := range urls {
+		urls[n] = r.urls[cfg.Instance(i, n+1)]
+	}
+	start := e.since()
+	c := r.client(i, p, urls, cfg.MaxAttempts, func(a client.Attempt) {
+		fault := cfg.Fault(i, a.N)
+		if fault != "" {
+			e.mu.Lock()
+			e.fired[fault]++
+			e.mu.Unlock()
+		}
+		end := e.since()
+		in.Attempts = append(in.Attempts, r.attemptOf(a, a.N, PhaseFault, fault, start, end))
+		start = end + int64(a.Wait)
+	})
+	out, err := c.Send(bank.WithIntent(ctx, p.Label), client.Intent{Key: p.Key, Transfer: p.Request, Label: p.Label})
+	if err == nil && out.Kind != client.Unknown && len(in.Attempts) > 0 {
+		in.Outcome = in.Attempts[len(in.Attempts)-1].Seen
+	}
+	return in
+}
+
+// heal settles an unknown intent with no faults, as a client that comes
+// back later does: it asks what became of its key (GET /transfers?key=) and
+// takes the stored answer; when no request with the key arrived, or it is
+// still in progress, it sends the intent again with the same key. A client
+// with the new-key-per-attempt bug just sends again with a new key.
+func (r *httpRig) heal(ctx context.Context, in *Intent) {
+	e, cfg := r.e, r.e.cfg
+	p := cfg.Intent(in.Index)
+	newKeys := cfg.Bug != nil && cfg.Bug.NewKeyPerAttempt
+	for k := 0; k < HealAttempts && in.Outcome == SeenUnknown && ctx.Err() == nil; k++ {
+		n := len(in.Attempts) + 1
+		url := r.urls[cfg.Instance(in.Index, n)]
+		key := p.Key
+		if newKeys {
+			key = cfg.AttemptKey(p, n)
+		} else {
+			c := r.client(in.Index, p, []string{url}, 1, nil)
+			start := e.since()
+			resp, found, err := c.Resolve(ctx, key)
+			if ctx.Err() != nil {
+				return
+			}
+			if err != nil || found && resp.Status != 409 {
+				at := Attempt{N: n, Phase: PhaseHeal, Key: key, Instance: r.index[url], StartNs: start, EndNs: e.since(), Lookup: true}
+				r.see(&at, resp, err)
+				in.Attempts = append(in.Attempts, at)
+				in.Outcome = at.Seen
+				if in.Outcome != SeenUnknown {
+					return
+				}
+				time.Sleep(httpBaseDelay)
+				continue
+			}
+			// Never arrived (404), or still in progress (409): send it.
+		}
+		start := e.since()
+		c := r.client(in.Index, p, []string{url}, 1, func(a client.Attempt) {
+			end := e.since()
+			in.Attempts = append(in.Attempts, r.attemptOf(a, n, PhaseHeal, "", start, end))
+		})
+		_, err := c.Send(bank.WithIntent(ctx, p.Label), client.Intent{Key: key, Transfer: p.Request, Label: p.Label})
+		if err != nil {
+			return
+		}
+		if last := in.Attempts[len(in.Attempts)-1]; last.Seen != SeenUnknown {
+			in.Outcome = last.Seen
+			return
+		}
+		backoff(in.Attempts[len(in.Attempts)-1])
+	}
+}
