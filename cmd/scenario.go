@@ -2,12 +2,17 @@ package cmd
 
 import (
 	"bufio"
+	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/banksim/bank-sim/scenarios"
@@ -21,6 +26,7 @@ type scenarioOptions struct {
 	junit    string
 	step     bool
 	timeline bool
+	parallel int
 	bug      string
 }
 
@@ -31,8 +37,9 @@ func newScenarioCmd(app *App) *cobra.Command {
 		Short: "Run scenarios on a fresh bank and check every invariant",
 		Long: `Run one or more scenarios. Each runs first without protection — the fault
 must break an invariant, which proves it is real — and then with protection,
-where every invariant must hold. Each phase gets a fresh database cloned from
-the lesson's bank: Ada ₦50,000, Bola ₦5,000, Chidi ₦20,000 (frozen).
+where every invariant must hold. Each phase starts from the lesson's bank —
+Ada ₦50,000, Bola ₦5,000, Chidi ₦20,000 (frozen) — in a database cloned from
+a template for its scenario.
 
 Exit code 0 when every expectation and invariant held, 1 when something
 broke, 2 for a usage error, 3 when PostgreSQL could not be started or reached.`,
@@ -51,6 +58,7 @@ broke, 2 for a usage error, 3 when PostgreSQL could not be started or reached.`,
 	f.BoolVar(&o.asJSON, "json", false, "print one JSON report per scenario instead of the story")
 	f.StringVar(&o.junit, "junit", "", "also write a JUnit XML report to `FILE`, one test case per scenario")
 	f.BoolVar(&o.step, "step", false, "pause after every step until Enter is pressed (for teaching)")
+	f.IntVar(&o.parallel, "parallel", 4, "run up to `N` scenarios at once (their stories still print in order); --step runs one at a time")
 	f.BoolVar(&o.timeline, "timeline", false, "prefix every line with its time since the start (and the simulated clock)")
 	f.StringVar(&o.bug, "bug", "", "switch one of the lesson's mistakes on in the protected phases (see 'bank-sim list --bugs'); they should then fail")
 	return c
@@ -128,14 +136,23 @@ func runScenarios(c *cobra.Command, app *App, o scenarioOptions, args []string) 
 
 	ctx := c.Context()
 	out := app.Env.Stdout
-	var obs scenarios.Observer
+	parallel := o.parallel
+	if o.step || parallel < 1 {
+		parallel = 1
+	}
+	// Each scenario gets its own observer; with --json there is none.
+	var newObserver func(w io.Writer) scenarios.Observer
 	var text *textObserver
 	if !o.asJSON {
 		text = &textObserver{out: out, p: app.palette(), timeline: o.timeline}
 		if o.step {
 			text.pause = bufio.NewReader(app.Env.Stdin)
 		}
-		obs = text
+		newObserver = func(w io.Writer) scenarios.Observer {
+			t := *text
+			t.out = w
+			return &t
+		}
 		fmt.Fprintf(out, "bank-sim %s · seed %d (repeat this run with --seed %d)\n", version(), seed, seed)
 		if bug != nil {
 			fmt.Fprintf(out, "bug %s is on in every protected phase: %s\n", bug.Name, bug.Mistake)
@@ -150,17 +167,14 @@ func runScenarios(c *cobra.Command, app *App, o scenarioOptions, args []string) 
 	}
 
 	start := time.Now()
-	dbs := scenarios.ServerBanks(srv)
-	var reports []scenarios.Report
-	for _, s := range list {
-		rep, err := scenarios.ExecuteWith(ctx, s, dbs, seed, obs, scenarios.Options{Bug: bug})
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return &ExitError{Code: ExitDatabase, Err: fmt.Errorf("scenario %s: %w", s.Name, err)}
+	dbs, waitDrops := scenarios.AsyncBanks(srv)
+	reports, err := executeAll(ctx, list, dbs, seed, scenarios.Options{Bug: bug}, parallel, out, newObserver)
+	waitDrops()
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
 		}
-		reports = append(reports, rep)
+		return &ExitError{Code: ExitDatabase, Err: err}
 	}
 	elapsed := time.Since(start)
 
@@ -200,4 +214,78 @@ type jsonRun struct {
 	Failed   int                `json:"failed"`
 	Duration time.Duration      `json:"durationNs"`
 	Reports  []scenarios.Report `json:"reports"`
+}
+
+// executeAll runs the scenarios, up to parallel at once, each on its own
+// databases. Stories print in the order of the list: the first unfinished
+// scenario writes straight to out, as it happens; the others write to
+// buffers that are flushed when their turn comes.
+func executeAll(ctx context.Context, list []scenarios.Scenario, dbs scenarios.Databases, seed uint64, opts scenarios.Options,
+	parallel int, out io.Writer, newObserver func(io.Writer) scenarios.Observer) ([]scenarios.Report, error) {
+	ordered := newOrderedOutput(out, len(list))
+	reports := make([]scenarios.Report, len(list))
+	errs := make([]error, len(list))
+	sem := make(chan struct{}, parallel)
+	var wg sync.WaitGroup
+	for i, s := range list {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			var obs scenarios.Observer
+			if newObserver != nil {
+				obs = newObserver(ordered.writer(i))
+			}
+			reports[i], errs[i] = scenarios.ExecuteWith(ctx, s, dbs, seed, obs, opts)
+			if errs[i] != nil {
+				errs[i] = fmt.Errorf("scenario %s: %w", s.Name, errs[i])
+			}
+			ordered.done(i)
+		}()
+	}
+	wg.Wait()
+	return reports, errors.Join(errs...)
+}
+
+// orderedOutput lets n writers share out while keeping their output in
+// writer order, streaming the head one live.
+type orderedOutput struct {
+	mu       sync.Mutex
+	out      io.Writer
+	head     int
+	buffers  []bytes.Buffer
+	finished []bool
+}
+
+func newOrderedOutput(out io.Writer, n int) *orderedOutput {
+	return &orderedOutput{out: out, buffers: make([]bytes.Buffer, n), finished: make([]bool, n)}
+}
+
+type orderedWriter struct {
+	o *orderedOutput
+	i int
+}
+
+func (o *orderedOutput) writer(i int) io.Writer { return orderedWriter{o, i} }
+
+func (w orderedWriter) Write(p []byte) (int, error) {
+	w.o.mu.Lock()
+	defer w.o.mu.Unlock()
+	if w.i == w.o.head {
+		return w.o.out.Write(p)
+	}
+	return w.o.buffers[w.i].Write(p)
+}
+
+func (o *orderedOutput) done(i int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.finished[i] = true
+	for o.head < len(o.finished) && o.finished[o.head] {
+		o.head++
+		if o.head < len(o.buffers) {
+			_, _ = o.buffers[o.head].WriteTo(o.out)
+		}
+	}
 }

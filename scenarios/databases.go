@@ -3,6 +3,7 @@ package scenarios
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/banksim/bank-sim/bank"
@@ -18,16 +19,30 @@ var BankTemplate = postgres.Template{
 	Init:    func(ctx context.Context, conn *pgx.Conn) error { return bank.Setup(ctx, conn) },
 }
 
-// ServerBanks makes fresh banks on srv.
-func ServerBanks(srv *postgres.Server) Databases { return serverBanks{srv} }
+// ServerBanks makes fresh banks on srv. Closing one drops its database
+// before Close returns.
+func ServerBanks(srv *postgres.Server) Databases { return &serverBanks{srv: srv} }
 
-type serverBanks struct{ srv *postgres.Server }
+// AsyncBanks is ServerBanks whose Close hands the DROP DATABASE to the
+// background: a drop waits for the closed pool's backends to exit (up to
+// ~100 ms), time a run of many phases need not spend. wait blocks until
+// every drop has finished; call it before the server is closed.
+func AsyncBanks(srv *postgres.Server) (dbs Databases, wait func()) {
+	b := &serverBanks{srv: srv, async: true}
+	return b, b.drops.Wait
+}
+
+type serverBanks struct {
+	srv   *postgres.Server
+	async bool
+	drops sync.WaitGroup
+}
 
 // PoolSize is the connections each phase's pool may open: enough for two
 // copies of a request, a waiting poller and the checker to overlap.
 const PoolSize = 8
 
-func (s serverBanks) NewBank(ctx context.Context, label string) (*Database, error) {
+func (s *serverBanks) NewBank(ctx context.Context, label string) (*Database, error) {
 	db, err := s.srv.CreateDatabase(ctx, BankTemplate, label)
 	if err != nil {
 		return nil, err
@@ -43,11 +58,22 @@ func (s serverBanks) NewBank(ctx context.Context, label string) (*Database, erro
 		_ = db.Drop(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("%w: %v", postgres.ErrUnavailable, err)
 	}
-	return &Database{Pool: pool, Name: db.Name, Close: func() {
-		pool.Close()
+	drop := func() {
 		// Dropping must happen even when the run was interrupted.
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
 		_ = db.Drop(dctx)
+	}
+	return &Database{Pool: pool, Name: db.Name, Close: func() {
+		pool.Close()
+		if !s.async {
+			drop()
+			return
+		}
+		s.drops.Add(1)
+		go func() {
+			defer s.drops.Done()
+			drop()
+		}()
 	}}, nil
 }

@@ -174,6 +174,11 @@ func ExecuteWith(ctx context.Context, s Scenario, dbs Databases, seed uint64, ob
 	}
 	seed = SeedFor(seed, s.Name)
 	rep := Report{Scenario: s.Name, Summary: s.Summary, Seed: seed, Passed: true}
+	// One database cloned from the template per scenario; its phases reset
+	// it to the opening bank instead of cloning again, and keep the pool's
+	// connections: opening a backend costs more than the phase's own work.
+	dbs, closeDBs := Recycled(dbs)
+	defer closeDBs()
 	obs.ScenarioStart(s, seed)
 	for i, p := range s.Phases {
 		if p.Control && o.SkipControls {
