@@ -134,9 +134,9 @@ func drain(t *testing.T, pool *pgxpool.Pool, n int, amount int64, flaws bank.Fla
 }
 
 // TestConcurrentTransfersFromOneAccount: 16 taps of ₦10,000 from Ada's
-// ₦50,000 at once. Whenever the balance check and the debit cannot interleave
-// with another transfer (one conditional UPDATE, or a read under FOR UPDATE),
-// exactly five go through and the total is conserved.
+// ₦50,000 at once. Whenever the balance check and the debit are one
+// conditional UPDATE, with or without row locks, exactly five go through and
+// the total is conserved.
 func TestConcurrentTransfersFromOneAccount(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -145,7 +145,7 @@ func TestConcurrentTransfersFromOneAccount(t *testing.T) {
 	}{
 		{"correct transfer", bank.Flaws{}},
 		{"conditional debit without row locks", bank.Flaws{NoRowLock: true}},
-		{"read-compare-write under FOR UPDATE", bank.Flaws{ReadCompareWrite: true}},
+		{"conditional debit, sender row locked only", bank.Flaws{SenderLockOnly: true}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -168,9 +168,9 @@ func TestConcurrentTransfersFromOneAccount(t *testing.T) {
 	}
 }
 
-// TestReadCompareWriteWithoutLockLosesUpdates is the gap the lesson warns
-// about: with the balance read, compared in Go and written back as an absolute
-// value, and no row lock, concurrent transfers overwrite each other's debits
+// TestReadCompareWriteLosesUpdates is the gap the lesson warns about: with
+// the balance read before the row lock, compared in Go and written back as an
+// absolute value, concurrent transfers overwrite each other's debits
 // while every credit lands. Money appears from nowhere; the CHECK constraint
 // cannot see it, because no balance goes negative.
 //
@@ -178,10 +178,10 @@ func TestConcurrentTransfersFromOneAccount(t *testing.T) {
 // start together. It showed in 20 of 20 trial rounds; to keep a scheduling
 // fluke from failing the build, up to three fresh banks are tried, and the
 // test fails if none of them shows the flaw.
-func TestReadCompareWriteWithoutLockLosesUpdates(t *testing.T) {
+func TestReadCompareWriteLosesUpdates(t *testing.T) {
 	t.Parallel()
 	const n = 16
-	flaws := bank.Flaws{ReadCompareWrite: true, NoRowLock: true}
+	flaws := bank.Flaws{ReadCompareWrite: true}
 	for round := 1; round <= 3; round++ {
 		pool := newBank(t, n+2)
 		created, told := drain(t, pool, n, 1_000_000, flaws)

@@ -82,10 +82,16 @@ func safeInteger(raw json.RawMessage) (int64, bool) {
 // Flaws switches on mistakes that the lesson warns against, so that the
 // simulator can show what they cost. The zero value is the correct transfer.
 type Flaws struct {
-	// ReadCompareWrite reads the balance, compares it in Go and writes the
-	// new balance in a separate statement, instead of one conditional UPDATE.
+	// ReadCompareWrite reads the balance in a statement of its own before
+	// the account rows are locked, compares it in Go and writes the new
+	// balance back as a number, instead of one conditional UPDATE. The row
+	// lock that comes after the read protects nothing: another transfer's
+	// debit between the read and the write is overwritten.
 	ReadCompareWrite bool
-	// NoRowLock skips locking the account rows before writing.
+	// NoRowLock reads the accounts without FOR UPDATE. The conditional debit
+	// still keeps balances right, but the checks of status and owner are
+	// made on rows that can change before the transaction commits: an
+	// account frozen meanwhile is debited anyway.
 	NoRowLock bool
 	// SenderLockOnly locks only the sender's row, as the lesson does. Two
 	// transfers that cross (A→B while B→A) then each hold one row and wait
@@ -117,6 +123,13 @@ func TransferWith(ctx context.Context, tx Querier, userID int64, req TransferReq
 		return Reject(422, CodeSameAccount, "You cannot transfer to the same account"), nil
 	}
 
+	var readEarly int64
+	if flaws.ReadCompareWrite {
+		err := tx.QueryRow(ctx, "SELECT balance_kobo FROM accounts WHERE id = $1", req.From).Scan(&readEarly)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return Response{}, fmt.Errorf("read balance: %w", err)
+		}
+	}
 	found, err := lockAccounts(ctx, tx, req, flaws)
 	if err != nil {
 		return Response{}, err
@@ -135,13 +148,15 @@ func TransferWith(ctx context.Context, tx Querier, userID int64, req TransferReq
 		return Rejectf(422, CodeRecipientUnavailable, "Account %d cannot receive transfers", req.To), nil
 	}
 
+	if hook := afterChecksFrom(ctx); hook != nil {
+		hook()
+	}
+
 	var balance int64
 	if flaws.ReadCompareWrite {
 		// The gap the lesson warns about: another transfer can run between the
 		// read and the write, and both will think the money is there.
-		if err := tx.QueryRow(ctx, "SELECT balance_kobo FROM accounts WHERE id = $1", req.From).Scan(&balance); err != nil {
-			return Response{}, fmt.Errorf("read balance: %w", err)
-		}
+		balance = readEarly
 		if balance < req.AmountKobo {
 			return insufficient(), nil
 		}

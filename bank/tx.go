@@ -15,6 +15,21 @@ const MaxTxAttempts = 5
 
 type intentKey struct{}
 
+type afterChecksKey struct{}
+
+// WithAfterChecks makes every transfer under ctx call hook after its checks
+// and before its first write: the moment a concurrent change (a freeze, say)
+// is most dangerous. Scenarios use it to stage a race exactly, rather than
+// hope for one.
+func WithAfterChecks(ctx context.Context, hook func()) context.Context {
+	return context.WithValue(ctx, afterChecksKey{}, hook)
+}
+
+func afterChecksFrom(ctx context.Context) func() {
+	h, _ := ctx.Value(afterChecksKey{}).(func())
+	return h
+}
+
 // WithIntent labels the transfers written under ctx with the client intent
 // that asked for them. Only the checker reads the label; see Schema.
 func WithIntent(ctx context.Context, intent string) context.Context {

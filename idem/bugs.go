@@ -111,20 +111,15 @@ func Bugs() []Bug {
 		},
 		{
 			Name:        "read-compare-write",
-			Mistake:     "The balance is read, compared in Go and written back in separate statements, with no lock held between them",
-			Consequence: "Two concurrent transfers both see the old balance; one debit is lost and money appears from nowhere",
-			// A read-compare-write under FOR UPDATE is safe, so the mistake
-			// as people make it comes without the lock.
-			Bank: bank.Flaws{ReadCompareWrite: true, NoRowLock: true},
+			Mistake:     "The balance is read in a step of its own, before the row is locked, compared in Go and written back as a number",
+			Consequence: "Two concurrent transfers both see the old balance; one debit is overwritten and money appears from nowhere",
+			Bank:        bank.Flaws{ReadCompareWrite: true},
 		},
 		{
 			Name:        "no-row-lock",
-			Mistake:     "The sender's row is not locked (no FOR UPDATE) while the transfer works from the balance it read",
-			Consequence: "Concurrent transfers from one account interleave: both pass the balance check and one debit overwrites the other",
-			// Without FOR UPDATE, the conditional UPDATE alone would still be
-			// safe; the lock matters for a transfer that checks the balance it
-			// read, which is this one.
-			Bank: bank.Flaws{NoRowLock: true, ReadCompareWrite: true},
+			Mistake:     "The accounts are read without FOR UPDATE, so the sender's row is not locked while the transfer checks it",
+			Consequence: "An account frozen while the transfer is in flight is debited anyway: the check saw it active, and nothing stopped the freeze",
+			Bank:        bank.Flaws{NoRowLock: true},
 		},
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })

@@ -55,11 +55,11 @@ func init() {
 		Name:    "overdraft-race",
 		Summary: fmt.Sprintf("%d rounds of %d concurrent ₦1,000 transfers from Ada: a read-compare-write loses debits", rounds, taps),
 		Phases: []Phase{{
-			Title:   "without protection: balance read, compared and written back, no row lock",
+			Title:   "without protection: the balance read before the row lock, compared, and written back",
 			Control: true,
 			Run: func(ctx context.Context, r *Run) error {
 				h := r.Handler(nil)
-				h.Bank = bank.Flaws{ReadCompareWrite: true, NoRowLock: true}
+				h.Bank = bank.Flaws{ReadCompareWrite: true}
 				r.Step("Ada's app sends %d transfers of ₦1,000 at the same moment, %d times", taps, rounds)
 				race(ctx, r, h)
 				return nil

@@ -32,7 +32,8 @@ type Run struct {
 	expectations []Expectation
 	told         []bank.Told
 	cleanups     []func()
-	bug          *idem.Bug // switched on in every handler and client of the phase
+	extra        []bank.Check // the scenario's own invariants, judged with the five
+	bug          *idem.Bug    // switched on in every handler and client of the phase
 }
 
 func newRand(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 0x62616e6b)) }
@@ -113,6 +114,15 @@ func (r *Run) ExpectTransfers(ctx context.Context, n int) {
 		text += fmt.Sprintf(" (found %d)", got)
 	}
 	r.Expect(err == nil && got == n, "%s", text)
+}
+
+// Invariant adds a check of the scenario's own to the phase's invariants. It
+// is judged like the five that every phase gets: a protected phase must keep
+// it, and breaking it is what a control is for.
+func (r *Run) Invariant(name string, ok bool, detail string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.extra = append(r.extra, bank.Check{Name: name, OK: ok, Detail: detail})
 }
 
 // Told records what a client was told, for the "clients were told the truth"

@@ -249,7 +249,7 @@ func runPhase(ctx context.Context, s Scenario, p Phase, index int, dbs Databases
 	pr.Ledger = ledger
 	pr.Balances = ledger.Line()
 	r.emit(Event{Kind: "balances", Text: pr.Balances})
-	pr.Invariants = bank.CheckInvariants(r.opening, ledger, r.told)
+	pr.Invariants = append(bank.CheckInvariants(r.opening, ledger, r.told), r.extra...)
 	pr.Events = r.events
 	pr.Expectations = r.expectations
 	pr.Passed, pr.Verdict = judge(p, pr, runErr)

@@ -21,6 +21,10 @@ var lessonBalances = map[string][]string{
 		"Ada ₦40,000, Bola ₦5,000, Chidi ₦20,000 | total ₦65,000 | transfers 0",
 		"Ada ₦50,000, Bola ₦5,000, Chidi ₦20,000 | total ₦75,000 | transfers 0",
 	},
+	"freeze-race": {
+		"Ada ₦40,000, Bola ₦15,000, Chidi ₦20,000 | total ₦75,000 | transfers 1",
+		"Ada ₦40,000, Bola ₦15,000, Chidi ₦20,000 | total ₦75,000 | transfers 1",
+	},
 	"rules": {"Ada ₦40,000, Bola ₦15,000, Chidi ₦20,000 | total ₦75,000 | transfers 1"},
 	"lost-response": {
 		"Ada ₦30,000, Bola ₦25,000, Chidi ₦20,000 | total ₦75,000 | transfers 2",
