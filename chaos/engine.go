@@ -396,17 +396,23 @@ func (e *engine) attempt(ctx context.Context, i int, p Planned, n int, phase, fa
 		// What an HTTP server answers for an unexpected failure.
 		a.Error, a.Status, a.Seen = err.Error(), 500, SeenUnknown
 	default:
-		a.Status, a.Replayed, a.Body = resp.Status, resp.Replayed, resp.Body
-		switch {
-		case resp.OK():
-			a.Seen = SeenOK
-		case resp.Final():
-			a.Seen = SeenRejected
-		default:
-			a.Seen = SeenUnknown
-		}
+		a.answered(resp)
 	}
 	return a
+}
+
+// answered records a response the client received, and what it tells the
+// client: ok, refused, or still unknown (409, 429, 5xx).
+func (a *Attempt) answered(resp bank.Response) {
+	a.Status, a.Replayed, a.Body = resp.Status, resp.Replayed, resp.Body
+	switch {
+	case resp.OK():
+		a.Seen = SeenOK
+	case resp.Final():
+		a.Seen = SeenRejected
+	default:
+		a.Seen = SeenUnknown
+	}
 }
 
 // audit snapshots every balance each AuditEvery until ctx ends.

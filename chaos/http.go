@@ -256,15 +256,7 @@ func (r *httpRig) see(at *Attempt, resp bank.Response, err error) {
 	case err != nil:
 		at.Error, at.Seen = client.Explain(err), SeenUnknown
 	default:
-		at.Status, at.Replayed, at.Body = resp.Status, resp.Replayed, resp.Body
-		switch {
-		case resp.OK():
-			at.Seen = SeenOK
-		case resp.Final():
-			at.Seen = SeenRejected
-		default:
-			at.Seen = SeenUnknown
-		}
+		at.answered(resp)
 	}
 }
 

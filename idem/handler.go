@@ -174,20 +174,31 @@ func (h *Handler) transfer(ctx context.Context, req Request, claim *Claim) (bank
 		if resp, err = h.work(ctx, tx, req); err != nil {
 			return err
 		}
-		if claim != nil {
-			if err := h.Store.Complete(ctx, tx, req.UserID, req.Key, claim.LockID, resp); err != nil {
-				return err
-			}
+		if claim == nil {
+			return beforeCommit(ctx)
 		}
-		if hook := hooksFrom(ctx).BeforeCommit; hook != nil {
-			return hook(ctx)
-		}
-		return nil
+		return h.complete(ctx, tx, req, *claim, resp)
 	})
 	if err != nil {
 		return bank.Response{}, fmt.Errorf("transfer: %w", err)
 	}
 	return resp, nil
+}
+
+// complete stores resp as the key's answer in tx and runs the BeforeCommit
+// hook: the last steps before COMMIT.
+func (h *Handler) complete(ctx context.Context, tx pgx.Tx, req Request, claim Claim, resp bank.Response) error {
+	if err := h.Store.Complete(ctx, tx, req.UserID, req.Key, claim.LockID, resp); err != nil {
+		return err
+	}
+	return beforeCommit(ctx)
+}
+
+func beforeCommit(ctx context.Context) error {
+	if hook := hooksFrom(ctx).BeforeCommit; hook != nil {
+		return hook(ctx)
+	}
+	return nil
 }
 
 // work parses the body and runs the transfer in tx: the part of a request

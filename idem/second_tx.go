@@ -23,13 +23,7 @@ func (h *Handler) transferThenStore(ctx context.Context, req Request, claim Clai
 		return bank.Response{}, fmt.Errorf("transfer: %w", err)
 	}
 	err = bank.InTx(ctx, h.DB, func(tx pgx.Tx) error {
-		if err := h.Store.Complete(ctx, tx, req.UserID, req.Key, claim.LockID, resp); err != nil {
-			return err
-		}
-		if hook := hooksFrom(ctx).BeforeCommit; hook != nil {
-			return hook(ctx)
-		}
-		return nil
+		return h.complete(ctx, tx, req, claim, resp)
 	})
 	if err != nil {
 		return bank.Response{}, fmt.Errorf("store the response: %w", err)
