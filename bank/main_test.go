@@ -4,44 +4,17 @@ import (
 	"context"
 	"os"
 	"testing"
-	"time"
 
 	"github.com/banksim/bank-sim/bank"
-	"github.com/banksim/bank-sim/postgres"
 	"github.com/banksim/bank-sim/postgres/pgtest"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }
 
-// bankTemplate is the lesson's bank. It is built here rather than taken from
-// package scenarios, which imports bank.
-var bankTemplate = postgres.Template{
-	Version: bank.SchemaVersion(),
-	Init:    func(ctx context.Context, conn *pgx.Conn) error { return bank.Setup(ctx, conn) },
-}
 
-// newBank gives the test its own fresh copy of the lesson's bank and a pool
-// of up to maxConns real connections to it.
-func newBank(t testing.TB, maxConns int32) *pgxpool.Pool {
-	t.Helper()
-	db := pgtest.NewDatabase(t, bankTemplate)
-	cfg, err := pgxpool.ParseConfig(db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = maxConns
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Registered after NewDatabase's cleanup, so it runs before the drop.
-	t.Cleanup(pool.Close)
-	return pool
-}
+// newBank gives the test its own fresh copy of the lesson's bank.
+func newBank(t testing.TB, maxConns int32) *pgxpool.Pool { return pgtest.NewBank(t, maxConns) }
 
 func ledger(t testing.TB, db bank.DB) bank.Ledger {
 	t.Helper()

@@ -7,43 +7,20 @@ import (
 	"time"
 
 	"github.com/banksim/bank-sim/bank"
-	"github.com/banksim/bank-sim/postgres"
 	"github.com/banksim/bank-sim/postgres/pgtest"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }
 
-// bankTemplate is the lesson's bank, built here because package scenarios
-// imports idem.
-var bankTemplate = postgres.Template{
-	Version: bank.SchemaVersion(),
-	Init:    func(ctx context.Context, conn *pgx.Conn) error { return bank.Setup(ctx, conn) },
-}
 
 // t0 is the fixed clock of the store tests: 24 September 2026, 10:00 UTC.
 var t0 = time.Date(2026, 9, 24, 10, 0, 0, 0, time.UTC)
 
 func at(seconds int) time.Time { return t0.Add(time.Duration(seconds) * time.Second) }
 
-func newBank(t testing.TB, maxConns int32) *pgxpool.Pool {
-	t.Helper()
-	db := pgtest.NewDatabase(t, bankTemplate)
-	cfg, err := pgxpool.ParseConfig(db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = maxConns
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	return pool
-}
+// newBank gives the test its own fresh copy of the lesson's bank.
+func newBank(t testing.TB, maxConns int32) *pgxpool.Pool { return pgtest.NewBank(t, maxConns) }
 
 func count(t testing.TB, db bank.Querier, sql string, args ...any) int {
 	t.Helper()
