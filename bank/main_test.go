@@ -12,7 +12,6 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }
 
-
 // newBank gives the test its own fresh copy of the lesson's bank.
 func newBank(t testing.TB, maxConns int32) *pgxpool.Pool { return pgtest.NewBank(t, maxConns) }
 

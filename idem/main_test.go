@@ -13,7 +13,6 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }
 
-
 // t0 is the fixed clock of the store tests: 24 September 2026, 10:00 UTC.
 var t0 = time.Date(2026, 9, 24, 10, 0, 0, 0, time.UTC)
 
