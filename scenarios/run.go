@@ -32,8 +32,9 @@ type Run struct {
 	expectations []Expectation
 	told         []bank.Told
 	cleanups     []func()
-	extra        []bank.Check // the scenario's own invariants, judged with the five
-	bug          *idem.Bug    // switched on in every handler and client of the phase
+	extra        []bank.Check    // the scenario's own invariants, judged with the five
+	done         <-chan struct{} // closed when the run is interrupted
+	bug          *idem.Bug       // switched on in every handler and client of the phase
 }
 
 func newRand(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 0x62616e6b)) }
@@ -56,6 +57,13 @@ func (r *Run) cleanup() {
 }
 
 func (r *Run) emit(e Event) {
+	select {
+	case <-r.done:
+		// Interrupted: what follows is the interruption's echo (failed
+		// queries, unmet expectations), not the story.
+		return
+	default:
+	}
 	r.mu.Lock()
 	e.Elapsed = time.Since(r.start)
 	if r.clock != nil {

@@ -232,6 +232,7 @@ func runPhase(ctx context.Context, s Scenario, p Phase, index int, dbs Databases
 		start:   start,
 		obs:     obs,
 		opening: bank.LessonAccounts,
+		done:    ctx.Done(),
 	}
 	if !p.Control {
 		r.bug = o.Bug
