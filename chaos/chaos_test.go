@@ -107,16 +107,25 @@ func TestSameSeedSameSchedule(t *testing.T) {
 			if in.Index != i || in.Label != p.Label || in.Key != p.Key || in.Request != p.Request || in.UserID != p.UserID {
 				t.Fatalf("intent %d: ran %+v, planned %+v", i, in, p)
 			}
-			for _, at := range in.Attempts {
-				if at.Phase != chaos.PhaseFault {
-					continue
-				}
-				if want := a.Faults[i][at.N-1]; at.Fault != want {
-					t.Fatalf("intent %d attempt %d met %q, planned %q", i, at.N, at.Fault, want)
-				}
-				if want := cfg.Instance(i, at.N); at.Instance != want {
-					t.Fatalf("intent %d attempt %d went to server %d, planned %d", i, at.N, at.Instance, want)
-				}
+		}
+		assertFollowsPlan(t, cfg, a, h)
+	}
+}
+
+// assertFollowsPlan fails t unless every fault-phase attempt in h met the
+// fault and the server copy that the seed planned for it.
+func assertFollowsPlan(t *testing.T, cfg chaos.Config, plan chaos.Schedule, h *chaos.History) {
+	t.Helper()
+	for i, in := range h.Intents {
+		for _, at := range in.Attempts {
+			if at.Phase != chaos.PhaseFault {
+				continue
+			}
+			if want := plan.Faults[i][at.N-1]; at.Fault != want {
+				t.Fatalf("intent %d attempt %d met %q, planned %q", i, at.N, at.Fault, want)
+			}
+			if want := cfg.Instance(i, at.N); at.Instance != want {
+				t.Fatalf("intent %d attempt %d went to server %d, planned %d", i, at.N, at.Instance, want)
 			}
 		}
 	}
@@ -153,20 +162,7 @@ func TestHTTPRunWithTheCorrectHandlerIsValid(t *testing.T) {
 	if s.Intents != 200 || s.OK == 0 || s.Rejected == 0 || s.Healed == 0 || s.Replays == 0 {
 		t.Errorf("want ok, rejected, healed intents and replays; got %+v", s)
 	}
-	plan := cfg.Plan(200)
-	for i, in := range h.Intents {
-		for _, at := range in.Attempts {
-			if at.Phase != chaos.PhaseFault {
-				continue
-			}
-			if want := plan.Faults[i][at.N-1]; at.Fault != want {
-				t.Fatalf("intent %d attempt %d met %q, planned %q", i, at.N, at.Fault, want)
-			}
-			if want := cfg.Instance(i, at.N); at.Instance != want {
-				t.Fatalf("intent %d attempt %d went to server %d, planned %d", i, at.N, at.Instance, want)
-			}
-		}
-	}
+	assertFollowsPlan(t, cfg, cfg.Plan(200), h)
 }
 
 // The checker catches the lesson's mistakes over HTTP too.
