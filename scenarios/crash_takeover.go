@@ -5,7 +5,6 @@ import (
 	"errors"
 	"time"
 
-	"github.com/banksim/bank-sim/bank"
 	"github.com/banksim/bank-sim/faults"
 	"github.com/banksim/bank-sim/idem"
 )
@@ -23,7 +22,7 @@ func init() {
 		r.Defer(crash.KillAll)
 		net := r.Network(h, clock).On(crash, 1)
 		in := Intent{Label: "ada-crash", UserID: 1, Key: "crash-demo-00000000001",
-			Request: bank.TransferRequest{From: 1, To: 2, AmountKobo: 1_000_000}}
+			Request: AdaPaysBola}
 
 		r.Step("Ada sends ₦10,000; server A claims the key and goes silent")
 		_, err := r.Send(ctx, net, in, 1, "")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/banksim/bank-sim/bank"
 	"github.com/banksim/bank-sim/faults"
 	"github.com/banksim/bank-sim/idem"
 )
@@ -12,10 +11,6 @@ import (
 // Two copies of one request at the same moment, each on its own goroutine
 // and its own pooled connection, so they truly overlap in PostgreSQL.
 func init() {
-	tap := func(r *Run) Intent {
-		return Intent{Label: "ada-double-tap", UserID: 1, Key: r.Key(),
-			Request: bank.TransferRequest{From: 1, To: 2, AmountKobo: 1_000_000}}
-	}
 	// twice sends the double tap and returns both copies' answers.
 	twice := func(ctx context.Context, r *Run, h *idem.Handler, in Intent) []faults.CopyResult {
 		var copies []faults.CopyResult
@@ -33,7 +28,7 @@ func init() {
 		return func(ctx context.Context, r *Run) error {
 			h := r.Handler(nil)
 			h.Conflict = policy
-			in := tap(r)
+			in := r.AdaTap("ada-double-tap")
 			copies := twice(ctx, r, h, in)
 			fresh, other := 0, 0
 			for _, c := range copies {
@@ -69,7 +64,7 @@ func init() {
 			Run: func(ctx context.Context, r *Run) error {
 				h := r.Handler(nil)
 				h.NoKey = true
-				copies := twice(ctx, r, h, tap(r))
+				copies := twice(ctx, r, h, r.AdaTap("ada-double-tap"))
 				r.Expect(len(copies) == 2, "both copies are answered")
 				r.ExpectTransfers(ctx, 2)
 				return nil

@@ -12,16 +12,12 @@ import (
 // retry transfers once. With the response stored in a second transaction, the
 // transfer has already committed, and the retry transfers again.
 func init() {
-	tap := func(r *Run) Intent {
-		return Intent{Label: "ada-pays-bola", UserID: 1, Key: r.Key(),
-			Request: bank.TransferRequest{From: 1, To: 2, AmountKobo: 1_000_000}}
-	}
 	story := func(ctx context.Context, r *Run, secondTx bool) (bank.Response, error) {
 		h := r.Handler(nil)
 		h.SecondTransaction = secondTx
 		net := r.Network(h, nil).On(&faults.FailBeforeCommit{}, 1)
 		r.Step("Ada sends ₦10,000 to Bola; the first attempt's transaction fails just before COMMIT")
-		return r.SendWithRetries(ctx, net, tap(r), 3)
+		return r.SendWithRetries(ctx, net, r.AdaTap("ada-pays-bola"), 3)
 	}
 
 	Register(Scenario{

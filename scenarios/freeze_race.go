@@ -23,8 +23,7 @@ const InvFrozen = "no money left an account after it was frozen"
 func init() {
 	story := func(ctx context.Context, r *Run, h *idem.Handler) (freezeWaited bool, first, retry bank.Response, err error) {
 		net := r.Network(h, nil)
-		tap := Intent{Label: "ada-before-the-freeze", UserID: 1, Key: r.Key(),
-			Request: bank.TransferRequest{From: 1, To: 2, AmountKobo: 1_000_000}}
+		tap := r.AdaTap("ada-before-the-freeze")
 
 		checked, resume := make(chan struct{}), make(chan struct{})
 		var once sync.Once

@@ -24,7 +24,7 @@ func init() {
 		}
 		proxy.On(&faults.Tunnel{}, 1)
 		c := r.Client(1, proxy.URL())
-		in := c.NewIntent(bank.TransferRequest{From: 1, To: 2, AmountKobo: 1_000_000})
+		in := c.NewIntent(AdaPaysBola)
 		in.Label = "ada-pays-bola"
 		r.Step("Ada's app makes key %s, then POSTs ₦10,000 to Bola; the bus enters a tunnel", in.Key)
 		return r.SendHTTP(ctx, c, in, 1)

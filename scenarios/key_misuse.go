@@ -14,7 +14,7 @@ func init() {
 		net := r.Network(h, nil)
 		const key = "tap-2026-09-24-0001"
 		first := Intent{Label: "ada-10000", UserID: 1, Key: key,
-			Request: bank.TransferRequest{From: 1, To: 2, AmountKobo: 1_000_000}}
+			Request: AdaPaysBola}
 		reordered := first
 		reordered.Body = []byte(`{"amountKobo":1000000,"to":2,"from":1}`)
 		other := Intent{Label: "ada-50000", UserID: 1, Key: key,

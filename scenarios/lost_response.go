@@ -3,17 +3,12 @@ package scenarios
 import (
 	"context"
 
-	"github.com/banksim/bank-sim/bank"
 	"github.com/banksim/bank-sim/faults"
 )
 
 // Ada taps Send on a bus; the server moves the money; the response is lost
 // in a tunnel; the app retries.
 func init() {
-	tap := func(r *Run) Intent {
-		return Intent{Label: "ada-pays-bola", UserID: 1, Key: r.Key(),
-			Request: bank.TransferRequest{From: 1, To: 2, AmountKobo: 1_000_000}}
-	}
 
 	Register(Scenario{
 		Name:    "lost-response",
@@ -26,7 +21,7 @@ func init() {
 				h.NoKey = true
 				net := r.Network(h, nil).On(&faults.LoseResponse{}, 1)
 				r.Step("Ada sends ₦10,000 to Bola; the first response is lost")
-				resp, err := r.SendWithRetries(ctx, net, tap(r), 3)
+				resp, err := r.SendWithRetries(ctx, net, r.AdaTap("ada-pays-bola"), 3)
 				r.Expect(err == nil && resp.Status == 201 && !resp.Replayed, "the retry is a new 201, not a replay")
 				r.ExpectBalances(ctx, 3_000_000, 2_500_000, 2_000_000)
 				r.ExpectTransfers(ctx, 2)
@@ -36,7 +31,7 @@ func init() {
 			Title: "with protection: one idempotency key for the intent, stored in PostgreSQL",
 			Run: func(ctx context.Context, r *Run) error {
 				net := r.Network(r.Handler(nil), nil).On(&faults.LoseResponse{}, 1)
-				in := tap(r)
+				in := r.AdaTap("ada-pays-bola")
 				r.Step("Ada's app makes key %s once, before the first attempt", in.Key)
 				resp, err := r.SendWithRetries(ctx, net, in, 3)
 				rc, _ := resp.Receipt()

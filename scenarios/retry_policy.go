@@ -34,7 +34,7 @@ func init() {
 				proxy.On(&faults.Tunnel{}, 1)
 				c := r.Client(1, proxy.URL())
 				c.Flaws.NewKeyPerAttempt = true
-				in := c.NewIntent(bank.TransferRequest{From: 1, To: 2, AmountKobo: 1_000_000})
+				in := c.NewIntent(AdaPaysBola)
 				in.Label = "ada-pays-bola"
 				r.Step("Ada sends ₦10,000; the first answer is lost; the retry carries a new key")
 				out, err := r.SendHTTP(ctx, c, in, 1)
@@ -74,7 +74,7 @@ func init() {
 				}
 				proxy.On(&faults.Reset{}, 1).On(&faults.Unavailable{RetryAfter: 1}, 2)
 				c := r.Client(1, proxy.URL())
-				in := c.NewIntent(bank.TransferRequest{From: 1, To: 2, AmountKobo: 1_000_000})
+				in := c.NewIntent(AdaPaysBola)
 				in.Label = "ada-pays-bola"
 				r.Step("Ada sends ₦10,000: attempt 1 is reset, attempt 2 meets a 503 with Retry-After: 1")
 				out, err := r.SendHTTP(ctx, c, in, 1)

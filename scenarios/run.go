@@ -185,6 +185,16 @@ func (r *Run) Network(h *idem.Handler, clock *faults.Clock) *faults.Network {
 	return n
 }
 
+// AdaPaysBola is the lesson's request: ₦10,000 from Ada (account 1) to Bola
+// (account 2).
+var AdaPaysBola = bank.TransferRequest{From: 1, To: 2, AmountKobo: 1_000_000}
+
+// AdaTap is one tap of Ada's Send for the lesson's request, with the key her
+// app makes for it once, from the phase's seed.
+func (r *Run) AdaTap(label string) Intent {
+	return Intent{Label: label, UserID: 1, Key: r.Key(), Request: AdaPaysBola}
+}
+
 // Intent is one thing a user decided to do: its label (for the ledger), who,
 // the key their app made for it, and the request. Body overrides the request's
 // JSON when a scenario needs to send it spelled differently or malformed.

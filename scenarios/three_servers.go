@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/banksim/bank-sim/api/client"
-	"github.com/banksim/bank-sim/bank"
 	"github.com/banksim/bank-sim/faults"
 	"github.com/banksim/bank-sim/idem"
 )
@@ -31,7 +30,7 @@ func init() {
 			urls = append(urls, proxy.URL())
 		}
 		c := r.Client(1, urls...)
-		in := c.NewIntent(bank.TransferRequest{From: 1, To: 2, AmountKobo: 1_000_000})
+		in := c.NewIntent(AdaPaysBola)
 		in.Label = "ada-pays-bola"
 		r.Step("three servers share one database; Ada's app sends ₦10,000 with key %s, round-robin", in.Key)
 		out, err := r.SendHTTP(ctx, c, in, 1)
