@@ -137,8 +137,12 @@ func newEngine(db bank.DB, cfg Config) *engine {
 	return e
 }
 
-// open replaces the lesson's accounts with the run's own.
+// open replaces the lesson's accounts with the run's own, and makes the
+// database's clock (on which locks expire) follow the run's.
 func (e *engine) open(ctx context.Context) error {
+	if err := e.clock.Follow(ctx, e.db); err != nil {
+		return err
+	}
 	return pgx.BeginFunc(ctx, e.db, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "DELETE FROM idempotency_keys; DELETE FROM transfers; DELETE FROM accounts"); err != nil {
 			return fmt.Errorf("empty the bank: %w", err)
