@@ -207,7 +207,10 @@ func runServe(ctx context.Context, app *App, o serveOptions) error {
 		fmt.Fprintln(out, "the grace period ended: requests still running were rolled back, their keys released, and answered 503 with Retry-After")
 	}
 	if err != nil && !errors.Is(err, http.ErrServerClosed) {
-		logf("shutdown: %v", err)
+		// Some handler ignored the stop (a --bug that works on the request's
+		// context): closing the connections ends the requests' contexts.
+		logf("shutdown: %v; closing the connections", err)
+		_ = hs.Close()
 	}
 	stopCleanup()
 	<-cleanupDone
