@@ -252,7 +252,7 @@ func TestServeCleansUpAndStopsWithExit130(t *testing.T) {
 		t.Fatal("serve did not stop within a minute of the signal")
 	}
 	const ledger = "Ada ₦40,000, Bola ₦15,000, Chidi ₦20,000 | total ₦75,000 | transfers 1"
-	if !strings.Contains(out.String(), "stopping: requests in flight have 5s to finish") || !strings.Contains(out.String(), ledger) {
+	if !strings.Contains(out.String(), "stopping: requests in flight have 5 s to finish") || !strings.Contains(out.String(), ledger) {
 		t.Errorf("stdout lacks the stop and the final ledger %q:\n%s", ledger, out.String())
 	}
 	if !strings.Contains(errOut.String(), "interrupted") {

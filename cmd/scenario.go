@@ -356,6 +356,9 @@ func runScenarios(c *cobra.Command, app *App, o scenarioOptions, args []string) 
 		newObserver = func(w io.Writer) scenarios.Observer {
 			s := &storyObserver{out: w, p: p, verbose: run.format == formatVerbose, width: app.Env.Width, pace: pace, changed: changed}
 			if run.format == formatTimeline {
+				// A picture is drawn for 80 columns unless the terminal is
+				// known to be wider, and its text wraps with it.
+				s.width = wrapOr(app.Env.Width, 80)
 				return timelineObserver{s}
 			}
 			return s
@@ -365,9 +368,6 @@ func runScenarios(c *cobra.Command, app *App, o scenarioOptions, args []string) 
 		fmt.Fprintf(out, "bank-sim %s · seed %d (repeat this run with --seed %d)\n", version(), run.seed, run.seed)
 		if run.bug != nil {
 			fmt.Fprintf(out, "%s\n", p.warn.Sprintf("bug %s is on in every protected phase: %s", run.bug.Name, run.bug.Mistake))
-		}
-		if len(changed) > 0 {
-			fmt.Fprintf(out, "%s\n", p.warn.Sprintf("a live experiment: %s", strings.Join(changed, ", ")))
 		}
 	}
 	srv, err := app.Server(ctx)

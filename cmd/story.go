@@ -140,8 +140,11 @@ func (t *storyObserver) Event(e scenarios.Event) {
 	text := t.human.text(e.Text)
 	switch e.Kind {
 	case scenarios.KindStep:
-		// A loop of identical steps advances as one.
+		// Each step waits for the instructor (after the phase's header, or
+		// after the last step's answers); a loop of identical steps
+		// advances as one.
 		if text != t.lastStep {
+			t.phaseHeader()
 			t.pause()
 		}
 		t.lastStep = text

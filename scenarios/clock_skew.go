@@ -88,7 +88,8 @@ func init() {
 				"a time passed in by the app.",
 			SQL: "INSERT INTO idempotency_keys (…, locked_until, created_at)\n" +
 				"SELECT …, bank_now() + interval '30 seconds', bank_now() …;\n" +
-				"DELETE FROM idempotency_keys WHERE created_at < bank_now() - interval '24 hours' AND …;",
+				"DELETE FROM idempotency_keys\n" +
+				" WHERE created_at < bank_now() - interval '24 hours' AND …;",
 		},
 		Summary: "three servers whose clocks disagree: on their own clocks, B takes over a valid lock and the cleanup deletes a fresh key, whose retry moves money again",
 		Phases: []Phase{{

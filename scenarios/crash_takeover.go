@@ -73,10 +73,13 @@ func init() {
 				"matches, the UPDATE changes no row, and server A rolls back its whole transaction, transfer " +
 				"included. The lock outlives a normal request; the token keeps a slow one harmless.",
 			SQL: "-- take over only an expired lock, with a new token:\n" +
-				"UPDATE idempotency_keys SET lock_id = $3, locked_until = bank_now() + interval '30 seconds'\n" +
-				" WHERE user_id = $1 AND key = $2 AND status = 'in_progress' AND locked_until < bank_now();\n" +
-				"-- complete only with one's own token (0 rows: ROLLBACK):\n" +
-				"UPDATE idempotency_keys SET status = 'completed', … WHERE user_id = $1 AND key = $2 AND lock_id = $3;",
+				"UPDATE idempotency_keys\n" +
+				"   SET lock_id = $3, locked_until = bank_now() + interval '30 seconds'\n" +
+				" WHERE user_id = $1 AND key = $2\n" +
+				"   AND status = 'in_progress' AND locked_until < bank_now();\n" +
+				"-- complete only with one's own token (no row: ROLLBACK):\n" +
+				"UPDATE idempotency_keys SET status = 'completed', …\n" +
+				" WHERE user_id = $1 AND key = $2 AND lock_id = $3;",
 		},
 		Phases: []Phase{{
 			Title:   "without protection: a lock that expires, but no fencing token",

@@ -49,18 +49,29 @@ func init() {
 		// Whatever goes wrong, the phone's transfer is let go and awaited.
 		defer wg.Wait()
 		defer free()
+		phoneDone := make(chan struct{})
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer close(phoneDone)
 			answers[0], _ = r.Send(phoneCtx, net, phone, 1, "phone")
 		}()
+		// The laptop's transfer commits (if it gets that far) only once the
+		// phone's has been answered: the same order on every run.
+		laptopCtx := idem.WithHooks(ctx, idem.Hooks{BeforeCommit: func(context.Context) error {
+			select {
+			case <-phoneDone:
+			case <-time.After(stageTimeout):
+			}
+			return nil
+		}})
 		if err := await(ctx, checked, "the phone's transfer to pass its checks"); err != nil {
 			return answers, err
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			answers[1], _ = r.Send(ctx, net, laptop, 1, "laptop")
+			answers[1], _ = r.Send(laptopCtx, net, laptop, 1, "laptop")
 		}()
 		if err := waitForLockWaiters(ctx, r, 1); err != nil {
 			return answers, err
@@ -91,9 +102,11 @@ func init() {
 				"the money is there, on a row locked for the transaction (FOR UPDATE). The second transfer " +
 				"waits for the first, then finds ₦5,000 and is refused 422 insufficient_funds. A CHECK " +
 				"(balance_kobo >= 0) constraint is the safety net under it.",
-			SQL: "SELECT owner_id, status FROM accounts WHERE id IN ($1, $2) ORDER BY id FOR UPDATE;\n" +
+			SQL: "SELECT owner_id, status FROM accounts\n" +
+				" WHERE id IN ($1, $2) ORDER BY id FOR UPDATE;\n" +
 				"UPDATE accounts SET balance_kobo = balance_kobo - $3\n" +
-				" WHERE id = $1 AND balance_kobo >= $3 RETURNING balance_kobo;  -- no row: insufficient_funds",
+				" WHERE id = $1 AND balance_kobo >= $3\n" +
+				"RETURNING balance_kobo;  -- no row: 422 insufficient_funds",
 		},
 		Phases: []Phase{{
 			Title:   "without protection: the balance read, compared in the app and written back",

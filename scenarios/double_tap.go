@@ -143,9 +143,12 @@ func init() {
 				"other finds the key in progress and is told 409 request_in_progress with Retry-After — or, " +
 				"with the wait policy, polls until the first copy's answer is stored and replays it. Either " +
 				"way the money moves once.",
-			SQL: "INSERT INTO idempotency_keys (user_id, key, request_hash, status, lock_id, locked_until, created_at)\n" +
-				"VALUES ($1, $2, $3, 'in_progress', $4, bank_now() + interval '30 seconds', bank_now())\n" +
-				"ON CONFLICT (user_id, key) DO NOTHING;  -- one row inserted: this copy proceeds; none: look at the key",
+			SQL: "INSERT INTO idempotency_keys\n" +
+				"       (user_id, key, request_hash, status, lock_id, locked_until, created_at)\n" +
+				"VALUES ($1, $2, $3, 'in_progress', $4,\n" +
+				"        bank_now() + interval '30 seconds', bank_now())\n" +
+				"ON CONFLICT (user_id, key) DO NOTHING;\n" +
+				"-- one row inserted: this copy proceeds; none: it reads the key instead",
 		},
 		Phases: []Phase{{
 			Title:   "without protection: a transaction, but no idempotency key",
@@ -169,7 +172,7 @@ func init() {
 							})
 						})
 					},
-					hold2: func(ctx context.Context, _ <-chan struct{}) (context.Context, <-chan struct{}) {
+					hold2: func(ctx context.Context, done1 <-chan struct{}) (context.Context, <-chan struct{}) {
 						queued := make(chan struct{})
 						go func() {
 							if waitForLockWaiters(ctx, r, 1) == nil {
@@ -177,7 +180,15 @@ func init() {
 								close(queued)
 							}
 						}()
-						return ctx, queued
+						// Copy 2 commits only once copy 1 has been answered, so
+						// the answers come in the same order on every run.
+						return idem.WithHooks(ctx, idem.Hooks{BeforeCommit: func(context.Context) error {
+							select {
+							case <-done1:
+							case <-time.After(stageTimeout):
+							}
+							return nil
+						}}), queued
 					},
 				}
 				answers, err := twice(ctx, r, h, r.AdaTap("ada-double-tap"), st)

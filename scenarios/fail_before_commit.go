@@ -45,7 +45,8 @@ func init() {
 				"transfer 1: the rolled-back attempt had taken id 1, and a sequence never hands an id back.",
 			SQL: "BEGIN;\n" +
 				"  -- the transfer's statements …\n" +
-				"  UPDATE idempotency_keys SET status = 'completed', response_status = 201, response_body = $5, …\n" +
+				"  UPDATE idempotency_keys\n" +
+				"     SET status = 'completed', response_status = 201, response_body = $5, …\n" +
 				"   WHERE user_id = $1 AND key = $2 AND lock_id = $3;\n" +
 				"COMMIT;  -- both, or neither",
 		},

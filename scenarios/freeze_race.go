@@ -108,7 +108,8 @@ func init() {
 				"freeze completes, the freeze commits after it, and the next transfer is refused 422 " +
 				"account_not_active.",
 			SQL: "SELECT id, owner_id, status, balance_kobo FROM accounts\n" +
-				" WHERE id IN ($1, $2) ORDER BY id FOR UPDATE;  -- a concurrent UPDATE of status waits for COMMIT",
+				" WHERE id IN ($1, $2) ORDER BY id FOR UPDATE;\n" +
+				"-- a concurrent UPDATE of the account's status now waits for COMMIT",
 		},
 		Phases: []Phase{{
 			Title:   "without protection: the accounts read without FOR UPDATE",

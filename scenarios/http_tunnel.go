@@ -47,8 +47,10 @@ func init() {
 				"what may succeed later (a network error, 409, 429, 5xx) with backoff and jitter. The server " +
 				"replays the stored answer with Idempotent-Replayed: true, so the app shows the original " +
 				"transfer, same id, same balance.",
-			SQL: "-- the server's side is lost-response's: the key and its answer commit with the transfer\n" +
-				"SELECT status, response_status, response_body FROM idempotency_keys WHERE user_id = $1 AND key = $2;",
+			SQL: "-- the server's side is lost-response's: the key's answer commits with\n" +
+				"-- the transfer, and a retry reads it:\n" +
+				"SELECT status, response_status, response_body\n" +
+				"  FROM idempotency_keys WHERE user_id = $1 AND key = $2;",
 		},
 		Phases: []Phase{{
 			Title:   "without protection: a transaction per request, but the server ignores the key",

@@ -31,9 +31,10 @@ func init() {
 				"instead of transferring again.",
 			SQL: "-- in the transfer's own transaction, after the transfer:\n" +
 				"UPDATE idempotency_keys\n" +
-				"   SET status = 'completed', response_status = $4, response_body = $5, lock_id = NULL, locked_until = NULL\n" +
+				"   SET status = 'completed', response_status = $4, response_body = $5,\n" +
+				"       lock_id = NULL, locked_until = NULL\n" +
 				" WHERE user_id = $1 AND key = $2 AND lock_id = $3;\n" +
-				"-- a retry's claim finds the key completed and replays response_status and response_body",
+				"-- a retry's claim finds the key completed and replays its answer",
 		},
 		Phases: []Phase{{
 			Title:   "without protection: a transaction, but no idempotency key",

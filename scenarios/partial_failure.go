@@ -31,8 +31,10 @@ func init() {
 				"of them back, so the debit is undone with the rest: all or nothing (the A in ACID).",
 			SQL: "BEGIN;\n" +
 				"UPDATE accounts SET balance_kobo = balance_kobo - 1000000 WHERE id = 1;\n" +
-				"UPDATE accounts SET balance_kobo = balance_kobo + 1000000 WHERE id = 99;  -- 0 rows, no error\n" +
-				"INSERT INTO transfers (from_account, to_account, amount_kobo) VALUES (1, 99, 1000000);  -- fails\n" +
+				"UPDATE accounts SET balance_kobo = balance_kobo + 1000000 WHERE id = 99;\n" +
+				"  -- changes 0 rows, and is not an error\n" +
+				"INSERT INTO transfers (from_account, to_account, amount_kobo)\n" +
+				"VALUES (1, 99, 1000000);  -- fails on the foreign key\n" +
 				"ROLLBACK;  -- the debit is undone too",
 		},
 		Phases: []Phase{{

@@ -31,8 +31,9 @@ func init() {
 				"no answer, 409, 429, 5xx — never a 2xx, 400 or 422. Back off (50, 100, 200 ms …) with " +
 				"jitter; bank-sim's client also honours Retry-After. After the last attempt the outcome is " +
 				"unknown, not failed: show it as pending and resolve it with GET /transfers?key=.",
-			SQL: "-- the client's rules need no SQL of their own; GET /transfers?key= reads the key:\n" +
-				"SELECT status, response_status, response_body FROM idempotency_keys WHERE user_id = $1 AND key = $2;",
+			SQL: "-- the client's rules need no SQL; GET /transfers?key= reads the key:\n" +
+				"SELECT status, response_status, response_body\n" +
+				"  FROM idempotency_keys WHERE user_id = $1 AND key = $2;",
 		},
 		Summary: "what the client retries (network, 409, 429, 5xx) and its backoff; a new key per attempt moves ₦20,000",
 		Phases: []Phase{{

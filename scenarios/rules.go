@@ -43,8 +43,10 @@ func init() {
 				"zero, the sender's account exists and belongs to the caller (404 otherwise, so strangers learn " +
 				"nothing), both accounts are active (422), and the debit is a conditional UPDATE (422 " +
 				"insufficient_funds when it changes no row). Refusals are answers, not crashes.",
-			SQL: "SELECT id, owner_id, status, balance_kobo FROM accounts WHERE id IN ($1, $2) ORDER BY id FOR UPDATE;\n" +
-				"UPDATE accounts SET balance_kobo = balance_kobo - $3 WHERE id = $1 AND balance_kobo >= $3;",
+			SQL: "SELECT id, owner_id, status, balance_kobo FROM accounts\n" +
+				" WHERE id IN ($1, $2) ORDER BY id FOR UPDATE;\n" +
+				"UPDATE accounts SET balance_kobo = balance_kobo - $3\n" +
+				" WHERE id = $1 AND balance_kobo >= $3;  -- no row: 422 insufficient_funds",
 		},
 		Phases: []Phase{{
 			Title: "every rule of the transfer",

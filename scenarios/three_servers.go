@@ -57,9 +57,11 @@ func init() {
 				"the map the same way.)",
 			Defence: "Keep the keys where every copy of the server finds them and where they survive a " +
 				"restart: in the database, next to the money, written in the same transactions.",
-			SQL: "CREATE TABLE idempotency_keys (user_id integer, key text, request_hash text, status text,\n" +
-				"  lock_id text, locked_until timestamptz, response_status integer, response_body text,\n" +
-				"  created_at timestamptz, PRIMARY KEY (user_id, key));",
+			SQL: "CREATE TABLE idempotency_keys (\n" +
+				"  user_id integer, key text, request_hash text, status text,\n" +
+				"  lock_id text, locked_until timestamptz,\n" +
+				"  response_status integer, response_body text, created_at timestamptz,\n" +
+				"  PRIMARY KEY (user_id, key));",
 		},
 		Summary: "three servers on one database; the retry lands on another one: keys in each server's memory move ₦20,000",
 		Phases: []Phase{{
