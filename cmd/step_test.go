@@ -73,7 +73,9 @@ func TestStepAdvancesOneStepPerKey(t *testing.T) {
 		Getenv: os.Getenv, Now: time.Now, Postgres: postgres.Start,
 	}
 	done := make(chan int, 1)
-	go func() { done <- cmd.Run(context.Background(), env, []string{"scenario", "lost-response", "--step", "--seed", "1"}) }()
+	go func() {
+		done <- cmd.Run(context.Background(), env, []string{"scenario", "lost-response", "--step", "--seed", "1"})
+	}()
 
 	// What must be on the screen at each pause, and what must not be yet.
 	pauses := []struct{ shown, notYet string }{
