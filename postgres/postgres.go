@@ -2,12 +2,40 @@
 // existing one (DATABASE_URL) or a private cluster it starts itself from
 // locally installed (or, as a last resort, downloaded) binaries.
 //
+// # Lifetime of an embedded server
+//
 // The embedded cluster is run by a supervisor: this same executable,
-// re-executed with an environment variable set, which MaybeSupervise detects.
-// The supervisor owns the postmaster's lifetime. It stops it when the parent
-// closes its stdin, exits, panics or is SIGKILLed (Pdeathsig), so no run ever
-// leaves a postmaster behind. When started as root it drops to nobody first,
-// because initdb and postgres refuse to run as root.
+// re-executed with an environment variable set, which MaybeSupervise
+// detects. As root the supervisor drops to nobody first, because initdb and
+// postgres refuse to run as root. It then runs the postmaster itself, as its
+// own direct child, instead of through pg_ctl: pg_ctl detaches the server
+// (it is reparented to init), so a SIGKILL of the supervisor used to leave it
+// listening for good. Two parent-death signals (prctl PR_SET_PDEATHSIG,
+// which the kernel delivers however the parent dies, SIGKILL included) chain
+// the three processes together:
+//
+//	bank-sim ──SIGTERM──▶ supervisor ──SIGQUIT──▶ postmaster ──▶ backends
+//
+// If bank-sim dies, the supervisor gets SIGTERM and stops the server
+// cleanly; if the supervisor dies, the postmaster gets SIGQUIT (PostgreSQL's
+// immediate shutdown) and takes its backends with it, within milliseconds.
+// The signal is a property of the thread that forked the child and is
+// cleared by a change of credentials, so each fork happens on a thread kept
+// alive for the child's life (runtime.LockOSThread), and only after the
+// supervisor has dropped root. The supervisor also stops the server when
+// bank-sim closes its stdin (Close, or bank-sim's exit or panic) or sends it
+// SIGINT/SIGTERM/SIGHUP. A server found in a slot at start (left by an older
+// bank-sim that used pg_ctl) is stopped before the slot is used.
+//
+// embedded-postgres still resolves versions and downloads binaries for users
+// without a local PostgreSQL; it starts a scratch cluster only to do so.
+//
+// # Databases and their owners
+//
+// See owner.go: every database this package creates carries, in its name,
+// the key of an advisory lock its process holds for its lifetime, so that
+// leftovers of dead processes can be told from databases in use, on any
+// server and from any host.
 package postgres
 
 import (
