@@ -94,6 +94,8 @@ type Server struct {
 	adminURL string // connection string for CREATE/DROP DATABASE
 	dbURL    func(name string) string
 	major    int
+	// owner marks this process's databases (owner.go).
+	owner *owner
 
 	// embedded only
 	stdin    *os.File
@@ -187,6 +189,10 @@ func (s *Server) Crash(ctx context.Context) error {
 			s.mu.Lock()
 			s.postPID = pid
 			s.mu.Unlock()
+			// The lock died with the server's sessions: take it again.
+			if err := s.owner.ensure(ctx); err != nil {
+				return unavailable("after the crash: %v", err)
+			}
 			return nil
 		default:
 			return unavailable("crash and restart: %s", strings.TrimPrefix(r, "error "))
@@ -208,8 +214,12 @@ func (s *Server) Close() error {
 
 func (s *Server) close() error {
 	var errs []error
-	if !s.embedded {
-		errs = append(errs, s.dropOwnTemplates())
+	if !s.embedded && s.owner != nil {
+		errs = append(errs, s.dropOwn())
+	}
+	if s.owner != nil {
+		// From here on, anything of ours still there is an orphan.
+		s.owner.release()
 	}
 	s.mu.Lock()
 	s.closed = true
@@ -337,6 +347,9 @@ func startEmbedded(ctx context.Context, o Options) (*Server, error) {
 	s.proc = cmd.Process
 
 	fail := func(err error) (*Server, error) {
+		if s.owner != nil {
+			s.owner.release()
+		}
 		_ = s.stopSupervisor(10 * time.Second)
 		return nil, err
 	}
@@ -405,6 +418,11 @@ func startEmbedded(ctx context.Context, o Options) (*Server, error) {
 		return fail(unavailable("connecting to the embedded PostgreSQL on 127.0.0.1:%d: %v", st.Port, err))
 	}
 	version := s.serverVersion(ctx, conn)
+	s.owner, err = newOwner(ctx, s.adminURL)
+	if err != nil {
+		s.release(conn, err)
+		return fail(unavailable("embedded PostgreSQL on 127.0.0.1:%d: %v", st.Port, err))
+	}
 	// A killed earlier run in this slot may have left scenario databases:
 	// nobody else can be using them, since we hold the slot.
 	err = dropLeftovers(ctx, conn)

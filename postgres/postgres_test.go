@@ -19,6 +19,9 @@ import (
 
 func TestMain(m *testing.M) {
 	MaybeSupervise()
+	if url := os.Getenv("BANK_SIM_TEST_EXTERNAL"); url != "" {
+		os.Exit(fakeExternalRun(url))
+	}
 	if dir := os.Getenv("BANK_SIM_TEST_PARENT"); dir != "" {
 		os.Exit(fakeParent(dir))
 	}
@@ -182,8 +185,9 @@ func TestCreateDatabase(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("TIMING first CreateDatabase (builds template) %v", time.Since(t0).Round(time.Millisecond))
-	if !strings.HasPrefix(db.Name, "bank_sim_first_scenario__") {
-		t.Fatalf("name %q", db.Name)
+	// Marked with this process's owner key, then the label.
+	if key, ok := ownerOf(db.Name); !ok || key != s.owner.key || !strings.HasPrefix(db.Name, s.owner.name("first_scenario__")) {
+		t.Fatalf("name %q does not carry owner %s and the label", db.Name, s.owner.hex)
 	}
 	c, err := pgx.Connect(ctx, db.URL)
 	if err != nil {
