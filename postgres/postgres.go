@@ -143,6 +143,11 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 // Embedded reports whether this process started the server.
 func (s *Server) Embedded() bool { return s.embedded }
 
+// AdminURL is the connection string of the server's maintenance database,
+// password included. Tests use an embedded server's as the URL of an
+// "external" one.
+func (s *Server) AdminURL() string { return s.adminURL }
+
 // Describe returns a one-line description without credentials.
 func (s *Server) Describe() string { return s.desc }
 
