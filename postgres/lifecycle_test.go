@@ -140,7 +140,7 @@ func TestServerDiesWithItsSupervisor(t *testing.T) {
 		{"SIGKILL of the supervisor's process group", nil, func(i parentInfo) { kill(-i.Sup) }},
 		{"SIGKILL of the supervisor after a crash restart", []string{"BANK_SIM_TEST_PARENT_CRASH=1"}, func(i parentInfo) { kill(i.Sup) }},
 	}
-	dir := cacheDir(t)
+	dir := warmCache(t)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			info := startFakeParent(t, dir, c.env...)
@@ -166,7 +166,7 @@ func TestMeasureSupervisorKill(t *testing.T) {
 	if n == 0 {
 		t.Skip("set BANK_SIM_MEASURE=N to measure N kills")
 	}
-	dir := cacheDir(t)
+	dir := warmCache(t)
 	var ds []time.Duration
 	for i := 0; i < n; i++ {
 		info := startFakeParent(t, dir)

@@ -25,7 +25,33 @@ func TestMain(m *testing.M) {
 	if dir := os.Getenv("BANK_SIM_TEST_PARENT"); dir != "" {
 		os.Exit(fakeParent(dir))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if warm.dir != "" {
+		os.RemoveAll(warm.dir)
+	}
+	os.Exit(code)
+}
+
+// warm is a cache dir shared by the tests that do not care whether their
+// cluster is new: after the first, they start in a tenth of a second
+// instead of paying for initdb.
+var warm struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+func warmCache(t *testing.T) string {
+	warm.once.Do(func() {
+		warm.dir, warm.err = os.MkdirTemp("", "bank-sim-pg-test-warm-")
+		if warm.err == nil {
+			warm.err = os.Chmod(warm.dir, 0o755)
+		}
+	})
+	if warm.err != nil {
+		t.Fatal(warm.err)
+	}
+	return warm.dir
 }
 
 // cacheDir returns a fresh cache dir that nobody can reach (t.TempDir is
@@ -139,7 +165,7 @@ func TestStartStopReuse(t *testing.T) {
 }
 
 func TestTwoServersAtOnce(t *testing.T) {
-	dir := cacheDir(t)
+	dir := warmCache(t)
 	var wg sync.WaitGroup
 	servers := make([]*Server, 2)
 	errs := make([]error, 2)
@@ -178,7 +204,7 @@ func TestTwoServersAtOnce(t *testing.T) {
 
 func TestCreateDatabase(t *testing.T) {
 	ctx := context.Background()
-	s, _ := start(t, Options{CacheDir: cacheDir(t)})
+	s, _ := start(t, Options{CacheDir: warmCache(t)})
 	t0 := time.Now()
 	db, err := s.CreateDatabase(ctx, testTemplate, "First Scenario!")
 	if err != nil {
@@ -315,7 +341,7 @@ func TestTemplateInitErrorLeavesNothing(t *testing.T) {
 // databases and keeps its template.
 func TestLeftoversOfAKilledRunInTheSlot(t *testing.T) {
 	ctx := context.Background()
-	dir := cacheDir(t)
+	dir := warmCache(t)
 	s, _ := start(t, Options{CacheDir: dir})
 	db, err := s.CreateDatabase(ctx, testTemplate, "orphan")
 	if err != nil {
@@ -347,7 +373,7 @@ func TestLeftoversOfAKilledRunInTheSlot(t *testing.T) {
 // so a killed run could leave one running in a slot. The next Start that
 // takes the slot stops it and starts its own on the same cluster.
 func TestDetachedPostmasterOfAnOlderBankSim(t *testing.T) {
-	dir := cacheDir(t)
+	dir := warmCache(t)
 	s, _ := start(t, Options{CacheDir: dir})
 	data, slot := s.dataDir, s.slotPath
 	if err := s.Close(); err != nil {
@@ -409,7 +435,7 @@ func TestUnavailable(t *testing.T) {
 
 func TestExternal(t *testing.T) {
 	ctx := context.Background()
-	emb, _ := start(t, Options{CacheDir: cacheDir(t)})
+	emb, _ := start(t, Options{CacheDir: warmCache(t)})
 	pc, err := pgx.ParseConfig(emb.adminURL)
 	if err != nil {
 		t.Fatal(err)
@@ -451,7 +477,7 @@ func TestExternal(t *testing.T) {
 // postmaster behind.
 func TestCrashKeepsCommittedData(t *testing.T) {
 	ctx := context.Background()
-	s, _ := start(t, Options{CacheDir: cacheDir(t)})
+	s, _ := start(t, Options{CacheDir: warmCache(t)})
 	db, err := s.CreateDatabase(ctx, testTemplate, "crash")
 	if err != nil {
 		t.Fatal(err)

@@ -115,13 +115,21 @@ func (r *externalRun) kill(t *testing.T, admin *pgx.Conn) {
 // carries no owner mark, and an unmarked template of an older bank-sim.
 func userServer(t *testing.T) (url string, admin *pgx.Conn, unmarked []string) {
 	t.Helper()
-	emb, _ := start(t, Options{CacheDir: cacheDir(t)})
+	emb, _ := start(t, Options{CacheDir: warmCache(t)})
 	ctx := context.Background()
 	admin, err := pgx.Connect(ctx, emb.adminURL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { admin.Close(context.Background()) })
+	// Only what the test makes: no templates of earlier tests.
+	for _, n := range databases(t, admin) {
+		for _, q := range []string{"ALTER DATABASE " + quote(n) + " IS_TEMPLATE false", "DROP DATABASE " + quote(n)} {
+			if _, err := admin.Exec(ctx, q); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	unmarked = []string{"bank_sim_tpl_0123abcd_5e0c2d4e8a1b", "bank_sim_users_own"} // as ORDER BY datname
 	for _, q := range []string{
 		"CREATE DATABASE bank_sim_users_own",
