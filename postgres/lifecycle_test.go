@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -47,7 +46,7 @@ type parentInfo struct {
 // startFakeParent runs the test binary as a bank-sim process with an
 // embedded server and returns what it reports. The parent is killed when
 // the test ends, if the test has not killed it.
-func startFakeParent(t *testing.T, dir string, env ...string) parentInfo {
+func startFakeParent(t testing.TB, dir string, env ...string) parentInfo {
 	t.Helper()
 	exe, _ := os.Executable()
 	cmd := exec.Command(exe)
@@ -158,31 +157,31 @@ func TestServerDiesWithItsSupervisor(t *testing.T) {
 	ping(t, s.adminURL)
 }
 
-// The time from a SIGKILL of the supervisor to the postmaster's exit, over
-// a few runs: go test ./postgres -run TestMeasureSupervisorKill -v -count=1
-// with BANK_SIM_MEASURE=N.
-func TestMeasureSupervisorKill(t *testing.T) {
-	n, _ := strconv.Atoi(os.Getenv("BANK_SIM_MEASURE"))
-	if n == 0 {
-		t.Skip("set BANK_SIM_MEASURE=N to measure N kills")
-	}
-	dir := warmCache(t)
+// BenchmarkSupervisorKill measures the time from a SIGKILL of the
+// supervisor to the postmaster's exit (ns/op; the server's start is not
+// timed): go test ./postgres -run '^$' -bench SupervisorKill -benchtime 15x
+func BenchmarkSupervisorKill(b *testing.B) {
+	dir := warmCache(b)
 	var ds []time.Duration
-	for i := 0; i < n; i++ {
-		info := startFakeParent(t, dir)
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		info := startFakeParent(b, dir)
+		b.StartTimer()
 		t0 := time.Now()
 		syscall.Kill(info.Sup, syscall.SIGKILL)
 		for alive(info.PID) {
 			if time.Since(t0) > 10*time.Second {
-				t.Fatalf("postmaster %d alive 10 s after its supervisor's SIGKILL", info.PID)
+				b.Fatalf("postmaster %d alive 10 s after its supervisor's SIGKILL", info.PID)
 			}
 			time.Sleep(200 * time.Microsecond)
 		}
 		ds = append(ds, time.Since(t0))
+		b.StopTimer()
 		info.Parent.Process.Kill()
 		info.Parent.Wait()
+		b.StartTimer()
 	}
 	slices.Sort(ds)
-	fmt.Printf("MEASURE supervisor SIGKILL -> postmaster exit, %d runs: median %v, min %v, max %v\n",
-		n, ds[n/2].Round(100*time.Microsecond), ds[0].Round(100*time.Microsecond), ds[n-1].Round(100*time.Microsecond))
+	b.ReportMetric(float64(ds[len(ds)/2].Microseconds())/1000, "median-ms")
+	b.ReportMetric(float64(ds[len(ds)-1].Microseconds())/1000, "max-ms")
 }

@@ -172,8 +172,6 @@ const (
 	// Unmarked: not made by this version of bank-sim (a user's own, or an
 	// older bank-sim's). Never dropped by bank-sim.
 	Unmarked
-	// Shared: an embedded cluster's template, kept for later runs.
-	Shared
 )
 
 // Leftover is a database whose name starts with bank_sim_.
@@ -189,7 +187,7 @@ type Leftover struct {
 }
 
 // listLeftovers reads every bank_sim_* database and decides what it is.
-func listLeftovers(ctx context.Context, conn *pgx.Conn, embedded bool) ([]Leftover, error) {
+func listLeftovers(ctx context.Context, conn *pgx.Conn) ([]Leftover, error) {
 	rows, err := conn.Query(ctx, `
 		SELECT d.datname, d.datistemplate,
 		       CASE WHEN has_database_privilege(d.datname, 'CONNECT') THEN pg_database_size(d.oid) ELSE -1 END,
@@ -222,8 +220,6 @@ func listLeftovers(ctx context.Context, conn *pgx.Conn, embedded bool) ([]Leftov
 		l := &found[i]
 		key, marked := ownerOf(l.Name)
 		switch {
-		case embedded && !marked && l.Template && isSharedTemplate(l.Name):
-			l.State = Shared
 		case !marked:
 			l.State = Unmarked
 		case held[key]:
@@ -296,7 +292,7 @@ func isCode(err error, code string) bool {
 // dropped. Errors are not fatal to a run: what cannot be dropped now is
 // tried again next time, and bank-sim prune reports it.
 func sweepOrphans(ctx context.Context, conn *pgx.Conn) int {
-	found, err := listLeftovers(ctx, conn, false)
+	found, err := listLeftovers(ctx, conn)
 	if err != nil {
 		return 0
 	}

@@ -72,7 +72,8 @@ func unavailable(format string, args ...any) error {
 // Options chooses the server.
 type Options struct {
 	// URL uses an existing server (DATABASE_URL) instead of starting one.
-	// Only databases named bank_sim_* that this process created are touched.
+	// Only bank_sim_* databases are touched: those this process creates,
+	// and those marked by bank-sim processes that have ended (owner.go).
 	URL string
 	// BinariesPath is a PostgreSQL installation (containing bin/pg_ctl).
 	// "" means $BANK_SIM_PG_BINARIES, else the newest
@@ -210,8 +211,10 @@ func (s *Server) Crash(ctx context.Context) error {
 	}
 }
 
-// Close stops the embedded server, or drops this process's templates on an
-// external one. It is idempotent.
+// Close stops the embedded server, or, on an external one, drops every
+// database this process created that is still there (its templates, and
+// any a Database's Drop did not get to), and ends the session that marks
+// them as in use. It is idempotent.
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() { s.closeErr = s.close() })
 	return s.closeErr

@@ -41,7 +41,7 @@ var warm struct {
 	err  error
 }
 
-func warmCache(t *testing.T) string {
+func warmCache(t testing.TB) string {
 	warm.once.Do(func() {
 		warm.dir, warm.err = os.MkdirTemp("", "bank-sim-pg-test-warm-")
 		if warm.err == nil {

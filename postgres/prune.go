@@ -41,7 +41,7 @@ func PruneServer(ctx context.Context, url string, dryRun bool) (string, []Leftov
 		version = f[0]
 	}
 	desc := fmt.Sprintf("PostgreSQL %s at %s", version, where)
-	found, err := listLeftovers(ctx, conn, false)
+	found, err := listLeftovers(ctx, conn)
 	if err != nil {
 		return desc, nil, fmt.Errorf("listing the databases on %s: %w", desc, err)
 	}

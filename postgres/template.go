@@ -229,8 +229,6 @@ func (s *Server) buildTemplate(ctx context.Context, admin *pgx.Conn, tpl Templat
 // templates, which are kept for later runs and carry no owner.
 const sharedTemplatePrefix = "bank_sim_tpl_"
 
-func isSharedTemplate(name string) bool { return strings.HasPrefix(name, sharedTemplatePrefix) }
-
 // dropLeftovers removes, from an embedded cluster that has just started on
 // a new port (so nobody else can be connected to it), every bank_sim_*
 // database but the finished shared templates: scenario databases of a
