@@ -63,12 +63,18 @@ func runPrune(c *cobra.Command, app *App, dryRun bool) error {
 	var t pruneTally
 
 	dir, slots, err := postgres.PruneCache(app.Env.Getenv("BANK_SIM_CACHE_DIR"), dryRun)
-	if err != nil {
-		return &ExitError{Code: ExitFailed, Err: err}
+	if dir == "" {
+		fmt.Fprintf(out, "%s\n", p.bold.Sprint("embedded clusters"))
+	} else {
+		fmt.Fprintf(out, "%s\n", p.bold.Sprint("embedded clusters in "+dir))
 	}
-	fmt.Fprintf(out, "%s\n", p.bold.Sprint("embedded clusters in "+dir))
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	if len(slots) == 0 {
+	cacheErr := err
+	switch {
+	case err != nil:
+		// Said, and the server (if any) still checked.
+		fmt.Fprintf(tw, "  %s\t%v\n", p.bad.Sprint("failed"), err)
+	case len(slots) == 0:
 		fmt.Fprintln(tw, "  none")
 	}
 	for _, s := range slots {
@@ -114,6 +120,8 @@ func runPrune(c *cobra.Command, app *App, dryRun bool) error {
 	}
 	summary := fmt.Sprintf("removed %s, %s freed", strings.Join(what, " and "), size(t.bytes))
 	switch {
+	case len(what) == 0 && (cacheErr != nil || unreachable != nil):
+		summary = "nothing removed"
 	case len(what) == 0:
 		summary = "nothing to remove"
 	case dryRun:
@@ -123,6 +131,9 @@ func runPrune(c *cobra.Command, app *App, dryRun bool) error {
 	fmt.Fprintln(out, summary)
 	if unreachable != nil {
 		return &ExitError{Code: ExitDatabase, Err: unreachable}
+	}
+	if cacheErr != nil {
+		return &ExitError{Code: ExitFailed, Err: fmt.Errorf("the embedded cache could not be pruned (see above)")}
 	}
 	if t.failed > 0 {
 		return &ExitError{Code: ExitFailed, Err: fmt.Errorf("%d %s could not be removed (see above)", t.failed, plural(t.failed, "leftover", "leftovers"))}
