@@ -291,13 +291,13 @@ func countBy(es []scenarios.Expectation) string {
 	}
 	var parts []string
 	if lesson > 0 {
-		parts = append(parts, fmt.Sprintf("%s as the lesson says", plural(lesson, "check", "checks")))
+		parts = append(parts, fmt.Sprintf("%s as the lesson says", countOf(lesson, "check", "checks")))
 	}
 	if own > 0 {
 		if lesson > 0 {
 			parts = append(parts, fmt.Sprintf("%d of bank-sim's own", own))
 		} else {
-			parts = append(parts, fmt.Sprintf("%s of bank-sim's own", plural(own, "check", "checks")))
+			parts = append(parts, fmt.Sprintf("%s of bank-sim's own", countOf(own, "check", "checks")))
 		}
 	}
 	return strings.Join(parts, ", ")
@@ -328,7 +328,8 @@ func neverStruck(s scenarios.Scenario, what string) string {
 	return "this story has no request on those attempts that such a fault can reach (in-process faults strike the stories without HTTP; connection faults those over HTTP; see 'bank-sim explain " + s.Name + "')"
 }
 
-func plural(n int, one, many string) string {
+// countOf spells a count with its noun: "1 check", "5 checks".
+func countOf(n int, one, many string) string {
 	if n == 1 {
 		return "1 " + one
 	}
