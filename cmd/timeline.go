@@ -158,7 +158,6 @@ type diagram struct {
 	x             map[string]int
 	rows          [][]cell
 	p             *palette
-	lastWhen      string
 }
 
 func newDiagram(lanes []string, w int, p *palette) *diagram {
@@ -191,11 +190,12 @@ func (d *diagram) put(row []cell, at int, s string, st int) {
 	}
 }
 
+// stamp writes an item's time in the margin of its first row: every item
+// has one, so that a diagram's shape never depends on how fast it ran.
 func (d *diagram) stamp(row []cell, when string) {
-	if when == "" || when == d.lastWhen {
+	if when == "" {
 		return
 	}
-	d.lastWhen = when
 	d.put(row, 0, pad(truncate(when, d.margin-1), d.margin-1), stTime)
 }
 
