@@ -257,12 +257,13 @@ func (t *storyObserver) verdict(r scenarios.PhaseReport) {
 	case r.Control && t.verbose:
 		t.wrapped("   ", t.p.warn.Sprint("⇒"), t.human.text(r.Verdict), t.p.warn)
 	case r.Control:
+		// Each broken invariant with what it caught; a check joins the
+		// cases it caught with "; ": one a line.
 		for i, c := range broken {
 			lead := "what goes wrong: "
 			if i > 0 {
 				lead = "and: "
 			}
-			// A check names each case it caught, "; " between them: one a line.
 			parts := strings.Split(t.human.text(c.Detail), "; ")
 			t.wrapped("   ", t.p.warn.Sprint("⇒"), lead+c.Name+" — "+parts[0], t.p.warn)
 			for _, more := range parts[1:] {

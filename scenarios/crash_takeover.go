@@ -26,8 +26,8 @@ func init() {
 		in := Intent{Label: "ada-crash", UserID: 1, Key: "crash-demo-00000000001",
 			Request: bank.TransferRequest{From: 1, To: 2, AmountKobo: r.Amount()}}
 
-		r.Step("Ada sends %s; server A claims the key and goes silent", bank.Naira(in.Request.AmountKobo))
-		_, err := r.Send(ctx, serverA, in, 1, "")
+		r.Step("Ada sends %s; server A claims the key and goes silent: her app times out", bank.Naira(in.Request.AmountKobo))
+		_, err := r.SendSetup(ctx, serverA, in, 1, "")
 		sleepers := crash.Sleepers()
 		if !r.Expect(err != nil && len(sleepers) == 1, "server A is stuck holding the key") {
 			return nil

@@ -60,8 +60,7 @@ func init() {
 					_, err := bank.NaiveTransfer(bank.WithIntent(ctx, "ada-to-99"), tx, typo)
 					return err
 				})
-				r.Step("failed: %v", pgMessage(err))
-				r.Step("the transaction rolled back: the debit is undone with the rest")
+				r.Step("failed: %v; the transaction rolled back, the debit with it", pgMessage(err))
 				r.Lesson().Expect(isForeignKeyViolation(err), "the third statement fails on the foreign key")
 				r.Lesson().ExpectBalances(ctx, 5_000_000, 500_000, 2_000_000)
 				r.Lesson().ExpectTransfers(ctx, 0)
