@@ -60,7 +60,7 @@ func runCompare(c *cobra.Command, app *App, s scenarios.Scenario, seed uint64) e
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "%s\n", p.dim.Sprint(app.describe(srv)))
+	printWrapped(out, app.describe(srv), app.Env.Width, p.dim)
 	dbs, wait := scenarios.AsyncBanks(srv)
 	rep, err := scenarios.ExecuteWith(ctx, s, dbs, seed, nil, scenarios.Options{Snapshots: true})
 	wait()
@@ -108,7 +108,9 @@ func attemptRows(pr scenarios.PhaseReport) []attemptRow {
 	}
 	var rows []attemptRow
 	for _, e := range pr.Events {
-		if e.Kind != scenarios.KindAttempt || e.Setup {
+		// Setup attempts too: what the server did with them later can be
+		// the difference (crash-takeover's server A waking up).
+		if e.Kind != scenarios.KindAttempt {
 			continue
 		}
 		label, answer, ok := strings.Cut(h.text(e.Text), ": ")

@@ -2,6 +2,7 @@ package cmd
 
 import (
 	"fmt"
+	"io"
 	"regexp"
 	"sort"
 	"strings"
@@ -128,4 +129,21 @@ func truncate(s string, n int) string {
 		return string([]rune(s)[:max(n, 0)])
 	}
 	return string([]rune(s)[:n-1]) + "…"
+}
+
+// printWrapped prints text wrapped to width (not at all when width is 0),
+// its continuation lines indented by two spaces.
+func printWrapped(w io.Writer, text string, cols int, style colorer) {
+	lines := wrap(text, cols)
+	for i, l := range lines {
+		if i == 0 {
+			fmt.Fprintln(w, style.Sprint(l))
+			continue
+		}
+		// The rest again, within the indent.
+		for _, m := range wrap(strings.Join(lines[i:], " "), max(cols-2, 20)) {
+			fmt.Fprintln(w, style.Sprint("  "+m))
+		}
+		break
+	}
 }

@@ -375,7 +375,7 @@ func runScenarios(c *cobra.Command, app *App, o scenarioOptions, args []string) 
 		return err
 	}
 	if human {
-		fmt.Fprintf(out, "%s\n", p.dim.Sprint(app.describe(srv)))
+		printWrapped(out, app.describe(srv), app.Env.Width, p.dim)
 	}
 
 	start := time.Now()

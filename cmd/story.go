@@ -3,6 +3,7 @@ package cmd
 import (
 	"fmt"
 	"io"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -100,23 +101,30 @@ func (t *storyObserver) wrapWidth(indent int) int {
 	return max(t.width-indent, 20)
 }
 
-// wrapped prints text after indent and mark, wrapped, continuation lines
-// indented under the text.
-func (t *storyObserver) wrapped(indent, mark string, text string, style colorer) {
-	lines := wrap(text, t.wrapWidth(width(indent)+width(mark)+boolInt(mark != "")))
-	for i, l := range lines {
+// wrapped prints text after indent and mark, wrapped to the width, its
+// continuation lines indented under the text. mark is measured as plain
+// text; marked is its coloured form.
+func (t *storyObserver) wrapped(indent, marked string, text string, style colorer) {
+	mark := ansi.ReplaceAllString(marked, "")
+	lead := width(indent)
+	if mark != "" {
+		lead += width(mark) + 1
+	}
+	for i, l := range wrap(text, t.wrapWidth(lead)) {
 		prefix := indent
-		if mark != "" {
-			if i == 0 {
-				prefix += mark + " "
-			} else {
-				prefix += strings.Repeat(" ", width(mark)+1)
-			}
+		switch {
+		case mark != "" && i == 0:
+			prefix += marked + " "
+		case mark != "":
+			prefix += strings.Repeat(" ", width(mark)+1)
 		}
 		fmt.Fprintf(t.out, "%s%s\n", prefix, style.Sprint(l))
 	}
 	t.line()
 }
+
+// ansi matches colour codes, which take no columns.
+var ansi = regexp.MustCompile("\x1b\\[[0-9;]*m")
 
 func (t *storyObserver) line() {
 	t.printed = true

@@ -203,6 +203,11 @@ func (d *diagram) stamp(row []cell, when string) {
 // fits, else as far right as it fits; wrapped when wider than the diagram.
 func (d *diagram) text(s string, at int, st int, when string) {
 	room := d.width - d.margin
+	// Wrapped where it starts, if there is room enough there; else moved
+	// left as far as it needs.
+	if right := d.width - at; right >= 24 {
+		room = right
+	}
 	for i, line := range wrap(s, room) {
 		row := d.blank()
 		if st == stStep {
