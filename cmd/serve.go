@@ -170,7 +170,7 @@ func runServe(ctx context.Context, app *App, o serveOptions) error {
 	}
 
 	fmt.Fprintf(out, "bank-sim %s serving the transfer API on %s\n", version(), p.bold.Sprint(url))
-	fmt.Fprintf(out, "%s\n", p.dim.Sprint(srv.Describe()+", database "+db.Name+" (dropped on exit)"))
+	printWrapped(out, app.describe(srv)+", database "+db.Name+" (dropped on exit)", app.Env.Width, p.dim)
 	if bug != nil {
 		// On both streams: whoever reads either must not mistake this
 		// server for a correct one.
@@ -300,6 +300,8 @@ func requestLog(app *App, db bank.DB) func(api.Access) {
 			if a.Key == "" {
 				key = ""
 			}
+		} else if a.Status == 401 || a.Status == 413 || a.Status == 415 || a.Code == "idempotency_key_required" {
+			replayed = "" // refused before the key store
 		}
 		style := colorer(p.ok)
 		if a.Status >= 400 {
