@@ -508,15 +508,18 @@ func executeAll(ctx context.Context, list []scenarios.Scenario, dbs scenarios.Da
 	errs := make([]error, len(list))
 	sem := make(chan struct{}, parallel)
 	var wg sync.WaitGroup
+	// Scenarios start in the list's order, so that the one printing live is
+	// the one running, and an interruption leaves the first ones finished.
 	for i, s := range list {
+		sem <- struct{}{}
+		if ctx.Err() != nil {
+			<-sem
+			break
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			sem <- struct{}{}
 			defer func() { <-sem }()
-			if ctx.Err() != nil {
-				return
-			}
 			var obs scenarios.Observer
 			if newObserver != nil {
 				obs = newObserver(ordered.writer(i))
@@ -526,12 +529,10 @@ func executeAll(ctx context.Context, list []scenarios.Scenario, dbs scenarios.Da
 				errs[i] = fmt.Errorf("scenario %s: %w", s.Name, errs[i])
 				return
 			}
-			// A scenario that saw the interruption may have been cut short
-			// (a failed query reads as a broken expectation): not finished.
-			finished[i] = ctx.Err() == nil
-			if finished[i] {
-				ordered.done(i)
-			}
+			// Every phase read its ledger after its work, so an interruption
+			// that came later cut nothing short.
+			finished[i] = true
+			ordered.done(i)
 		}()
 	}
 	wg.Wait()
