@@ -18,6 +18,7 @@ import (
 
 	"github.com/banksim/bank-sim/cmd"
 	"github.com/banksim/bank-sim/postgres"
+	"github.com/banksim/bank-sim/scenarios"
 	"golang.org/x/sys/unix"
 )
 
@@ -230,4 +231,37 @@ func TestStepQuitsOnSIGINT(t *testing.T) {
 		t.Fatal(err)
 	}
 	quitsAtOnce(t, "SIGINT", out, exited)
+}
+
+// A loop of identical steps advances as one: one pause for the header and
+// the loop, one for the next step, one at the verdict.
+func TestStepAdvancesALoopAsOne(t *testing.T) {
+	defer scenarios.Register(scenarios.Scenario{
+		Name:    "zz-step-loop",
+		Summary: "a loop of identical steps",
+		Phases: []scenarios.Phase{{
+			Title: "a loop",
+			Run: func(ctx context.Context, r *scenarios.Run) error {
+				for range 5 {
+					r.Step("Ada's app sends ₦1,000 at the same moment")
+				}
+				r.Step("the rounds are over")
+				return nil
+			},
+		}},
+	})()
+	var out, errOut syncBuffer
+	env := &cmd.Env{
+		Stdin: strings.NewReader(strings.Repeat("\n", 10)), Stdout: &out, Stderr: &errOut, StdinTerminal: true,
+		Getenv: os.Getenv, Now: time.Now, Postgres: postgres.Start,
+	}
+	if code := cmd.Run(context.Background(), env, []string{"scenario", "zz-step-loop", "--step", "--seed", "1"}); code != cmd.ExitOK {
+		t.Fatalf("exit %d:\n%s\n%s", code, out.String(), errOut.String())
+	}
+	if n := strings.Count(errOut.String(), prompt); n != 3 {
+		t.Errorf("%d pauses, want 3 (the loop, the next step, the verdict); stderr:\n%s", n, errOut.String())
+	}
+	if n := strings.Count(out.String(), "Ada's app sends ₦1,000 at the same moment"); n != 5 {
+		t.Errorf("the loop's steps are still all printed: %d of 5", n)
+	}
 }
