@@ -1,0 +1,95 @@
+package probe
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+var checkHangUp = Check{
+	Name:  "hang-up",
+	Title: "the client gives up mid-request, at a different moment each round, and retries with the same key",
+	Proves: "wherever in its work the client's connection goes away, the server either finishes or undoes the transfer, never leaves the key blocked, " +
+		"and the retry with the same key completes the intent exactly once",
+	Moves: func(c *Config) string {
+		return fmt.Sprintf("%d transfers of %s, one per round", c.HangUps, Kobo(c.Amount+11))
+	},
+	Run: func(ctx context.Context, c *checkRun) {
+		rounds := c.cfg.HangUps
+		// The moments sweep the time a plain request takes, and a little
+		// beyond: early ones cut the server off before or while it claims
+		// the key, later ones inside its transaction or after it.
+		typical := c.typicalLatency()
+		span := typical * 3 / 2
+		c.evidence("a plain request takes about %s here; the client hangs up between 0 and %s after its request reached the server, %d rounds",
+			typical.Round(10*time.Microsecond), span.Round(10*time.Microsecond), rounds)
+		hung, early := 0, 0
+		for i := range rounds {
+			if ctx.Err() != nil {
+				return
+			}
+			after := time.Duration(float64(span) * (float64(i) + c.float()) / float64(rounds))
+			reset := i%2 == 1
+			in := c.intent(fmt.Sprintf("round %d", i+1), c.cfg.Payer, c.pay(c.amount()))
+			f := newHangUp(c.cfg.Contract, c.eps[0].Addr, after, reset)
+			how := "closes"
+			if reset {
+				how = "resets"
+			}
+			a := c.send(ctx, in, sendOpts{fault: f, via: fmt.Sprintf("client %s its connection %s after sending", how, after.Round(time.Microsecond))})
+			saw, err := waitSaw(f.saw, c.cfg.Timeout+c.cfg.Settle)
+			if err != nil {
+				c.failf("round %d: %v", i+1, err)
+				return
+			}
+			a.Proxy = saw.describe()
+			if saw.err != nil {
+				c.saw(a)
+				c.failf("round %d: %s", i+1, saw.describe())
+				return
+			}
+			from := len(in.Attempts)
+			fails := len(c.fails)
+			final, out := c.settle(ctx, in, 0)
+			line := fmt.Sprintf("round %d: %s", i+1, saw.describe())
+			if saw.hungUp {
+				hung++
+			} else {
+				early++
+			}
+			switch {
+			case out != Settled:
+				c.saw(a)
+				c.verdict(in, final, out, from)
+			case !final.Receipt():
+				c.saw(a)
+				c.sawAll(in, from)
+				c.failf("round %d: the retry with the same key was answered %s, not a transfer: the client is told its transfer failed, though the server may have made it", i+1, final)
+			default:
+				if saw.answer != nil && saw.answer.Receipt() {
+					c.debit(receipt{in, saw.answer})
+					if final.TransferID != saw.answer.TransferID {
+						c.debit(receipt{in, final})
+						c.acknowledged(in)
+						c.failf("round %d: the server made transfer %s before the client hung up, and the retry made another, %s", i+1, saw.answer.TransferID, final.TransferID)
+					}
+				} else {
+					c.debit(receipt{in, final})
+				}
+				c.acknowledged(in)
+				line += " · retried: " + answers(in.Attempts[from:])
+				c.evidence("%s", line)
+			}
+			if len(c.fails) > fails {
+				c.evidence("stopped after round %d: the first failure is the evidence", i+1)
+				return
+			}
+		}
+		c.evidence("%d of %d rounds hung up before the server answered; in %d the answer came first", hung, rounds, early)
+		if hung > 0 {
+			// A hung-up round's first answer was never seen: only balances
+			// can tell whether its work was done twice.
+			c.needMoney = true
+		}
+	},
+}
