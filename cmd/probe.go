@@ -358,7 +358,7 @@ func printResult(out io.Writer, p *palette, r probe.Result) {
 			fmt.Fprintf(out, "        %s\n", p.ok.Sprint(e))
 		case strings.HasPrefix(e, "✗"):
 			fmt.Fprintf(out, "        %s\n", p.bad.Sprint(e))
-		case strings.HasPrefix(e, "?"):
+		case strings.HasPrefix(e, "?"), strings.HasPrefix(e, "⚠"):
 			fmt.Fprintf(out, "        %s\n", p.warn.Sprint(e))
 		default:
 			fmt.Fprintf(out, "        %s\n", e)

@@ -200,7 +200,9 @@ func (c *checkRun) verdict(in *intent, a *Answer, out Outcome, from int) *Answer
 	c.sawAll(in, from)
 	switch out {
 	case Stuck:
-		c.failf("%s: the key was still in progress (409) %s after the request, with nothing left to finish it: a client retrying with the same key can never complete the intent", in.Label, c.cfg.Settle)
+		c.failf("%s: %s after its request, every retry with the same key is still told 409 (in progress), though a fresh transfer takes about %s here: "+
+			"the key is left claimed with nobody finishing it, and the intent cannot complete until the claim expires, if it ever does",
+			in.Label, c.cfg.Settle, c.typicalLatency().Round(10*time.Microsecond))
 	case Failing:
 		msg := fmt.Sprintf("%s: every retry with the same key for %s was answered %d", in.Label, c.cfg.Settle, a.Status)
 		if a.Replayed {

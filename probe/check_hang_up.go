@@ -16,17 +16,23 @@ var checkHangUp = Check{
 	},
 	Run: func(ctx context.Context, c *checkRun) {
 		rounds := c.cfg.HangUps
-		// The moments sweep the time a plain request takes, and a little
+		// The moments sweep the time a fresh transfer takes, and a little
 		// beyond: early ones cut the server off before or while it claims
-		// the key, later ones inside its transaction or after it.
+		// the key, later ones inside its transaction, the last ones after
+		// it. If half the rounds have passed and the server has not once
+		// finished before the hang-up, its work takes longer than measured
+		// (a loaded machine): the sweep reaches further each round.
 		typical := c.typicalLatency()
 		span := typical * 3 / 2
-		c.evidence("a plain request takes about %s here; the client hangs up between 0 and %s after its request reached the server, %d rounds",
-			typical.Round(10*time.Microsecond), span.Round(10*time.Microsecond), rounds)
-		hung, early := 0, 0
+		c.evidence("a fresh transfer takes about %s here; over %d rounds the client hangs up from 0 to %s after its request reached the server",
+			typical.Round(10*time.Microsecond), rounds, span.Round(10*time.Microsecond))
+		hung, late, abandoned := 0, 0, 0
 		for i := range rounds {
 			if ctx.Err() != nil {
 				return
+			}
+			if i >= rounds/2 && late == 0 {
+				span = span * 5 / 4
 			}
 			after := time.Duration(float64(span) * (float64(i) + c.float()) / float64(rounds))
 			reset := i%2 == 1
@@ -55,7 +61,7 @@ var checkHangUp = Check{
 			if saw.hungUp {
 				hung++
 			} else {
-				early++
+				late++
 			}
 			switch {
 			case out != Settled:
@@ -75,9 +81,15 @@ var checkHangUp = Check{
 					}
 				} else {
 					c.debit(receipt{in, final})
+					if final.Replayed {
+						late++ // the work was done; only its answer was cut
+					}
 				}
 				c.acknowledged(in)
 				line += " · retried: " + answers(in.Attempts[from:])
+				if c.caps.Replayed && !final.Replayed && waitedOut(in.Attempts[from:]) {
+					abandoned++
+				}
 				c.evidence("%s", line)
 			}
 			if len(c.fails) > fails {
@@ -85,11 +97,27 @@ var checkHangUp = Check{
 				return
 			}
 		}
-		c.evidence("%d of %d rounds hung up before the server answered; in %d the answer came first", hung, rounds, early)
+		c.evidence("the client hung up before the server answered in %d of %d rounds, after it in %d; the last moment was %s",
+			hung, rounds, rounds-hung, span.Round(10*time.Microsecond))
+		if abandoned > 0 {
+			c.evidence("⚠ in %d round(s) the retry found the key still in progress after its request had ended, and made the transfer itself once the key's lock expired: "+
+				"the server left the key claimed when its client went away. Money moved once, but a client less patient than the lock (or than --settle) is left with an unknown outcome", abandoned)
+		}
 		if hung > 0 {
 			// A hung-up round's first answer was never seen: only balances
 			// can tell whether its work was done twice.
 			c.needMoney = true
 		}
 	},
+}
+
+// waitedOut reports whether a retry was told 409 before it was answered for
+// good.
+func waitedOut(as []*Attempt) bool {
+	for _, a := range as {
+		if a.Answer != nil && a.Answer.Status == 409 {
+			return true
+		}
+	}
+	return false
 }

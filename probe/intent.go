@@ -41,6 +41,9 @@ type Attempt struct {
 	Error    string   `json:"error,omitempty"`
 	Proxy    string   `json:"proxy,omitempty"` // what the proxy saw that the client did not
 	Duration Duration `json:"duration"`
+
+	// waited is the time from the request's last byte to its answer.
+	waited time.Duration
 }
 
 // Duration is a time.Duration that reads well in JSON.
@@ -49,6 +52,13 @@ type Duration time.Duration
 // MarshalJSON writes "1.234ms".
 func (d Duration) MarshalJSON() ([]byte, error) {
 	return []byte(`"` + time.Duration(d).String() + `"`), nil
+}
+
+// UnmarshalJSON reads what MarshalJSON wrote.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	v, err := time.ParseDuration(strings.Trim(string(b), `"`))
+	*d = Duration(v)
+	return err
 }
 
 // sendOpts says how one attempt travels.
@@ -107,12 +117,12 @@ func (r *run) send(ctx context.Context, in *intent, o sendOpts) *Attempt {
 			h.close()
 		}
 	}
-	r.finish(a, h, err, start, o.fault == nil)
+	r.finish(a, h, err, start)
 	return a
 }
 
 // finish reads the answer of a fired request into a.
-func (r *run) finish(a *Attempt, h *held, err error, start time.Time, plain bool) {
+func (r *run) finish(a *Attempt, h *held, err error, start time.Time) {
 	if err == nil {
 		var status int
 		var header http.Header
@@ -120,9 +130,7 @@ func (r *run) finish(a *Attempt, h *held, err error, start time.Time, plain bool
 		status, header, body, err = h.read()
 		if err == nil {
 			a.Answer = r.cfg.Contract.read(status, header, body)
-			if plain {
-				r.noteLatency(time.Since(h.Fired))
-			}
+			a.waited = time.Since(h.Fired)
 			if a.Answer.Replayed {
 				r.mu.Lock()
 				r.caps.Replayed = true

@@ -263,7 +263,8 @@ type run struct {
 	// seen maps each transfer id the target has answered with to the intent
 	// that got it first.
 	seen map[string]*intent
-	// latencies of plain requests, for aiming the hang-ups.
+	// latencies of fresh transfers answered at once, for aiming the
+	// hang-ups.
 	latencies []time.Duration
 }
 
@@ -339,6 +340,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		rep.Restore = r.restore(ctx)
 	}
 	rep.Duration = Duration(time.Since(start))
+	r.mu.Lock()
+	rep.Capabilities = r.caps
+	r.mu.Unlock()
 	rep.tally()
 	return rep, nil
 }
@@ -412,8 +416,8 @@ func (r *run) noteLatency(d time.Duration) {
 	}
 }
 
-// typicalLatency is the median time from a request's last byte to its
-// answer, over the plain requests so far.
+// typicalLatency is the median time from a fresh transfer's last byte to
+// its answer, so far.
 func (r *run) typicalLatency() time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()

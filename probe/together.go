@@ -42,7 +42,7 @@ func (c *checkRun) together(ctx context.Context, ins []*intent) volley {
 	var wg sync.WaitGroup
 	for i := range ins {
 		if errs[i] != nil {
-			c.finish(attempts[i], nil, errs[i], starts[i], false)
+			c.finish(attempts[i], nil, errs[i], starts[i])
 			continue
 		}
 		wg.Add(1)
@@ -53,7 +53,7 @@ func (c *checkRun) together(ctx context.Context, ins []*intent) volley {
 			if err != nil {
 				helds[i].close()
 			}
-			c.finish(attempts[i], helds[i], err, starts[i], false)
+			c.finish(attempts[i], helds[i], err, starts[i])
 			answered[i] = time.Now()
 		}()
 	}
@@ -141,10 +141,16 @@ func (c *checkRun) same(in *intent, a *Answer, first *Answer, what string) bool 
 // first sends in and settles it, and requires a transfer: the opening move
 // of most stories. It returns nil (the check has failed) otherwise.
 func (c *checkRun) first(ctx context.Context, in *intent, o sendOpts) *Answer {
-	c.saw(c.send(ctx, in, o))
+	sent := c.send(ctx, in, o)
+	c.saw(sent)
 	a := c.settled(ctx, in, o.copy)
 	if a == nil {
 		return nil
+	}
+	if sent.Answer == a && a.Receipt() && !a.Replayed {
+		// A fresh transfer answered at once: how long the server's work
+		// takes, for aiming the hang-ups.
+		c.noteLatency(sent.waited)
 	}
 	if !a.Receipt() {
 		c.failf("%s, a plain transfer that the preflight showed the target makes, was answered %s", in.Label, a)
