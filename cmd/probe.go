@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"strings"
 	"time"
@@ -255,8 +256,10 @@ func runProbe(ctx context.Context, app *App, o probeOptions, args []string) erro
 		extra = append(extra, o.balancesURL)
 	}
 	if o.balancesSQL != "" {
-		c, _ := pgx.ParseConfig(app.databaseURL)
-		extra = append(extra, fmt.Sprintf("postgres://%s", c.Host))
+		// A Unix socket is on this machine by definition.
+		if c, _ := pgx.ParseConfig(app.databaseURL); !strings.HasPrefix(c.Host, "/") {
+			extra = append(extra, "postgres://"+net.JoinHostPort(c.Host, fmt.Sprint(c.Port)))
+		}
 	}
 	if err := probeError(cfg.Guard(ctx, extra...)); err != nil {
 		return err

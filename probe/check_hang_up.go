@@ -16,25 +16,19 @@ var checkHangUp = Check{
 	},
 	Run: func(ctx context.Context, c *checkRun) {
 		rounds := c.cfg.HangUps
-		// The moments sweep the time a fresh transfer takes, and a little
-		// beyond: early ones cut the server off before or while it claims
-		// the key, later ones inside its transaction, the last ones after
-		// it. If half the rounds have passed and the server has not once
-		// finished before the hang-up, its work takes longer than measured
-		// (a loaded machine): the sweep reaches further each round.
-		typical := c.typicalLatency()
-		span := typical * 3 / 2
-		c.evidence("a fresh transfer takes about %s here; over %d rounds the client hangs up from 0 to %s after its request reached the server",
-			typical.Round(10*time.Microsecond), rounds, span.Round(10*time.Microsecond))
-		hung, late, abandoned := 0, 0, 0
+		// When each round hangs up: see moments.
+		m := newMoments(c.typicalLatency(), rounds)
+		c.evidence("a fresh transfer takes about %s here; over %d rounds the client hangs up at moments from 0 to the end of the server's work, which the rounds find",
+			m.end.Round(10*time.Microsecond), rounds)
+		hung, abandoned := 0, 0
+		var outlived time.Duration
+		last := time.Duration(0)
 		for i := range rounds {
 			if ctx.Err() != nil {
 				return
 			}
-			if i >= rounds/2 && late == 0 {
-				span = span * 5 / 4
-			}
-			after := time.Duration(float64(span) * (float64(i) + c.float()) / float64(rounds))
+			after := m.next(i, c.float())
+			last = max(last, after)
 			reset := i%2 == 1
 			in := c.intent(fmt.Sprintf("round %d", i+1), c.cfg.Payer, c.pay(c.amount()))
 			f := newHangUp(c.cfg.Contract, c.eps[0].Addr, after, reset)
@@ -56,13 +50,15 @@ var checkHangUp = Check{
 			}
 			from := len(in.Attempts)
 			fails := len(c.fails)
+			ended := time.Now()
 			final, out := c.settle(ctx, in, 0)
 			line := fmt.Sprintf("round %d: %s", i+1, saw.describe())
 			if saw.hungUp {
 				hung++
-			} else {
-				late++
 			}
+			// The work was done if the answer beat the hang-up, or if the
+			// retry was told it is a replay.
+			m.learn(i, !saw.hungUp || final != nil && final.Replayed)
 			switch {
 			case out != Settled:
 				c.saw(a)
@@ -81,14 +77,14 @@ var checkHangUp = Check{
 					}
 				} else {
 					c.debit(receipt{in, final})
-					if final.Replayed {
-						late++ // the work was done; only its answer was cut
-					}
 				}
 				c.acknowledged(in)
 				line += " · retried: " + answers(in.Attempts[from:])
-				if c.caps.Replayed && !final.Replayed && waitedOut(in.Attempts[from:]) {
+				// A retry told 409 long after the request ended, then allowed to
+				// make the transfer itself: the claim outlived its request.
+				if c.caps.Replayed && !final.Replayed && waitedOut(in.Attempts[from:]) && time.Since(ended) > 10*m.end {
 					abandoned++
+					outlived = max(outlived, time.Since(ended))
 				}
 				c.evidence("%s", line)
 			}
@@ -97,11 +93,12 @@ var checkHangUp = Check{
 				return
 			}
 		}
-		c.evidence("the client hung up before the server answered in %d of %d rounds, after it in %d; the last moment was %s",
-			hung, rounds, rounds-hung, span.Round(10*time.Microsecond))
+		c.evidence("the client hung up before the server answered in %d of %d rounds, after it in %d; the rounds put the end of the server's work at about %s",
+			hung, rounds, rounds-hung, m.end.Round(10*time.Microsecond))
 		if abandoned > 0 {
-			c.evidence("⚠ in %d round(s) the retry found the key still in progress after its request had ended, and made the transfer itself once the key's lock expired: "+
-				"the server left the key claimed when its client went away. Money moved once, but a client less patient than the lock (or than --settle) is left with an unknown outcome", abandoned)
+			c.evidence("⚠ in %d round(s) the retry was told 409 (in progress) for up to %s after the request had ended, and then made the transfer itself: "+
+				"the server left the key claimed with nobody working on it until the claim expired. Money moved once, but a client less patient than that is left with an unknown outcome",
+				abandoned, outlived.Round(time.Millisecond))
 		}
 		if hung > 0 {
 			// A hung-up round's first answer was never seen: only balances
@@ -120,4 +117,54 @@ func waitedOut(as []*Attempt) bool {
 		}
 	}
 	return false
+}
+
+// moments chooses when each round hangs up. The mistakes a hang-up shows
+// live at different moments of the server's work: while it claims the key
+// (a key left claimed), inside its transaction (a failure stored as the
+// answer), and right at its end, between a commit and the next (work done
+// twice), a narrow window. Two rounds in three close in on the end of the
+// work, as a staircase: later after a round whose work was undone, earlier
+// after one whose work was done, the step halving at each turn, so that
+// they gather around the end however wrong the first estimate was (a loaded
+// machine, a cold first request). The third sweeps from 0 to the end as it
+// is known so far, densest near 0.
+type moments struct {
+	end, step time.Duration
+	dir       int
+	rounds    int
+}
+
+func newMoments(estimate time.Duration, rounds int) *moments {
+	return &moments{end: estimate, step: estimate / 4, rounds: rounds}
+}
+
+func sweeping(i int) bool { return i%3 == 1 }
+
+// next is round i's moment; u is a uniform draw from the seed.
+func (m *moments) next(i int, u float64) time.Duration {
+	if !sweeping(i) {
+		return max(m.end+time.Duration((u-0.5)*float64(m.step)), 0)
+	}
+	// Squared, so that the sweep is densest near the start, where the
+	// claim of the key is: a short window, early in the work.
+	sweeps := (m.rounds + 1) / 3
+	f := (float64(i/3) + u) / float64(max(sweeps, 1))
+	return time.Duration(float64(m.end) * f * f)
+}
+
+// learn takes in whether round i's work was done before its hang-up.
+func (m *moments) learn(i int, done bool) {
+	if sweeping(i) {
+		return
+	}
+	dir := 1
+	if done {
+		dir = -1
+	}
+	if m.dir != 0 && dir != m.dir {
+		m.step = max(m.step/2, 20*time.Microsecond)
+	}
+	m.dir = dir
+	m.end = max(m.end+time.Duration(dir)*m.step, 20*time.Microsecond)
 }

@@ -146,6 +146,26 @@ func (c Contract) body(t Transfer, reordered bool) []byte {
 	return b.Bytes()
 }
 
+// NewRequest is the transfer t, asked for by u with key (none when ""), as an
+// HTTP request to the target at base ("http://127.0.0.1:8080"): what a
+// client of another harness (chaos --target) sends, in the target's names.
+func (c Contract) NewRequest(base string, u User, key string, t Transfer) (*http.Request, error) {
+	req, err := http.NewRequest("POST", strings.TrimRight(base, "/")+c.Path, bytes.NewReader(c.body(t, false)))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(c.AuthHeader, c.authValue(u.Token))
+	if key != "" {
+		req.Header.Set(c.KeyHeader, key)
+	}
+	return req, nil
+}
+
+// Read is an HTTP answer from the target, read through the contract: the
+// transfer id, the balance, the replay mark, a refusal's code.
+func (c Contract) Read(status int, h http.Header, body []byte) *Answer { return c.read(status, h, body) }
+
 // authValue is the credentials header's value for token.
 func (c Contract) authValue(token string) string {
 	if c.AuthScheme == "" {
@@ -159,6 +179,8 @@ type Answer struct {
 	Status int         `json:"status"`
 	Header http.Header `json:"-"`
 	Body   []byte      `json:"-"`
+	// Text is the body as text, for tools reading the report.
+	Text string `json:"body,omitempty"`
 	// TransferID is the id member's JSON text ("" when absent).
 	TransferID string `json:"transferId,omitempty"`
 	// Balance is the sender's balance after the transfer, when the answer
@@ -207,7 +229,7 @@ func (a *Answer) String() string {
 
 // read parses an HTTP answer through the contract.
 func (c Contract) read(status int, h http.Header, body []byte) *Answer {
-	a := &Answer{Status: status, Header: h, Body: body}
+	a := &Answer{Status: status, Header: h, Body: body, Text: string(body)}
 	if c.ReplayedHeader != "" {
 		a.Replayed = strings.EqualFold(strings.TrimSpace(h.Get(c.ReplayedHeader)), "true")
 	}

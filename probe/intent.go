@@ -172,7 +172,9 @@ func (r *run) settle(ctx context.Context, in *intent, copy int) (*Answer, Outcom
 		}
 	}
 	for try := 0; time.Now().Before(deadline) && ctx.Err() == nil; try++ {
-		wait := time.Duration(float64(20*time.Millisecond) * float64(int(1)<<min(try, 5)) * (0.5 + r.float()))
+		// 5 ms, doubling, with jitter: a retry soon after a lost answer is
+		// the story; Retry-After slows it when the server asks.
+		wait := time.Duration(float64(5*time.Millisecond) * float64(int(1)<<min(try, 7)) * (0.5 + r.float()))
 		if last != nil && last.RetryAfter > 0 {
 			wait = max(wait, time.Duration(last.RetryAfter)*time.Second)
 		}

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -80,7 +79,7 @@ func (b *HTTPBalances) Read(ctx context.Context, ids []ID) (map[ID]int64, error)
 		h.Set("Accept", "application/json")
 		status, _, body, err := roundTrip(ctx, wireRequest{Method: "GET", Addr: ep.Addr, Host: ep.Host, Target: pu.RequestURI(), Header: h}, b.Timeout)
 		if err != nil {
-			return nil, fmt.Errorf("GET %s: %s", raw, explain(err))
+			return nil, &UnreachableError{fmt.Sprintf("GET %s: %s", raw, explain(err))}
 		}
 		if status != 200 {
 			return nil, &BalanceError{fmt.Sprintf("GET %s as %s answered %d, not 200 with the balance: %s", raw, u.Name, status, snippet(body))}
@@ -153,7 +152,12 @@ func (b *SQLBalances) Read(ctx context.Context, ids []ID) (map[ID]int64, error) 
 		}
 		conn, err := pgx.ConnectConfig(ctx, cfg)
 		if err != nil {
-			return nil, fmt.Errorf("--database-url: cannot connect: %v", err)
+			var pe *pgconn.PgError
+			if errors.As(err, &pe) {
+				// The server answered: wrong credentials or database.
+				return nil, &BalanceError{fmt.Sprintf("--database-url: %s (SQLSTATE %s)", pe.Message, pe.Code)}
+			}
+			return nil, &UnreachableError{fmt.Sprintf("--database-url: cannot connect: %v", err)}
 		}
 		b.conn = conn
 	}
@@ -203,7 +207,7 @@ func (b *SQLBalances) Read(ctx context.Context, ids []ID) (map[ID]int64, error) 
 		// The connection may be broken; the next read opens another.
 		_ = b.conn.Close(context.Background())
 		b.conn = nil
-		return nil, fmt.Errorf("--database-url: %v", err)
+		return nil, &UnreachableError{fmt.Sprintf("--database-url: %v", err)}
 	}
 	for _, id := range ids {
 		if _, ok := out[id]; !ok {
@@ -246,13 +250,8 @@ func sqlInteger(v any) (int64, bool) {
 // unreachable reports whether err is a failure to reach a source at all,
 // rather than an answer the probe could not use.
 func unreachable(err error) bool {
-	var be *BalanceError
-	if errors.As(err, &be) {
-		return false
-	}
-	var ne net.Error
-	var oe *net.OpError
-	return errors.As(err, &ne) || errors.As(err, &oe) || strings.Contains(err.Error(), "cannot connect") || strings.Contains(err.Error(), "no answer")
+	var ue *UnreachableError
+	return errors.As(err, &ue)
 }
 
 func snippet(b []byte) string {

@@ -73,7 +73,7 @@ func TestExactReadsCatchWhatAnswersHide(t *testing.T) {
 	if c.Status != probe.Fail || !strings.Contains(c.Reason, "but the acknowledged transfers account for") {
 		t.Fatalf("hang-up: %s %q, want FAIL from the balance reads\n%s", c.Status, c.Reason, dump(rep))
 	}
-	if !strings.Contains(c.Reason, "1 more transfer(s) of this amount") {
+	if !strings.Contains(c.Reason, "more transfer(s) of this amount than were answered (a transfer ran again)") {
 		t.Errorf("the reason should say the transfer ran again: %s", c.Reason)
 	}
 }

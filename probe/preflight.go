@@ -55,6 +55,8 @@ func (r *run) preflight(ctx context.Context) (Preflight, error) {
 		return pre, &UsageError{fmt.Sprintf("%s answered the probe's first key %s as a replay: the key was used before, probably by an earlier run with --seed %d. Run with another --seed", where, in.Key, r.cfg.Seed)}
 	}
 
+	r.noteLatency(a.waited)
+
 	// The opening balance, learnt from the first answer when nothing else
 	// says it.
 	if ans.Balance != nil {

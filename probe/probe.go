@@ -35,7 +35,7 @@ const (
 	DefaultTimeout = 5 * time.Second
 	DefaultSettle  = 5 * time.Second
 	DefaultCopies  = 8
-	DefaultHangUps = 24
+	DefaultHangUps = 40
 	DefaultDrain   = 8
 )
 
@@ -326,6 +326,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	rep.Preflight = pre
 	rep.Capabilities = r.caps
+	if have, ok := r.knownBalance(cfg.Payer.Account); ok && have < cfg.plannedTotal() {
+		return nil, &UsageError{fmt.Sprintf("%s's account %s holds %s, and the checks need about %s before the drain: top it up, or give a smaller --amount (now %s)",
+			cfg.Payer.Name, cfg.Payer.Account, Kobo(have), Kobo(cfg.plannedTotal()), Kobo(cfg.Amount))}
+	}
 	for _, ch := range cfg.selected() {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
