@@ -164,7 +164,9 @@ func (c Contract) NewRequest(base string, u User, key string, t Transfer) (*http
 
 // Read is an HTTP answer from the target, read through the contract: the
 // transfer id, the balance, the replay mark, a refusal's code.
-func (c Contract) Read(status int, h http.Header, body []byte) *Answer { return c.read(status, h, body) }
+func (c Contract) Read(status int, h http.Header, body []byte) *Answer {
+	return c.read(status, h, body)
+}
 
 // authValue is the credentials header's value for token.
 func (c Contract) authValue(token string) string {
