@@ -43,6 +43,11 @@ type paymentFlaws struct {
 	noFingerprint bool
 	// noBalance leaves the sender's balance out of the answer.
 	noBalance bool
+	// optionalKey makes a request without a key a plain, unprotected
+	// transfer, as many APIs do.
+	optionalKey bool
+	// noOwnerCheck lets any signed-in user pay from any account.
+	noOwnerCheck bool
 }
 
 type payment struct {
@@ -100,7 +105,7 @@ func (p *payments) knownToken(t string) bool {
 
 func (p *payments) pay(w http.ResponseWriter, r *http.Request, token string) {
 	key := r.Header.Get("X-Idempotency-Key")
-	if key == "" {
+	if key == "" && !p.flaws.optionalKey {
 		reply(w, 400, map[string]string{"error": "missing_idempotency_key"})
 		return
 	}
@@ -116,6 +121,13 @@ func (p *payments) pay(w http.ResponseWriter, r *http.Request, token string) {
 	canon, _ := json.Marshal(req) // the same request however its members are ordered
 	hash := sha256.Sum256(canon)
 	scoped := token + "\x00" + key
+	if key == "" {
+		status, body := p.move(token, req.Source, req.Destination, req.Amount)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		_, _ = w.Write(body)
+		return
+	}
 
 	p.mu.Lock()
 	seen, ok := p.keys[scoped]
@@ -157,7 +169,7 @@ func (p *payments) move(token, from, to string, amount int64) (int, []byte) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	body := func(v any) []byte { b, _ := json.Marshal(v); return b }
-	if p.owners[from] != token {
+	if _, ok := p.owners[from]; !ok || p.owners[from] != token && !p.flaws.noOwnerCheck {
 		return 404, body(map[string]string{"error": "no_such_account"})
 	}
 	if _, ok := p.balances[to]; !ok || to == "acc_chidi" || to == from {
@@ -235,6 +247,8 @@ func TestProbeFindsTheFlawsOfAServerThatIsNotBankSim(t *testing.T) {
 	}{
 		{"check-then-insert race on the key", paymentFlaws{checkThenInsert: true}, []string{"double-tap", "storm"}},
 		{"no fingerprint", paymentFlaws{noFingerprint: true}, []string{"key-reused-amount", "key-reused-recipient"}},
+		{"the key is optional", paymentFlaws{optionalKey: true}, []string{"no-key"}},
+		{"any user pays from any account", paymentFlaws{noOwnerCheck: true}, []string{"no-token"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -10,8 +10,9 @@ import (
 
 // mistake is how the probe meets one of the lesson's server-side mistakes.
 type mistake struct {
-	// check is the probe's check that explains the mistake: it must fail.
-	check string
+	// check is the probe's check that explains the mistake: it must fail,
+	// and its reason must say explains.
+	check, explains string
 	// copies of the server the mistake needs in order to show.
 	copies int
 	// blind, instead of check, says why no black-box client can see the
@@ -24,23 +25,23 @@ type mistake struct {
 // client can do from outside: a retry on another copy, a reused key, another
 // user's key, a client that hangs up mid-request, a concurrent drain.
 var mistakes = map[string]mistake{
-	"memory-keys":        {check: "other-copy", copies: 2},
-	"no-fingerprint":     {check: "key-reused-amount"},
-	"unscoped-keys":      {check: "other-user-same-key"},
-	"read-compare-write": {check: "drain"},
+	"memory-keys":        {check: "other-copy", explains: "made another transfer", copies: 2},
+	"no-fingerprint":     {check: "key-reused-amount", explains: "the request fingerprint is ignored"},
+	"unscoped-keys":      {check: "other-user-same-key", explains: "keys are shared by all users instead of scoped to each"},
+	"read-compare-write": {check: "drain", explains: "debit(s) of this amount were lost, money created from nothing"},
 	// A hang-up cancels the request's context in bank-sim's server, which
 	// fails the request mid-work: the mistakes in how a failure is handled
 	// then show. The 500 is stored and replayed; the transfer committed in
 	// its own transaction is done again by the retry.
-	"stored-5xx":         {check: "hang-up"},
-	"second-transaction": {check: "hang-up"},
+	"stored-5xx":         {check: "hang-up", explains: "a server error was stored as the key's answer"},
+	"second-transaction": {check: "hang-up", explains: "a transfer ran again"},
 	// A hang-up while the key's claim is being written leaves the key in
 	// progress with nobody working on it (the claim runs on the request's
 	// context, issue 7); with the 1 s lock of these servers a retry takes it
 	// over, and without expiry it stays blocked past the probe's settle
 	// time. Once the claim no longer runs on the request's context, nothing
 	// a client does can abandon a key, and this mistake becomes blind.
-	"no-expiry": {check: "hang-up"},
+	"no-expiry": {check: "hang-up", explains: "every retry with the same key is still told 409 (in progress)"},
 	"no-fencing": {blind: "a fencing token matters only when a holder's lock expires while it is still working, " +
 		"which takes a server stalled past its lock; a client cannot stall a healthy server"},
 	"no-row-lock": {blind: "the account must change status (be frozen) between the transfer's checks and its debit; " +
@@ -81,6 +82,9 @@ func TestEachServerSideMistakeFailsTheCheckThatExplainsIt(t *testing.T) {
 			c, _ := rep.Check(m.check)
 			if c.Status != probe.Fail {
 				t.Fatalf("%s: check %s is %s, want FAIL; failed: %v\n%s", b.Name, m.check, c.Status, failed, dump(rep))
+			}
+			if !strings.Contains(c.Reason, m.explains) {
+				t.Fatalf("%s: check %s failed for another reason than the mistake (want %q): %s\n%s", b.Name, m.check, m.explains, c.Reason, dump(rep))
 			}
 			t.Logf("%s → %s: %s (all failed: %s)", b.Name, m.check, c.Reason, strings.Join(failed, ", "))
 		})
