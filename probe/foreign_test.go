@@ -130,8 +130,8 @@ func (p *payments) pay(w http.ResponseWriter, r *http.Request, token string) {
 	}
 
 	p.mu.Lock()
-	seen, ok := p.keys[scoped]
-	if ok {
+	if entry, ok := p.keys[scoped]; ok {
+		seen := *entry // read under the lock; the holder completes it under the lock
 		p.mu.Unlock()
 		switch {
 		case seen.hash != hash && !p.flaws.noFingerprint:
