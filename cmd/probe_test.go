@@ -71,7 +71,7 @@ func TestProbeExitCodes(t *testing.T) {
 // hangs up while serve is writing the key's claim leaves the key blocked for
 // those 30 s (issue 7, defect 1), which the hang-up check rightly fails with
 // a 5 s settle time. The probe package runs hang-up against the same handler
-// with a 1 s lock. Remove the --skip once the claim no longer runs on the
+// with a 0.5 s lock. Remove the --skip once the claim no longer runs on the
 // request's context.
 func TestProbeAgainstServe(t *testing.T) {
 	out := &waitWriter{want: "Ctrl-C to stop", seen: make(chan struct{})}

@@ -26,11 +26,11 @@ var checkReplay = Check{
 			la := c.lookup(ctx, in)
 			switch {
 			case la == nil:
-				c.evidence("GET %s → no answer", c.cfg.Contract.Lookup)
+				c.evidence("GET %s → no answer", c.lookupPath(in))
 			case la.TransferID == first.TransferID:
-				c.okf("GET %s → %s: the key resolves to the same transfer", c.cfg.Contract.Lookup, la)
+				c.okf("GET %s → %s: the key resolves to the same transfer", c.lookupPath(in), la)
 			default:
-				c.failf("GET %s → %s, not transfer %s: the key's recorded outcome is not what the client was told", c.cfg.Contract.Lookup, la, first.TransferID)
+				c.failf("GET %s → %s, not transfer %s: the key's recorded outcome is not what the client was told", c.lookupPath(in), la, first.TransferID)
 			}
 		}
 	},
@@ -93,7 +93,7 @@ var checkLostResponse = Check{
 		c.same(gone, c.settled(ctx, gone, 0), saw.answer, "the retry after the lost answer")
 		if c.caps.Lookup {
 			if la := c.lookup(ctx, gone); la != nil {
-				c.evidence("GET %s → %s", c.cfg.Contract.Lookup, la)
+				c.evidence("GET %s → %s", c.lookupPath(gone), la)
 				if la.TransferID != saw.answer.TransferID {
 					c.failf("the key's lookup names %q, not the transfer %s the server made", la.TransferID, saw.answer.TransferID)
 				}

@@ -239,6 +239,7 @@ func startPayments(t *testing.T, f paymentFlaws) (*payments, string) {
 }
 
 func TestProbeFindsTheFlawsOfAServerThatIsNotBankSim(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name  string
 		flaws paymentFlaws
@@ -280,6 +281,7 @@ func TestProbeFindsTheFlawsOfAServerThatIsNotBankSim(t *testing.T) {
 // here with its balances read exactly through its own account endpoint and
 // no balance in its answers.
 func TestProbePassesTheFixedServerThatIsNotBankSim(t *testing.T) {
+	t.Parallel()
 	p, url := startPayments(t, paymentFlaws{noBalance: true})
 	cfg := paymentsProbe(url)
 	cfg.Contract.BalanceField = ""

@@ -160,8 +160,8 @@ const (
 
 // settle retries in with the same key until its answer is final or the
 // settle time runs out, as the lesson's client does: after no answer, 409,
-// 429 or 5xx, with a short seeded backoff and Retry-After honoured (capped by
-// what is left). It returns the last answer (nil if none came).
+// 429 or 5xx, with a short seeded backoff and Retry-After honoured (up to a
+// tenth of the settle time). It returns the last answer (nil if none came).
 func (r *run) settle(ctx context.Context, in *intent, copy int) (*Answer, Outcome) {
 	deadline := time.Now().Add(r.cfg.Settle)
 	var last *Answer
@@ -176,7 +176,10 @@ func (r *run) settle(ctx context.Context, in *intent, copy int) (*Answer, Outcom
 		// the story; Retry-After slows it when the server asks.
 		wait := time.Duration(float64(5*time.Millisecond) * float64(int(1)<<min(try, 7)) * (0.5 + r.float()))
 		if last != nil && last.RetryAfter > 0 {
-			wait = max(wait, time.Duration(last.RetryAfter)*time.Second)
+			// Honoured, but capped at a tenth of the settle time, so that
+			// a server's Retry-After cannot use up the whole of it in one
+			// wait: the probe wants to see the key released, not to sleep.
+			wait = max(wait, min(time.Duration(last.RetryAfter)*time.Second, r.cfg.Settle/10))
 		}
 		if wait = min(wait, time.Until(deadline)); wait > 0 {
 			t := time.NewTimer(wait)

@@ -59,6 +59,7 @@ func TestExactMoneyFromEachSource(t *testing.T) {
 // With exact balances and none in the answers, the money that moved twice
 // is found by the reads framing the check, not by the answers.
 func TestExactReadsCatchWhatAnswersHide(t *testing.T) {
+	t.Parallel()
 	b, err := idem.LookupBug("second-transaction")
 	if err != nil {
 		t.Fatal(err)
@@ -81,6 +82,7 @@ func TestExactReadsCatchWhatAnswersHide(t *testing.T) {
 // With no balance anywhere, what the answers cannot decide is said so, and
 // never counted as passed.
 func TestWithoutBalancesTheUndecidableIsNotPassed(t *testing.T) {
+	t.Parallel()
 	sim := startBankSim(t, simOptions{})
 	cfg := lesson(sim.urls...)
 	cfg.Contract.BalanceField = ""
@@ -109,6 +111,7 @@ func TestWithoutBalancesTheUndecidableIsNotPassed(t *testing.T) {
 // The balance query runs read-only: a query that writes is refused by
 // PostgreSQL, reported as a usage error, and writes nothing.
 func TestBalanceQueryCannotWrite(t *testing.T) {
+	t.Parallel()
 	sim := startBankSim(t, simOptions{})
 	cfg := lesson(sim.urls...)
 	exactSQL(&cfg, sim, "UPDATE accounts SET balance_kobo = balance_kobo + 100 RETURNING id, balance_kobo")

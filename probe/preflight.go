@@ -157,3 +157,8 @@ func (r *run) restore(ctx context.Context) *Restore {
 	}
 	return res
 }
+
+// lookupPath is the lookup of in's key as evidence prints it.
+func (r *run) lookupPath(in *intent) string {
+	return strings.ReplaceAll(r.cfg.Contract.Lookup, "{key}", shortKey(in.Key))
+}
