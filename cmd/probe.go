@@ -289,6 +289,9 @@ func runProbe(ctx context.Context, app *App, o probeOptions, args []string) erro
 	rep, err := probe.Run(ctx, cfg)
 	if err != nil {
 		if ctx.Err() != nil {
+			if rep != nil && rep.Restore != nil {
+				fmt.Fprintf(app.Env.Stderr, "bank-sim probe: interrupted after %d check(s); restore: %s\n", len(rep.Checks), rep.Restore.Result)
+			}
 			return ctx.Err()
 		}
 		return probeError(err)

@@ -282,8 +282,9 @@ type Capabilities struct {
 
 // Run probes the target. The error is for a run that could not judge the
 // target at all: a *UsageError (bad configuration, or a target that does not
-// speak the contract) or an *UnreachableError. Otherwise the Report says
-// what passed and failed.
+// speak the contract) or an *UnreachableError; or ctx's, when it was
+// interrupted, with the checks finished so far and the restore in the
+// Report. Otherwise the Report says what passed and failed.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -332,16 +333,27 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	for _, ch := range cfg.selected() {
 		if ctx.Err() != nil {
-			return nil, ctx.Err()
+			break
 		}
 		res := r.check(ctx, ch)
+		if ctx.Err() != nil {
+			break // a check cut short proves nothing either way
+		}
 		rep.Checks = append(rep.Checks, res)
 		if cfg.OnCheck != nil {
 			cfg.OnCheck(res)
 		}
 	}
-	if !cfg.NoRestore && ctx.Err() == nil {
-		rep.Restore = r.restore(ctx)
+	if !cfg.NoRestore {
+		// Also after an interrupt: the money moved so far goes back, within
+		// a bound of its own.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.Timeout+cfg.Settle)
+		rep.Restore = r.restore(rctx)
+		cancel()
+	}
+	if ctx.Err() != nil {
+		// Interrupted: the report holds what was finished, and the restore.
+		return rep, ctx.Err()
 	}
 	rep.Duration = Duration(time.Since(start))
 	r.mu.Lock()

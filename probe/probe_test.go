@@ -2,6 +2,7 @@ package probe_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http/httptest"
 	"os"
@@ -127,5 +128,27 @@ func TestEveryCheckPassesAgainstBankSim(t *testing.T) {
 	l := sim.ledger(t)
 	if l.Total() != 7_500_000 {
 		t.Errorf("total %d after the probe, want 7500000", l.Total())
+	}
+}
+
+// Interrupted after its first check, the probe stops, and still sends the
+// money it moved back.
+func TestAnInterruptedProbeSendsTheMoneyBack(t *testing.T) {
+	t.Parallel()
+	sim := startBankSim(t, simOptions{})
+	cfg := lesson(sim.urls...)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cfg.OnCheck = func(probe.Result) { cancel() }
+	rep, err := probe.Run(ctx, cfg)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want context.Canceled", err)
+	}
+	if rep == nil || len(rep.Checks) != 1 || rep.Restore == nil || !rep.Restore.OK {
+		t.Fatalf("report %+v", rep)
+	}
+	l := sim.ledger(t)
+	if b, _ := l.Balance(1); b != 5_000_000 || len(l.Transfers) < 3 {
+		t.Errorf("after an interrupted probe: %s; want Ada back at ₦50,000 after its transfers", l.Line())
 	}
 }
