@@ -27,6 +27,7 @@ const (
 	ExitFailed      = 1   // something broke: an invariant, an expectation, a check
 	ExitUsage       = 2   // the command line was wrong
 	ExitDatabase    = 3   // PostgreSQL could not be started or reached
+	ExitUnreachable = 3   // probe: the target could not be reached (not a failed check)
 	ExitInterrupted = 130 // stopped by Ctrl-C or SIGTERM
 )
 

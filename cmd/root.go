@@ -35,6 +35,6 @@ every balance matches the transfers.`,
 		return usageError("%s", flagError(c, err))
 	})
 	root.AddCommand(newScenarioCmd(app), newListCmd(app), newServeCmd(app), newSendCmd(app), newBenchCmd(app),
-		newChaosCmd(app), newCheckCmd(app), newAuditCmd(app), newPruneCmd(app), newExplainCmd(app), newCompareCmd(app))
+		newChaosCmd(app), newCheckCmd(app), newAuditCmd(app), newPruneCmd(app), newProbeCmd(app), newExplainCmd(app), newCompareCmd(app))
 	return root
 }

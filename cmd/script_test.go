@@ -4,6 +4,9 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -57,6 +60,7 @@ func TestScripts(t *testing.T) {
 			"wait-sql":     waitSQL,
 			"hold-slot":    holdSlot,
 			"mkfile":       mkfile,
+			"httpstub":     httpstub,
 		},
 	})
 }
@@ -205,4 +209,46 @@ func scrub(ts *testscript.TestScript, neg bool, args []string) {
 	if err := os.WriteFile(ts.MkAbs(args[1]), []byte(text), 0o644); err != nil {
 		ts.Fatalf("%v", err)
 	}
+}
+
+// httpstub KIND starts a server on 127.0.0.1 that does not speak the
+// transfer contract, for the duration of the script, and sets $STUB to its
+// URL. KIND is hang (accepts, reads, never answers), notfound (404 to
+// everything, as a server without the route) or noid (201 without a
+// transfer id).
+func httpstub(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: httpstub hang|notfound|noid")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		ts.Fatalf("%v", err)
+	}
+	var h http.Handler
+	switch args[0] {
+	case "hang":
+		done := make(chan struct{})
+		ts.Defer(func() { close(done) })
+		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			select {
+			case <-done:
+			case <-r.Context().Done():
+			}
+		})
+	case "notfound":
+		h = http.NotFoundHandler()
+	case "noid":
+		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(201)
+			_, _ = io.WriteString(w, `{"ok":true}`)
+		})
+	default:
+		ts.Fatalf("httpstub: unknown kind %q", args[0])
+	}
+	srv := &http.Server{Handler: h}
+	go func() { _ = srv.Serve(ln) }()
+	ts.Defer(func() { _ = srv.Close() })
+	ts.Setenv("STUB", "http://"+ln.Addr().String())
 }
