@@ -117,9 +117,9 @@ func TestProbeAgainstServe(t *testing.T) {
 		t.Errorf("restore: %+v", rep.Restore)
 	}
 
-	cancel()
-	if c := <-served; c != cmd.ExitOK {
-		t.Errorf("serve exit %d; stderr:\n%s", c, errOut.String())
+	cancel() // a signal is how serve stops: exit 130, as the README says
+	if c := <-served; c != cmd.ExitInterrupted {
+		t.Errorf("serve exit %d, want %d; stderr:\n%s", c, cmd.ExitInterrupted, errOut.String())
 	}
 	// serve prints the ledger as it stops: the probe sent everything back.
 	if !strings.Contains(out.String(), "Ada ₦50,000, Bola ₦5,000, Chidi ₦20,000 | total ₦75,000") {
