@@ -331,9 +331,19 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	rep.Capabilities = r.caps
-	if have, ok := r.knownBalance(cfg.Payer.Account); ok && have < cfg.plannedTotal() {
-		return nil, &UsageError{fmt.Sprintf("%s's account %s holds %s, and the checks need about %s before the drain: top it up, or give a smaller --amount (now %s)",
-			cfg.Payer.Name, cfg.Payer.Account, Kobo(have), Kobo(cfg.plannedTotal()), Kobo(cfg.Amount))}
+	r.mu.Lock()
+	had, ok := r.opening[cfg.Payer.Account] // before the preflight's transfer, which plannedTotal counts
+	r.mu.Unlock()
+	if ok && ctx.Err() == nil && had < cfg.plannedTotal() {
+		msg := fmt.Sprintf("%s's account %s held %s, and the checks need about %s before the drain: top it up, or give a smaller --amount (now %s)",
+			cfg.Payer.Name, cfg.Payer.Account, Kobo(had), Kobo(cfg.plannedTotal()), Kobo(cfg.Amount))
+		if !cfg.NoRestore {
+			// The preflight's transfer goes back: the run ends before it began.
+			rctx, cancel := context.WithTimeout(ctx, cfg.Timeout+cfg.Settle)
+			msg += ". The preflight's transfer: " + r.restore(rctx).Result
+			cancel()
+		}
+		return nil, &UsageError{msg}
 	}
 	for _, ch := range cfg.selected() {
 		if ctx.Err() != nil {

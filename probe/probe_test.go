@@ -212,3 +212,25 @@ func TestAnInterruptedProbeCountsTheTransferItHadInFlight(t *testing.T) {
 		t.Errorf("after a probe interrupted with a transfer in flight: %s; want Ada back at ₦50,000 (restore: %s)", l.Line(), rep.Restore.Result)
 	}
 }
+
+// A run the payer's balance cannot pay for is a usage error found after the
+// preflight's transfer: that transfer goes back, and the message says the
+// balance the account held before it.
+func TestAProbeTheAccountCannotPayForLeavesNothingMoved(t *testing.T) {
+	t.Parallel()
+	sim := startBankSim(t, simOptions{})
+	cfg := lesson(sim.urls...)
+	cfg.HangUps = 500 // 500 transfers of ₦100.11: more than Ada's ₦50,000
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := probe.Run(ctx, cfg)
+	var ue *probe.UsageError
+	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "ada's account 1 held ₦50,000, and the checks need about") ||
+		!strings.Contains(err.Error(), "The preflight's transfer: bola sent ₦100 back to ada: 201") {
+		t.Fatalf("err = %v, want a usage error saying Ada's balance and the preflight's transfer sent back", err)
+	}
+	l := sim.ledger(t)
+	if b, _ := l.Balance(1); b != 5_000_000 || len(l.Transfers) != 2 {
+		t.Errorf("after a run refused for want of money: %s; want Ada at ₦50,000 after the preflight and its return", l.Line())
+	}
+}
