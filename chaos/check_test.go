@@ -12,7 +12,7 @@ import (
 	"github.com/banksim/bank-sim/chaos"
 )
 
-func receipt(id, from, to, amount, balance int64) json.RawMessage {
+func receipt(id, from, to, amount, balance int64) chaos.Bytes {
 	b, _ := json.Marshal(bank.Receipt{TransferID: id, From: from, To: to, AmountKobo: amount, BalanceKobo: balance})
 	return b
 }
@@ -38,7 +38,7 @@ func goodHistory() *chaos.History {
 			Index: 1, Label: "intent-1", UserID: 2, Key: "chaos-key-0000000001", Outcome: chaos.SeenRejected,
 			Request: bank.TransferRequest{From: 2, To: 1, AmountKobo: 500},
 			Attempts: []chaos.Attempt{
-				{N: 1, Phase: chaos.PhaseFault, StartNs: 50, EndNs: 60, Status: 422, Body: refusal.Body, Seen: chaos.SeenRejected},
+				{N: 1, Phase: chaos.PhaseFault, StartNs: 50, EndNs: 60, Status: 422, Body: chaos.Bytes(refusal.Body), Seen: chaos.SeenRejected},
 			},
 		}},
 		Audits: []chaos.Snapshot{{AtNs: 5, Balances: []int64{10_000, 5_000}}, {AtNs: 45, Balances: []int64{9_000, 6_000}}},

@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -50,14 +51,17 @@ type httpRig struct {
 	http    *http.Client
 	// healing switches every fault off.
 	healing atomic.Bool
+	// calm holds the intents being sent again after their final answer: no
+	// fault for them, whatever their attempt number.
+	calm sync.Map
 }
 
 func startHTTP(e *engine) (*httpRig, error) {
 	r := &httpRig{e: e, index: map[string]int{}, tokens: map[int64]string{}}
 	byToken := map[string]int64{}
-	for _, a := range e.cfg.Opening() {
-		tok := fmt.Sprintf("chaos-user-%d", a.OwnerID)
-		r.tokens[a.OwnerID], byToken[tok] = tok, a.OwnerID
+	for _, u := range e.lay.users {
+		tok := fmt.Sprintf("chaos-user-%d", u)
+		r.tokens[u], byToken[tok] = tok, u
 	}
 	r.http = &http.Client{Timeout: httpTimeout, Transport: &http.Transport{DisableKeepAlives: true}}
 	for inst, h := range e.handlers {
@@ -66,7 +70,7 @@ func startHTTP(e *engine) (*httpRig, error) {
 			r.close()
 			return nil, fmt.Errorf("listen: %w", err)
 		}
-		srv := &http.Server{Handler: r.serverFaults(h, byToken), ReadHeaderTimeout: 5 * time.Second}
+		srv := &http.Server{Handler: r.serverFaults(h, byToken, inst), ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = srv.Serve(ln) }()
 		r.servers = append(r.servers, srv)
 		p, err := faults.StartProxy(ln.Addr().String(), e.cfg.Seed+uint64(inst))
@@ -110,6 +114,9 @@ func (r *httpRig) scheduled(req *http.Request) (intent, attempt int, fault strin
 	if err != nil || n < 1 || n > r.e.cfg.MaxAttempts {
 		return 0, 0, ""
 	}
+	if _, calm := r.calm.Load(i); calm {
+		return 0, 0, ""
+	}
 	return i, n, r.e.cfg.Fault(i, n)
 }
 
@@ -133,34 +140,39 @@ func (r *httpRig) connFault(_ int, req *http.Request) faults.ConnFault {
 
 // serverFaults is one server: the api on h, wrapped so that the faults that
 // happen inside a server (it crashes after claiming the key, its transaction
-// breaks before COMMIT, its clock jumps) hit the attempts the schedule says.
-func (r *httpRig) serverFaults(h *idem.Handler, tokens map[string]int64) http.Handler {
+// breaks before COMMIT, its clock jumps, it deadlocks, its lock expires while
+// it writes) hit the attempts the schedule says.
+func (r *httpRig) serverFaults(h *idem.Handler, tokens map[string]int64, inst int) http.Handler {
 	e := r.e
 	apiH := api.NewServer(api.Config{Handler: h, Tokens: tokens, Log: func(_ string, args ...any) {
 		for _, a := range args {
 			if err, ok := a.(error); ok && errors.Is(err, idem.ErrLostLock) {
-				e.fencing.Add(1)
+				e.count(PathFencing)
 			}
 		}
 	}})
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		i, n, fault := r.scheduled(req)
-		hooks := idem.Hooks{AfterClaim: func(_ context.Context, c idem.Claim) {
-			if c.TookOver {
-				e.takeovers.Add(1)
-			}
-		}}
+		ctx := e.observe(req.Context())
 		switch fault {
 		case FaultCrashAfterClaim:
-			r.crash(w, req, apiH, i, n)
+			r.crash(w, req.WithContext(ctx), apiH, i, n)
 			return
 		case FaultFailBeforeCommit:
 			// The handler's error becomes the api's 500, never stored.
+			hooks := idem.HooksFrom(ctx)
 			hooks.BeforeCommit = func(context.Context) error { return faults.ErrFailedBeforeCommit }
+			ctx = idem.WithHooks(ctx, hooks)
 		case FaultClockJump:
 			e.clock.Advance(idem.DefaultLockTTL + time.Second)
+		case FaultDeadlock:
+			ctx = bank.WithAfterChecks(ctx, e.deadlock(ctx, req.Header.Get(api.HeaderKey), e.plan(i).Request.From))
+		case FaultExpireMidWrite:
+			p := e.plan(i)
+			ireq := idem.Request{UserID: p.UserID, Key: req.Header.Get(api.HeaderKey), Body: p.Request.Body()}
+			ctx = bank.WithAfterChecks(ctx, e.expireMidWrite(ctx, ireq, inst))
 		}
-		apiH.ServeHTTP(w, req.WithContext(idem.WithHooks(req.Context(), hooks)))
+		apiH.ServeHTTP(w, req.WithContext(ctx))
 	})
 }
 
@@ -248,6 +260,9 @@ func (r *httpRig) client(i int, p Planned, urls []string, attempts int, record f
 func (r *httpRig) attemptOf(a client.Attempt, n int, phase, fault string, start, end int64) Attempt {
 	at := Attempt{N: n, Phase: phase, Fault: fault, Key: a.Key, Instance: r.index[a.URL], StartNs: start, EndNs: end}
 	r.see(&at, a.Response, a.Err)
+	if a.Err == nil && !bytes.Equal(a.Raw, a.Response.Body) {
+		at.Wire = Bytes(a.Raw)
+	}
 	return at
 }
 
@@ -261,10 +276,9 @@ func (r *httpRig) see(at *Attempt, resp bank.Response, err error) {
 }
 
 // faultPhase sends intent i with the retrying client, faults on.
-func (r *httpRig) faultPhase(ctx context.Context, i int) *Intent {
+func (r *httpRig) faultPhase(ctx context.Context, i int, p Planned) *Intent {
 	e, cfg := r.e, r.e.cfg
-	p := cfg.Intent(i)
-	in := &Intent{Index: i, Label: p.Label, UserID: p.UserID, Key: p.Key, Request: p.Request, Outcome: SeenUnknown}
+	in := newIntent(i, p)
 	urls := make([]string, cfg.MaxAttempts)
 	for n := range urls {
 		urls[n] = r.urls[cfg.Instance(i, n+1)]
@@ -288,54 +302,88 @@ func (r *httpRig) faultPhase(ctx context.Context, i int) *Intent {
 	return in
 }
 
+// sendOnce sends in once more with its key, no fault, on the server the
+// schedule picks for that attempt, and records the attempt.
+func (r *httpRig) sendOnce(ctx context.Context, in *Intent, p Planned, phase string) (Attempt, bool) {
+	e, cfg := r.e, r.e.cfg
+	r.calm.Store(in.Index, true)
+	n := len(in.Attempts) + 1
+	key := p.Key
+	if cfg.Bug != nil && cfg.Bug.NewKeyPerAttempt {
+		key = cfg.AttemptKey(p, n)
+	}
+	c := r.client(in.Index, p, []string{r.urls[cfg.Instance(in.Index, n)]}, 1, nil)
+	c.FirstAttempt = n
+	start := e.since()
+	out, err := c.Send(bank.WithIntent(ctx, p.Label), client.Intent{Key: key, Transfer: p.Request, Label: p.Label})
+	if err != nil || len(out.Attempts) == 0 {
+		return Attempt{}, false
+	}
+	a := r.attemptOf(out.Attempts[0], n, phase, "", start, e.since())
+	in.Attempts = append(in.Attempts, a)
+	return a, true
+}
+
+// repeat sends a settled intent once more: a user tapping again, or a retry
+// after the cleanup job ran.
+func (r *httpRig) repeat(ctx context.Context, in *Intent, p Planned, phase string) {
+	_, _ = r.sendOnce(ctx, in, p, phase)
+}
+
+// sendClean sends in, no faults, until it has a final answer: a key reuse
+// that waited for its first intent to settle.
+func (r *httpRig) sendClean(ctx context.Context, in *Intent) {
+	p := r.e.plan(in.Index)
+	for k := 0; k < HealAttempts && in.Outcome == SeenUnknown && ctx.Err() == nil; k++ {
+		a, ok := r.sendOnce(ctx, in, p, PhaseHeal)
+		if !ok {
+			return
+		}
+		in.Outcome = a.Seen
+		backoff(a)
+	}
+}
+
 // heal settles an unknown intent with no faults, as a client that comes
 // back later does: it asks what became of its key (GET /transfers?key=) and
 // takes the stored answer; when no request with the key arrived, or it is
 // still in progress, it sends the intent again with the same key. A client
-// with the new-key-per-attempt bug just sends again with a new key.
+// with the new-key-per-attempt bug just sends again with a new key, and a
+// client that reused another intent's key sends again too: the stored
+// answer under that key is the other intent's.
 func (r *httpRig) heal(ctx context.Context, in *Intent) {
 	e, cfg := r.e, r.e.cfg
-	p := cfg.Intent(in.Index)
-	newKeys := cfg.Bug != nil && cfg.Bug.NewKeyPerAttempt
+	p := e.plan(in.Index)
+	if cfg.Bug != nil && cfg.Bug.NewKeyPerAttempt || in.Reuse != "" {
+		r.sendClean(ctx, in)
+		return
+	}
 	for k := 0; k < HealAttempts && in.Outcome == SeenUnknown && ctx.Err() == nil; k++ {
 		n := len(in.Attempts) + 1
 		url := r.urls[cfg.Instance(in.Index, n)]
-		key := p.Key
-		if newKeys {
-			key = cfg.AttemptKey(p, n)
-		} else {
-			c := r.client(in.Index, p, []string{url}, 1, nil)
-			start := e.since()
-			resp, found, err := c.Resolve(ctx, key)
-			if ctx.Err() != nil {
+		c := r.client(in.Index, p, []string{url}, 1, nil)
+		start := e.since()
+		resp, found, err := c.Resolve(ctx, p.Key)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil || found && resp.Status != 409 {
+			at := Attempt{N: n, Phase: PhaseHeal, Key: p.Key, Instance: r.index[url], StartNs: start, EndNs: e.since(), Lookup: true}
+			r.see(&at, resp, err)
+			in.Attempts = append(in.Attempts, at)
+			in.Outcome = at.Seen
+			if in.Outcome != SeenUnknown {
 				return
 			}
-			if err != nil || found && resp.Status != 409 {
-				at := Attempt{N: n, Phase: PhaseHeal, Key: key, Instance: r.index[url], StartNs: start, EndNs: e.since(), Lookup: true}
-				r.see(&at, resp, err)
-				in.Attempts = append(in.Attempts, at)
-				in.Outcome = at.Seen
-				if in.Outcome != SeenUnknown {
-					return
-				}
-				time.Sleep(httpBaseDelay)
-				continue
-			}
-			// Never arrived (404), or still in progress (409): send it.
+			time.Sleep(httpBaseDelay)
+			continue
 		}
-		start := e.since()
-		c := r.client(in.Index, p, []string{url}, 1, func(a client.Attempt) {
-			end := e.since()
-			in.Attempts = append(in.Attempts, r.attemptOf(a, n, PhaseHeal, "", start, end))
-		})
-		_, err := c.Send(bank.WithIntent(ctx, p.Label), client.Intent{Key: key, Transfer: p.Request, Label: p.Label})
-		if err != nil {
+		// Never arrived (404), or still in progress (409): send it.
+		a, ok := r.sendOnce(ctx, in, p, PhaseHeal)
+		if !ok {
 			return
 		}
-		if last := in.Attempts[len(in.Attempts)-1]; last.Seen != SeenUnknown {
-			in.Outcome = last.Seen
-			return
-		}
-		backoff(in.Attempts[len(in.Attempts)-1])
+		in.Outcome = a.Seen
+		backoff(a)
 	}
 }

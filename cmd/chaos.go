@@ -2,8 +2,10 @@ package cmd
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -11,7 +13,9 @@ import (
 
 	"github.com/banksim/bank-sim/chaos"
 	"github.com/banksim/bank-sim/idem"
+	"github.com/banksim/bank-sim/postgres"
 	"github.com/banksim/bank-sim/scenarios"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/spf13/cobra"
 )
 
@@ -188,7 +192,7 @@ func runChaos(c *cobra.Command, app *App, o chaosOptions) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		return &ExitError{Code: ExitDatabase, Err: fmt.Errorf("chaos run (seed %d): %w", cfg.Seed, err)}
+		return runFailed(fmt.Errorf("chaos run (seed %d): %w", cfg.Seed, err))
 	}
 	if o.history != "" {
 		if err := h.Save(o.history); err != nil {
@@ -197,7 +201,7 @@ func runChaos(c *cobra.Command, app *App, o chaosOptions) error {
 	}
 	res := chaos.Check(h)
 	if o.asJSON {
-		if err := writeJSON(out, chaosJSON{Seed: cfg.Seed, Valid: res.Valid(), Result: res}); err != nil {
+		if err := writeJSON(out, newChaosJSON(cfg.Seed, res)); err != nil {
 			return err
 		}
 	} else {
@@ -206,16 +210,47 @@ func runChaos(c *cobra.Command, app *App, o chaosOptions) error {
 			fmt.Fprintf(out, "%s\n", p.dim.Sprintf("history written to %s (re-check it with: bank-sim check %s)", o.history, o.history))
 		}
 	}
-	if !res.Valid() {
+	return verdictError(res)
+}
+
+// verdictError is the exit a verdict gives: 0 VALID, 1 INVALID, 4
+// INCONCLUSIVE. The report has already said why.
+func verdictError(res chaos.Result) error {
+	switch res.Verdict() {
+	case chaos.Invalid:
 		return errFailed
+	case chaos.Inconclusive:
+		return errInconclusive
 	}
 	return nil
 }
 
+var errInconclusive = &ExitError{Code: ExitInconclusive, Err: errors.New("")}
+
+// runFailed is the exit for a run that could not finish: 3 when PostgreSQL
+// could not be reached, 1 for anything else (which the message names).
+func runFailed(err error) error {
+	var connect *pgconn.ConnectError
+	var netErr net.Error
+	if errors.Is(err, postgres.ErrUnavailable) || errors.As(err, &connect) || errors.As(err, &netErr) {
+		return &ExitError{Code: ExitDatabase, Err: err}
+	}
+	return &ExitError{Code: ExitFailed, Err: err}
+}
+
 type chaosJSON struct {
-	Seed   uint64       `json:"seed"`
-	Valid  bool         `json:"valid"`
-	Result chaos.Result `json:"result"`
+	Seed    uint64 `json:"seed"`
+	Verdict string `json:"verdict"`
+	Valid   bool   `json:"valid"`
+	// Missing lists the defences never exercised and the faults that never
+	// fired (why a run is INCONCLUSIVE).
+	Missing []string     `json:"missing"`
+	Result  chaos.Result `json:"result"`
+}
+
+func newChaosJSON(seed uint64, res chaos.Result) chaosJSON {
+	return chaosJSON{Seed: seed, Verdict: res.Verdict(), Valid: res.Verdict() == chaos.Valid,
+		Missing: append([]string{}, res.Coverage.Missing()...), Result: res}
 }
 
 func writeJSON(w io.Writer, v any) error {
@@ -254,17 +289,6 @@ func printChaosResult(out io.Writer, p *palette, h *chaos.History, res chaos.Res
 	fmt.Fprintf(tw, "intents\t%d\t(%d ok, %d rejected, %d unknown after the fault phase → %d resolved by healing)\n",
 		s.Intents, s.OK, s.Rejected, s.Healed, s.Resolved)
 	fmt.Fprintf(tw, "attempts\t%d\t(%d replays, %d × 409, %d × 5xx)\n", s.Attempts, s.Replays, s.Conflicts, s.ServerErrors)
-	fmt.Fprintf(tw, "server side\t%d takeovers\t%d fencing rollbacks\n", s.Takeovers, s.FencingRollbacks)
-	var fired []string
-	for _, k := range chaos.FaultKinds() {
-		if n := s.Fired[k]; n > 0 {
-			fired = append(fired, fmt.Sprintf("%s %d", k, n))
-		}
-	}
-	if len(fired) == 0 {
-		fired = []string{"none"}
-	}
-	fmt.Fprintf(tw, "faults fired\t%s\n", strings.Join(fired, ", "))
 	for _, c := range s.Crashes {
 		after := "on a timer"
 		if c.AfterIntent >= 0 {
@@ -285,6 +309,8 @@ func printChaosResult(out io.Writer, p *palette, h *chaos.History, res chaos.Res
 	fmt.Fprintf(tw, "speed\t%.0f intents/s\t%.0f transfers/s (%s)\n", s.IntentsPerSecond, transfersPerSecond, s.Duration.Round(time.Millisecond))
 	_ = tw.Flush()
 
+	printCoverage(out, p, res.Coverage)
+
 	fmt.Fprintln(out)
 	for _, c := range res.Checks {
 		if c.Violations == 0 {
@@ -293,8 +319,16 @@ func printChaosResult(out io.Writer, p *palette, h *chaos.History, res chaos.Res
 			fmt.Fprintf(out, "   %s %s: %d violation(s)\n", p.bad.Sprint("✗"), p.bad.Sprint(checkTitle(c.Kind)), c.Violations)
 		}
 	}
-	if res.Valid() {
+	switch res.Verdict() {
+	case chaos.Valid:
 		fmt.Fprintf(out, "\n%s %s\n", p.ok.Sprint("VALID"), p.dim.Sprintf("seed %d", h.Seed))
+		return
+	case chaos.Inconclusive:
+		fmt.Fprintf(out, "\n%s no rule broken, but this run cannot vouch for what it never exercised:\n", p.bad.Sprint("INCONCLUSIVE"))
+		for _, m := range res.Coverage.Missing() {
+			fmt.Fprintf(out, "   - %s\n", m)
+		}
+		fmt.Fprintf(out, "%s\n", p.dim.Sprintf("seed %d; more intents (--intents) or the default faults reach every defence", h.Seed))
 		return
 	}
 	show := func(label string, v *chaos.Violation) {
@@ -310,6 +344,33 @@ func printChaosResult(out io.Writer, p *palette, h *chaos.History, res chaos.Res
 	fmt.Fprintf(out, "\n%s %d violation(s) · seed %d (repeat with --seed %d)\n", p.bad.Sprint("INVALID"), len(res.Violations), h.Seed, h.Seed)
 }
 
+// printCoverage prints how often each defence path was taken and each fault
+// fired; what never happened is marked.
+func printCoverage(out io.Writer, p *palette, c chaos.Coverage) {
+	fmt.Fprintln(out)
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "defence path\ttaken\t\n")
+	for _, pc := range c.Paths {
+		if pc.Count == 0 {
+			fmt.Fprintf(tw, "  %s\t%s\t%s\n", pc.Path, p.bad.Sprint("0"), p.bad.Sprintf("NOT REACHED (reached by: %s)", pc.ReachedBy))
+			continue
+		}
+		fmt.Fprintf(tw, "  %s\t%d\t%s\n", pc.Path, pc.Count, p.dim.Sprint(pc.What))
+	}
+	fmt.Fprintf(tw, "fault\tfired\t\n")
+	for _, f := range c.Faults {
+		switch {
+		case f.Rate > 0 && f.Fired == 0:
+			fmt.Fprintf(tw, "  %s\t%s\t%s\n", f.Kind, p.bad.Sprint("0"), p.bad.Sprintf("NEVER FIRED (rate %g)", f.Rate))
+		case f.Rate > 0:
+			fmt.Fprintf(tw, "  %s\t%d\t%s\n", f.Kind, f.Fired, p.dim.Sprintf("rate %g", f.Rate))
+		default:
+			fmt.Fprintf(tw, "  %s\t-\t%s\n", f.Kind, p.dim.Sprint("off"))
+		}
+	}
+	_ = tw.Flush()
+}
+
 func checkTitle(kind string) string {
 	switch kind {
 	case chaos.KindTotal:
@@ -322,16 +383,18 @@ func checkTitle(kind string) string {
 		return "every acknowledged transfer exists, once, as asked"
 	case chaos.KindRejected:
 		return "no refused intent moved money"
+	case chaos.KindWrong:
+		return "every final answer is one the lesson's rules allow for that request"
 	case chaos.KindReplay:
-		return "every replay equals the original answer"
+		return "every later answer to a key is its first, replayed byte for byte"
 	case chaos.KindStuckKey:
-		return "no key left in progress after healing"
+		return "no key left in progress at the end"
 	case chaos.KindUnresolved:
 		return "every intent settled after healing"
 	case chaos.KindLedger:
 		return "each balance is opening + credits − debits"
 	case chaos.KindKeyLost:
-		return "every acknowledged transfer's key still completed after the crash"
+		return "every key that gave a final answer is still completed at the end"
 	}
 	return kind
 }
