@@ -32,6 +32,7 @@ const (
 	CodeUnknownKey       = "unknown_idempotency_key"
 	CodeInternal         = "internal_error"
 	CodeUnavailable      = "unavailable"
+	CodeDuplicate        = "duplicate_header"
 )
 
 // ProblemFor turns a refusal of the bank (body {"error","message"}) into

@@ -107,6 +107,10 @@ type userKey struct{}
 // user in its context. The user id comes only from the token.
 func (s *server) authed(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		if p, dup := duplicated(r, "Authorization"); dup {
+			writeProblem(w, p)
+			return
+		}
 		user, ok := s.tokens.user(r)
 		if !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="bank-sim"`)
@@ -137,6 +141,10 @@ func (s *server) postTransfer(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, newProblem(400, bank.CodeInvalidRequest, "The body could not be read"))
 		return
 	}
+	if p, dup := duplicated(r, HeaderKey); dup {
+		writeProblem(w, p)
+		return
+	}
 	key := r.Header.Get(HeaderKey)
 	if !idem.ValidKey(key) {
 		writeProblem(w, ProblemFor(idem.KeyRequired()))
@@ -152,6 +160,15 @@ func (s *server) postTransfer(w http.ResponseWriter, r *http.Request) {
 		ctx = bank.WithIntent(ctx, intent)
 	}
 	resp, err := s.cfg.Handler.Handle(ctx, idem.Request{UserID: userOf(r), Key: key, Body: body})
+	if err != nil && s.stopping() {
+		// The server is stopping and cut the work short: the transaction
+		// rolled back and the key was released, so the retry is safe, to
+		// this server once it is back or to another.
+		s.logf("POST /transfers key %s: stopped: %v", key, err)
+		w.Header().Set(HeaderRetryAfter, strconv.Itoa(int((s.cfg.RetryAfter+time.Second-1)/time.Second)))
+		writeProblem(w, newProblem(503, CodeUnavailable, "The server is shutting down; retry with the same Idempotency-Key"))
+		return
+	}
 	if err != nil {
 		s.logf("POST /transfers key %s: %v", key, err)
 		// Never stored: a retry with the same key runs the transfer again.
@@ -188,6 +205,10 @@ func (s *server) writeResponse(w http.ResponseWriter, resp bank.Response) {
 // response with Idempotent-Replayed, 409 while it is in progress, and 404
 // when no request with this key ever arrived (then sending it again is safe).
 func (s *server) getTransferByKey(w http.ResponseWriter, r *http.Request) {
+	if keys := r.URL.Query()["key"]; len(keys) > 1 {
+		writeProblem(w, newProblem(400, bank.CodeInvalidRequest, "Send the key query parameter once"))
+		return
+	}
 	key := r.URL.Query().Get("key")
 	if !idem.ValidKey(key) {
 		writeProblem(w, ProblemFor(idem.KeyRequired()))
@@ -195,7 +216,7 @@ func (s *server) getTransferByKey(w http.ResponseWriter, r *http.Request) {
 	}
 	var status string
 	var respStatus *int32
-	var body []byte
+	var body *string
 	err := s.db.QueryRow(r.Context(),
 		"SELECT status, response_status, response_body FROM idempotency_keys WHERE user_id = $1 AND key = $2",
 		userOf(r), key).Scan(&status, &respStatus, &body)
@@ -204,10 +225,10 @@ func (s *server) getTransferByKey(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, newProblem(404, CodeUnknownKey, "No request with this Idempotency-Key has arrived; sending it again is safe"))
 	case err != nil:
 		s.dbFailed(w, r, err)
-	case status != "completed" || respStatus == nil:
+	case status != "completed" || respStatus == nil || body == nil:
 		s.writeResponse(w, idem.InProgress())
 	default:
-		s.writeResponse(w, bank.Response{Status: int(*respStatus), Body: body, Replayed: true})
+		s.writeResponse(w, bank.Response{Status: int(*respStatus), Body: []byte(*body), Replayed: true})
 	}
 }
 
@@ -221,7 +242,7 @@ func (s *server) getTransfer(w http.ResponseWriter, r *http.Request) {
 		err = s.db.QueryRow(r.Context(), `
 			SELECT t.id, t.from_account, t.to_account, t.amount_kobo
 			FROM transfers t JOIN accounts a ON a.id = t.from_account
-			WHERE t.id = $1 AND a.owner_id = $2`, id, userOf(r)).Scan(&t.ID, &t.From, &t.To, &t.AmountKobo)
+			WHERE t.id = $1::bigint AND a.owner_id = $2`, id, userOf(r)).Scan(&t.ID, &t.From, &t.To, &t.AmountKobo)
 	}
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -241,7 +262,7 @@ func (s *server) getAccount(w http.ResponseWriter, r *http.Request) {
 	err := pgx.ErrNoRows
 	if ok {
 		err = s.db.QueryRow(r.Context(),
-			"SELECT id, owner_id, holder, status, balance_kobo FROM accounts WHERE id = $1 AND owner_id = $2",
+			"SELECT id, owner_id, holder, status, balance_kobo FROM accounts WHERE id = $1::bigint AND owner_id = $2",
 			id, userOf(r)).Scan(&a.ID, &a.OwnerID, &a.Holder, &a.Status, &a.BalanceKobo)
 	}
 	switch {
@@ -270,12 +291,34 @@ func (s *server) dbFailed(w http.ResponseWriter, r *http.Request, err error) {
 	writeProblem(w, newProblem(500, CodeInternal, "Something went wrong; try again"))
 }
 
+// stopping reports whether the handler's Stopping context is done.
+func (s *server) stopping() bool {
+	st := s.cfg.Handler.Stopping
+	return st != nil && st.Err() != nil
+}
+
+// duplicated refuses a request that carries header more than once. Which copy
+// counts is not defined (net/http reads the first, a proxy in front may read
+// the last), so two parsers could read one request two ways: two
+// Idempotency-Keys would let the key that was checked differ from the key
+// that was stored, two Authorizations the user that was checked from the
+// user that is charged.
+func duplicated(r *http.Request, header string) (Problem, bool) {
+	if len(r.Header.Values(header)) <= 1 {
+		return Problem{}, false
+	}
+	return newProblem(400, CodeDuplicate, fmt.Sprintf("Send the %s header once; this request has %d", header, len(r.Header.Values(header)))), true
+}
+
 func (s *server) logf(format string, args ...any) {
 	if s.cfg.Log != nil {
 		s.cfg.Log(format, args...)
 	}
 }
 
+// pathID reads the {id} of a route. Ids are compared as bigint in SQL: an id
+// beyond PostgreSQL's integer is one that does not exist (404), not a query
+// that cannot be sent.
 func pathID(r *http.Request) (int64, bool) {
 	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
 	return id, err == nil && id > 0 && id <= MaxSafeInteger

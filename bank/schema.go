@@ -22,6 +22,18 @@ import (
 // see WithIntent) so that the checker can count, from the database alone, how
 // many times one intent moved money. A production bank has no such column; the
 // idempotency key is how it recognises an intent.
+//
+// idempotency_keys.response_body is text, not the lesson's jsonb: jsonb keeps
+// objects in its own order, so a replay would not be the original answer
+// byte for byte (the lesson says to use text when that matters; a signed or
+// hashed body needs it, and a client may compare). See idem.Flaws.JSONBReplay.
+//
+// bank_now() is the time every lock and every key's age is measured on: the
+// database's clock, so that app servers whose clocks disagree still agree on
+// when a lock expires and how old a key is. sim_clock is the simulator's: a
+// scenario stops the database's clock and moves it by hand, which is how its
+// "31 seconds later" reaches the database without waiting (see SetClock). In
+// production stopped_at stays NULL and bank_now() is now().
 const Schema = `
 CREATE TABLE accounts (
   id integer PRIMARY KEY,
@@ -46,11 +58,18 @@ CREATE TABLE idempotency_keys (
   lock_id text,
   locked_until timestamptz,
   response_status integer,
-  response_body jsonb,
+  response_body text,
   created_at timestamptz NOT NULL,
   PRIMARY KEY (user_id, key)
 );
 CREATE INDEX idempotency_keys_created_at ON idempotency_keys (created_at);
+CREATE TABLE sim_clock (
+  one boolean PRIMARY KEY DEFAULT true CHECK (one),
+  stopped_at timestamptz
+);
+INSERT INTO sim_clock DEFAULT VALUES;
+CREATE FUNCTION bank_now() RETURNS timestamptz LANGUAGE sql STABLE
+  AS $$ SELECT coalesce(stopped_at, now()) FROM sim_clock $$;
 `
 
 // Account is one row of the accounts table.

@@ -125,7 +125,7 @@ func TransferWith(ctx context.Context, tx Querier, userID int64, req TransferReq
 
 	var readEarly int64
 	if flaws.ReadCompareWrite {
-		err := tx.QueryRow(ctx, "SELECT balance_kobo FROM accounts WHERE id = $1", req.From).Scan(&readEarly)
+		err := tx.QueryRow(ctx, "SELECT balance_kobo FROM accounts WHERE id = $1::bigint", req.From).Scan(&readEarly)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return Response{}, fmt.Errorf("read balance: %w", err)
 		}
@@ -196,6 +196,9 @@ type accountRow struct {
 
 // lockAccounts reads both accounts, locking their rows in id order so that
 // two transfers between the same accounts always queue the same way round.
+// The ids are compared as bigint: accounts.id is an integer, and an id
+// beyond it (2147483648) is an account that does not exist, not a query that
+// cannot be sent.
 func lockAccounts(ctx context.Context, tx Querier, req TransferRequest, flaws Flaws) (map[int64]accountRow, error) {
 	found := map[int64]accountRow{}
 	read := func(query string, args ...any) error {
@@ -220,14 +223,14 @@ func lockAccounts(ctx context.Context, tx Querier, req TransferRequest, flaws Fl
 	const cols = "SELECT id, owner_id, status, balance_kobo FROM accounts WHERE "
 	switch {
 	case flaws.NoRowLock:
-		return found, read(cols+"id IN ($1, $2)", req.From, req.To)
+		return found, read(cols+"id IN ($1::bigint, $2::bigint)", req.From, req.To)
 	case flaws.SenderLockOnly:
-		if err := read(cols+"id = $1 FOR UPDATE", req.From); err != nil {
+		if err := read(cols+"id = $1::bigint FOR UPDATE", req.From); err != nil {
 			return nil, err
 		}
-		return found, read(cols+"id = $1", req.To)
+		return found, read(cols+"id = $1::bigint", req.To)
 	default:
-		return found, read(cols+"id IN ($1, $2) ORDER BY id FOR UPDATE", req.From, req.To)
+		return found, read(cols+"id IN ($1::bigint, $2::bigint) ORDER BY id FOR UPDATE", req.From, req.To)
 	}
 }
 

@@ -101,6 +101,7 @@ type engine struct {
 	clockStart time.Time
 	env        *faults.Env
 
+	store    *idem.Store
 	handlers []*idem.Handler
 	servers  []faults.Server
 	faults   map[string]faults.Fault
@@ -148,6 +149,7 @@ func newEngine(db bank.DB, cfg Config) *engine {
 	}
 	// One store, shared by every copy of the server, as PostgreSQL is.
 	store := &idem.Store{NewLockID: idem.SeededLockIDs(cfg.Seed)}
+	e.store = store
 	for k := range cfg.Instances {
 		h := &idem.Handler{DB: db, Store: store, Now: clock.Now}
 		if k == cfg.Instances-1 && cfg.Instances > 1 {
@@ -199,8 +201,12 @@ func (e *engine) observe(ctx context.Context) context.Context {
 	return bank.WithTxRetry(idem.WithHooks(ctx, h), func(error) { e.count(PathTxRetry) })
 }
 
-// open replaces the lesson's accounts with the run's own.
+// open replaces the lesson's accounts with the run's own, and makes the
+// database's clock (on which locks expire) follow the run's.
 func (e *engine) open(ctx context.Context) error {
+	if err := e.clock.Follow(ctx, e.db); err != nil {
+		return err
+	}
 	return pgx.BeginFunc(ctx, e.db, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "DELETE FROM idempotency_keys; DELETE FROM transfers; DELETE FROM accounts"); err != nil {
 			return fmt.Errorf("empty the bank: %w", err)
@@ -488,8 +494,11 @@ func (e *engine) runCleanup(ctx context.Context) error {
 	if now := e.clock.Now(); now.Before(target) {
 		e.clock.Advance(target.Sub(now))
 	}
+	if err := e.clock.Err(); err != nil {
+		return err
+	}
 	now := e.clock.Now()
-	deleted, err := idem.Cleanup(ctx, e.db, now.Add(-idem.DefaultRetention), now)
+	deleted, err := e.store.Cleanup(ctx, e.db, idem.DefaultRetention, now)
 	if err != nil {
 		return err
 	}

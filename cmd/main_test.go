@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -188,8 +190,8 @@ func TestServeWithABugWarns(t *testing.T) {
 	case c := <-code:
 		t.Fatalf("serve exited %d before serving; stdout:\n%s\nstderr:\n%s", c, out.String(), errOut.String())
 	}
-	if c := <-code; c != cmd.ExitOK {
-		t.Fatalf("exit %d; stderr:\n%s", c, errOut.String())
+	if c := <-code; c != cmd.ExitInterrupted {
+		t.Fatalf("exit %d, want %d (stopped by a signal); stderr:\n%s", c, cmd.ExitInterrupted, errOut.String())
 	}
 	want := "WARNING: this server runs with a known mistake, --bug memory-keys: Keys kept in a map in the server's memory."
 	if !strings.Contains(out.String(), want) {
@@ -197,5 +199,63 @@ func TestServeWithABugWarns(t *testing.T) {
 	}
 	if !strings.Contains(errOut.String(), want) {
 		t.Errorf("stderr lacks the warning %q:\n%s", want, errOut.String())
+	}
+}
+
+// Defects 3 and 5 of issue 7: serve runs the cleanup job on its interval and
+// logs what it deleted; stopped by a signal with a request in flight, it lets
+// the request finish, prints the ledger and exits 130, as the README says.
+func TestServeCleansUpAndStopsWithExit130(t *testing.T) {
+	out := &waitWriter{want: "Ctrl-C to stop", seen: make(chan struct{})}
+	errOut := &waitWriter{want: "cleanup: deleted 0 keys", seen: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	env := &cmd.Env{
+		Stdin: strings.NewReader(""), Stdout: out, Stderr: errOut,
+		Getenv:   func(k string) string { return os.Getenv(k) },
+		Now:      time.Now,
+		Postgres: postgres.Start,
+	}
+	code := make(chan int, 1)
+	go func() {
+		code <- cmd.Run(ctx, env, []string{"serve", "--addr", "127.0.0.1:0", "--cleanup-every", "50ms", "--grace", "5s"})
+	}()
+	for _, w := range []*waitWriter{out, errOut} {
+		select {
+		case <-w.seen:
+		case c := <-code:
+			t.Fatalf("serve exited %d before %q; stdout:\n%s\nstderr:\n%s", c, w.want, out.String(), errOut.String())
+		case <-time.After(2 * time.Minute):
+			t.Fatalf("waited 2 minutes for %q; stdout:\n%s\nstderr:\n%s", w.want, out.String(), errOut.String())
+		}
+	}
+	url := regexp.MustCompile(`http://127\.0\.0\.1:\d+`).FindString(out.String())
+	req, _ := http.NewRequest("POST", url+"/transfers", strings.NewReader(`{"from":1,"to":2,"amountKobo":1000000}`))
+	req.Header.Set("Authorization", "Bearer token-ada")
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", "serve-stop-key-000000001")
+	res, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = res.Body.Close()
+	if res.StatusCode != 201 {
+		t.Fatalf("POST: %d", res.StatusCode)
+	}
+	cancel() // SIGTERM
+	select {
+	case c := <-code:
+		if c != cmd.ExitInterrupted {
+			t.Fatalf("exit %d, want %d; stderr:\n%s", c, cmd.ExitInterrupted, errOut.String())
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("serve did not stop within a minute of the signal")
+	}
+	const ledger = "Ada ₦40,000, Bola ₦15,000, Chidi ₦20,000 | total ₦75,000 | transfers 1"
+	if !strings.Contains(out.String(), "stopping: requests in flight have 5s to finish") || !strings.Contains(out.String(), ledger) {
+		t.Errorf("stdout lacks the stop and the final ledger %q:\n%s", ledger, out.String())
+	}
+	if !strings.Contains(errOut.String(), "interrupted") {
+		t.Errorf("stderr does not say it was interrupted:\n%s", errOut.String())
 	}
 }

@@ -18,9 +18,11 @@ import (
 )
 
 type serveOptions struct {
-	addr      string
-	listenAny bool
-	bug       string
+	addr         string
+	listenAny    bool
+	bug          string
+	grace        time.Duration
+	cleanupEvery time.Duration
 }
 
 func newServeCmd(app *App) *cobra.Command {
@@ -33,8 +35,13 @@ errors — on a fresh copy of the lesson's bank, so that curl, your own app or
 your own retry library can be pointed at it. The bank is dropped on exit.
 
 Routes: POST /transfers, GET /transfers/{id}, GET /transfers?key=K,
-GET /accounts/{id}, GET /healthz. Stop with Ctrl-C: requests in flight finish,
-then PostgreSQL stops.
+GET /accounts/{id}, GET /healthz. Stop with Ctrl-C or SIGTERM: requests in
+flight get --grace to finish; those still running then are rolled back, their
+keys released, and answered 503 with Retry-After. Only then is the database
+closed; the ledger is printed, and serve exits 130 (interrupted).
+
+Every --cleanup-every, the 24 h cleanup job deletes the keys older than 24 h
+that are completed or whose lock has expired, and logs how many it deleted.
 
 --bug NAME serves with one of the lesson's server-side mistakes switched on
 (see 'bank-sim list --bugs'), so that your own client or retry library can be
@@ -50,6 +57,8 @@ mistake (new-key-per-attempt) is refused: serve runs only the server.`,
 	c.Flags().StringVar(&o.addr, "addr", "127.0.0.1:8080", "listen on this `HOST:PORT` (port 0 picks a free one)")
 	c.Flags().BoolVar(&o.listenAny, "listen-any", false, "allow an address other than loopback (the demo tokens are public!)")
 	c.Flags().StringVar(&o.bug, "bug", "", "serve with one of the lesson's server-side mistakes (see 'bank-sim list --bugs')")
+	c.Flags().DurationVar(&o.grace, "grace", api.DefaultGrace, "on Ctrl-C or SIGTERM, how long requests in flight may take to finish before they are rolled back and answered 503")
+	c.Flags().DurationVar(&o.cleanupEvery, "cleanup-every", time.Hour, "run the cleanup of keys older than 24 h this often (0: never)")
 	_ = c.RegisterFlagCompletionFunc("bug", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 		var names []string
 		for _, b := range idem.Bugs() {
@@ -100,6 +109,12 @@ func runServe(ctx context.Context, app *App, o serveOptions) error {
 	if err := checkAddr(o.addr, o.listenAny); err != nil {
 		return err
 	}
+	if o.grace < 0 {
+		return usageError("--grace %s: want a duration of 0 or more, e.g. 10s", o.grace)
+	}
+	if o.cleanupEvery < 0 {
+		return usageError("--cleanup-every %s: want a duration, e.g. 1h, or 0 for never", o.cleanupEvery)
+	}
 	bug, err := parseServeBug(o.bug)
 	if err != nil {
 		return err
@@ -120,14 +135,18 @@ func runServe(ctx context.Context, app *App, o serveOptions) error {
 		return &ExitError{Code: ExitFailed, Err: fmt.Errorf("cannot listen on %s: %w", o.addr, err)}
 	}
 	url := "http://" + ln.Addr().String()
-	h := &idem.Handler{DB: db.Pool, Store: &idem.Store{}}
+	// Stopping cuts the handlers' work short when the grace period ends.
+	stopping, stop := context.WithCancel(context.Background())
+	defer stop()
+	h := &idem.Handler{DB: db.Pool, Store: &idem.Store{}, Stopping: stopping}
 	if bug != nil {
 		bug.Apply(h)
 	}
+	logf := func(format string, args ...any) {
+		fmt.Fprintf(app.Env.Stderr, "bank-sim serve: "+format+"\n", args...)
+	}
 	hs := &http.Server{
-		Handler: api.NewServer(api.Config{Handler: h, Tokens: api.DemoTokens(), Log: func(format string, args ...any) {
-			fmt.Fprintf(app.Env.Stderr, "bank-sim serve: "+format+"\n", args...)
-		}}),
+		Handler:           api.NewServer(api.Config{Handler: h, Tokens: api.DemoTokens(), Log: logf}),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      30 * time.Second,
@@ -158,7 +177,18 @@ func runServe(ctx context.Context, app *App, o serveOptions) error {
 	fmt.Fprintf(out, "    -H \"Idempotency-Key: $(uuidgen)\" -H 'Content-Type: application/json' \\\n")
 	fmt.Fprintf(out, "    -d '{\"from\":1,\"to\":2,\"amountKobo\":1000000}'\n")
 	printLedger(ctx, app, db.Pool)
+	if o.cleanupEvery > 0 {
+		fmt.Fprintf(out, "%s\n", p.dim.Sprintf("the cleanup job runs every %s (keys older than %s)", o.cleanupEvery, idem.DefaultRetention))
+	}
 	fmt.Fprintln(out, p.dim.Sprint("Ctrl-C to stop"))
+
+	cleanupCtx, stopCleanup := context.WithCancel(context.WithoutCancel(ctx))
+	cleanupDone := make(chan struct{})
+	go func() {
+		defer close(cleanupDone)
+		cleanupLoop(cleanupCtx, h.Store, db.Pool, o.cleanupEvery, logf)
+	}()
+	defer func() { stopCleanup(); <-cleanupDone }()
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- hs.Serve(ln) }()
@@ -168,16 +198,56 @@ func runServe(ctx context.Context, app *App, o serveOptions) error {
 	case <-ctx.Done():
 	}
 
-	// Requests in flight finish (and commit) before the database goes.
-	fmt.Fprintln(out, "stopping: finishing requests in flight")
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	if err := hs.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		fmt.Fprintf(app.Env.Stderr, "bank-sim serve: shutdown: %v\n", err)
+	// The database goes only after every handler has returned: requests in
+	// flight finish within the grace period, or are rolled back, their keys
+	// released, and answered 503.
+	fmt.Fprintf(out, "stopping: requests in flight have %s to finish\n", o.grace)
+	cut, err := api.Drain(hs, o.grace, stop)
+	if cut {
+		fmt.Fprintln(out, "the grace period ended: requests still running were rolled back, their keys released, and answered 503 with Retry-After")
 	}
-	printLedger(sctx, app, db.Pool)
+	if err != nil && !errors.Is(err, http.ErrServerClosed) {
+		// Some handler ignored the stop (a --bug that works on the request's
+		// context): closing the connections ends the requests' contexts.
+		logf("shutdown: %v; closing the connections", err)
+		_ = hs.Close()
+	}
+	stopCleanup()
+	<-cleanupDone
+	lctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	printLedger(lctx, app, db.Pool)
 	fmt.Fprintln(out, "stopped; the bank is dropped and PostgreSQL stops")
-	return nil
+	// A signal stopped the server: exit 130, as for every command.
+	return ctx.Err()
+}
+
+// cleanupLoop runs the 24 h cleanup job every interval (never when 0) until
+// ctx ends, and logs what each run deleted.
+func cleanupLoop(ctx context.Context, store *idem.Store, db bank.Querier, every time.Duration, logf func(string, ...any)) {
+	if every <= 0 {
+		return
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		keys, err := store.Cleanup(cctx, db, idem.DefaultRetention, time.Now())
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			logf("cleanup: %v", err)
+		default:
+			logf("cleanup: deleted %d keys older than %s (completed, or their lock expired)", len(keys), idem.DefaultRetention)
+		}
+	}
 }
 
 func printLedger(ctx context.Context, app *App, db bank.DB) {

@@ -289,6 +289,27 @@ func (x *Exchange) RoundTrip(ctx context.Context) (*http.Response, []byte, error
 	return res, body, nil
 }
 
+// Send passes the whole request on to the server on a new connection and
+// returns that connection, for a fault that decides itself what happens to
+// it next. The caller closes it.
+func (x *Exchange) Send(ctx context.Context) (net.Conn, error) {
+	var d net.Dialer
+	up, err := d.DialContext(ctx, "tcp", x.upstream)
+	if err != nil {
+		return nil, err
+	}
+	req := x.Request
+	req.Body = io.NopCloser(bytes.NewReader(x.Body))
+	req.ContentLength = int64(len(x.Body))
+	req.TransferEncoding = nil
+	req.Close = true
+	if err := req.Write(up); err != nil {
+		_ = up.Close()
+		return nil, err
+	}
+	return up, nil
+}
+
 // Reply sends a response to the client, whole.
 func (x *Exchange) Reply(res *http.Response, body []byte) error {
 	_, err := x.client.Write(encodeResponse(res, body))

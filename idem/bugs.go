@@ -31,6 +31,9 @@ type Bug struct {
 	SecondTransaction bool `json:"secondTransaction,omitempty"`
 	// StoreServerErrors stores a 500 as the key's final answer.
 	StoreServerErrors bool `json:"storeServerErrors,omitempty"`
+	// ClaimOnRequestContext runs the claim and the transfer on the
+	// request's context.
+	ClaimOnRequestContext bool `json:"claimOnRequestContext,omitempty"`
 	// Store switches on mistakes in the key store.
 	Store Flaws `json:"store,omitzero"`
 	// Bank switches on mistakes in the transfer.
@@ -49,10 +52,13 @@ func (b Bug) Apply(h *Handler) {
 	f.Unscoped = f.Unscoped || b.Store.Unscoped
 	f.NoExpiry = f.NoExpiry || b.Store.NoExpiry
 	f.NoFencing = f.NoFencing || b.Store.NoFencing
+	f.AppClock = f.AppClock || b.Store.AppClock
+	f.JSONBReplay = f.JSONBReplay || b.Store.JSONBReplay
 	h.Bank.ReadCompareWrite = h.Bank.ReadCompareWrite || b.Bank.ReadCompareWrite
 	h.Bank.NoRowLock = h.Bank.NoRowLock || b.Bank.NoRowLock
 	h.SecondTransaction = h.SecondTransaction || b.SecondTransaction
 	h.StoreServerErrors = h.StoreServerErrors || b.StoreServerErrors
+	h.ClaimOnRequestContext = h.ClaimOnRequestContext || b.ClaimOnRequestContext
 	if b.MemoryKeys && h.Memory == nil {
 		h.Memory = &MemoryStore{}
 	}
@@ -120,6 +126,24 @@ func Bugs() []Bug {
 			Mistake:     "The accounts are read without FOR UPDATE, so the sender's row is not locked while the transfer checks it",
 			Consequence: "An account frozen while the transfer is in flight is debited anyway: the check saw it active, and nothing stopped the freeze",
 			Bank:        bank.Flaws{NoRowLock: true},
+		},
+		{
+			Name:                  "claim-on-request-context",
+			Mistake:               "The key is claimed and the transfer run on the request's own context, which ends when the client disconnects",
+			Consequence:           "A client that goes away while the claim's INSERT is answered leaves the key committed but unreleased: in progress with nobody working on it, and every retry is told 409 until the lock expires",
+			ClaimOnRequestContext: true,
+		},
+		{
+			Name:        "app-clock",
+			Mistake:     "Lock expiry and key ages are measured on each app server's own clock instead of the database's",
+			Consequence: "A server whose clock runs ahead takes over locks that are still valid; one whose clock runs behind writes keys that the cleanup job deletes while they are fresh, and their retry moves the money again",
+			Store:       Flaws{AppClock: true},
+		},
+		{
+			Name:        "jsonb-replay",
+			Mistake:     "The stored response is kept as jsonb, as in the lesson's table",
+			Consequence: "jsonb reorders the members, so a replay is not the original answer byte for byte: a client that compares or verifies a signature sees a different response",
+			Store:       Flaws{JSONBReplay: true},
 		},
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })

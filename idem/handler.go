@@ -55,6 +55,14 @@ const (
 // Hooks are points where a fault can stop a request, set per request on its
 // context by the fault-injecting network.
 type Hooks struct {
+	// BeforeClaim runs just before the claim's INSERT is sent.
+	BeforeClaim func(ctx context.Context)
+	// ClaimCommitted runs when the claim's INSERT has committed, before its
+	// answer is used; ctx is the context the claim ran on. An error here is
+	// what the caller hears instead of the answer, as when the context ends
+	// while the answer is on its way back: PostgreSQL has committed the
+	// claim, and pgx reports the cancellation.
+	ClaimCommitted func(ctx context.Context) error
 	// AfterClaim runs after the key is claimed and before the transaction:
 	// a server that goes silent here has left its key in progress.
 	AfterClaim func(ctx context.Context, c Claim)
@@ -79,12 +87,38 @@ func hooksFrom(ctx context.Context) Hooks {
 	return h
 }
 
+func claimCommitted(ctx context.Context) error {
+	if hook := hooksFrom(ctx).ClaimCommitted; hook != nil {
+		return hook(ctx)
+	}
+	return nil
+}
+
+// DefaultWorkTimeout bounds a request's database work when Handler.WorkTimeout
+// is zero. It is well below DefaultLockTTL, so that a request that gives up
+// has time to release its key before its lock could be taken over.
+const DefaultWorkTimeout = 20 * time.Second
+
+// releaseTimeout bounds the release of a key after a failure.
+const releaseTimeout = 5 * time.Second
+
 // Handler is the transfer endpoint: bank.Transfer behind the key store.
 type Handler struct {
 	DB    bank.DB
 	Store *Store
-	// Now is the clock that lock expiry runs on; time.Now when nil.
+	// Now is this app server's own clock; time.Now when nil. Lock expiry
+	// and key ages run on the database's clock, not on this one; only the
+	// AppClock mistake reads it (see Store.Begin).
 	Now func() time.Time
+	// WorkTimeout bounds a request's database work, from the claim to the
+	// commit or the release; DefaultWorkTimeout when zero. Keep it below the
+	// lock's TTL.
+	WorkTimeout time.Duration
+	// Stopping, when set and done, cuts every request's work short: its
+	// transaction rolls back, its key is released and Handle returns an
+	// error. A server that must stop before its requests finish cancels it,
+	// so that it leaves no key in progress behind.
+	Stopping context.Context
 
 	Conflict     ConflictPolicy
 	WaitInterval time.Duration // between polls under WaitForResult; 10 ms when zero
@@ -106,6 +140,34 @@ type Handler struct {
 	// unexpected failure the key is completed with a 500 instead of being
 	// released, so every retry replays the outage.
 	StoreServerErrors bool
+	// ClaimOnRequestContext is the mistake of running the claim and the
+	// transfer on the request's own context: when the client goes away
+	// while the claim's INSERT is on its way back, PostgreSQL has committed
+	// the claim but the handler hears "context canceled", returns without
+	// releasing it, and the key stays in progress with nobody working on
+	// it: every retry is told 409 until the lock expires.
+	ClaimOnRequestContext bool
+}
+
+// workContext is the context a request's database work runs on. Once a
+// claim may have committed, the work must finish or release the key, whatever
+// the client does: so it is detached from the request's cancellation (a
+// client that disconnects or half-closes its connection ends the request's
+// context) and bounded by WorkTimeout, and by Stopping.
+func (h *Handler) workContext(req context.Context) (context.Context, context.CancelFunc) {
+	if h.ClaimOnRequestContext {
+		return req, func() {} // the mistake: the client's departure cuts the work off
+	}
+	timeout := h.WorkTimeout
+	if timeout <= 0 {
+		timeout = DefaultWorkTimeout
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(req), timeout)
+	if h.Stopping == nil {
+		return ctx, cancel
+	}
+	stop := context.AfterFunc(h.Stopping, cancel)
+	return ctx, func() { stop(); cancel() }
 }
 
 func (h *Handler) now() time.Time {
@@ -119,6 +181,8 @@ func (h *Handler) now() time.Time {
 // as a Response; the error is for unexpected failures (a 500 to the client),
 // after which the key has been released so that a retry can succeed.
 func (h *Handler) Handle(ctx context.Context, req Request) (bank.Response, error) {
+	ctx, cancel := h.workContext(ctx)
+	defer cancel()
 	if h.NoKey {
 		return h.transfer(ctx, req, nil)
 	}
@@ -153,8 +217,8 @@ func (h *Handler) Handle(ctx context.Context, req Request) (bank.Response, error
 	resp, err := h.transfer(ctx, req, &claim)
 	if err != nil {
 		// The holder's own claim only: after a takeover this deletes nothing.
-		// A fresh context, because the request's may be what failed.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		// A fresh context, because the work's may be what failed.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 		defer cancel()
 		if h.StoreServerErrors {
 			if serr := h.Store.Complete(rctx, h.DB, req.UserID, req.Key, claim.LockID, ServerError()); serr == nil {

@@ -213,16 +213,15 @@ func TestHandler(t *testing.T) {
 		t.Parallel()
 		pool := newBank(t, 2)
 		s := &idem.Store{}
-		var clock time.Time
-		h := &idem.Handler{DB: pool, Store: s, Now: func() time.Time { return clock }}
+		h := &idem.Handler{DB: pool, Store: s}
 		b := body(1, 2, 1_000_000)
 		stuck := begin(t, s, pool, 1, idem.Fingerprint(idem.Method, idem.Path, b), t0)
 
-		clock = at(10)
+		setClock(t, pool, at(10))
 		if early := handle(t, h, 1, key, b); early.Status != 409 || early.Code() != idem.CodeInProgress {
 			t.Fatalf("retry after 10 s: %s, want 409 request_in_progress", early.Summary())
 		}
-		clock = at(31)
+		setClock(t, pool, at(31))
 		late := handle(t, h, 1, key, b)
 		if rc, ok := late.Receipt(); late.Status != 201 || late.Replayed || !ok || rc.TransferID != 1 {
 			t.Fatalf("retry after 31 s: %s, want 201 transfer 1", late.Summary())

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	mrand "math/rand/v2"
 	"sync"
 	"time"
@@ -58,6 +59,15 @@ type Flaws struct {
 	Unscoped      bool // keys shared by all users instead of scoped per user
 	NoExpiry      bool // a claim's lock never expires
 	NoFencing     bool // Complete does not check that the caller still holds the lock
+	// AppClock measures locks and key ages on each app server's own clock
+	// instead of the database's: a server whose clock runs ahead takes over
+	// a lock that is still valid, and one that runs behind writes keys that
+	// the cleanup job thinks are old.
+	AppClock bool
+	// JSONBReplay stores the response as jsonb, as the lesson's table does:
+	// jsonb reorders an object's members, so a replay is not the original
+	// answer byte for byte.
+	JSONBReplay bool
 }
 
 // Store is the idempotency-key store in PostgreSQL.
@@ -71,6 +81,9 @@ type Store struct {
 }
 
 func (s *Store) ttl() time.Duration {
+	if s.Flaws.NoExpiry {
+		return time.Duration(math.MaxInt64) // ~292 years: never, in practice
+	}
 	if s.LockTTL > 0 {
 		return s.LockTTL
 	}
@@ -93,21 +106,43 @@ func (s *Store) scope(userID int64) int64 {
 	return userID
 }
 
+// clock is the time argument of every statement that measures a lock or a
+// key's age. The SQL reads it as coalesce($n, bank_now()): NULL, which the
+// correct store passes, means the database's clock, the one clock that every
+// app server sharing the database agrees on.
+func (s *Store) clock(now time.Time) any {
+	if s.Flaws.AppClock {
+		return now // the mistake: each app server's own clock
+	}
+	return nil
+}
+
 // Begin claims key for userID, or says why the caller must not proceed.
 // The claim is one INSERT … ON CONFLICT DO NOTHING committed on its own, so
 // of two requests racing for a key exactly one wins.
+//
+// now is the calling app server's own clock. The correct store does not use
+// it: locks and key ages are measured on the database's clock (bank_now()),
+// so servers whose clocks disagree cannot take over each other's valid locks.
+// Only the AppClock mistake reads it.
 func (s *Store) Begin(ctx context.Context, db bank.Querier, userID int64, key, hash string, now time.Time) (Claim, error) {
-	scope := s.scope(userID)
+	scope, at, ttl := s.scope(userID), s.clock(now), s.ttl()
 	// A key can vanish between the failed INSERT and the SELECT (its holder
 	// released it after an error); then claiming again is right.
 	for range 3 {
 		lockID := s.lockID()
-		until := s.lockedUntil(now)
+		if hook := hooksFrom(ctx).BeforeClaim; hook != nil {
+			hook(ctx)
+		}
 		tag, err := db.Exec(ctx, `
 			INSERT INTO idempotency_keys (user_id, key, request_hash, status, lock_id, locked_until, created_at)
-			VALUES ($1, $2, $3, 'in_progress', $4, $5, $6)
+			SELECT $1, $2, $3, 'in_progress', $4, t + $5::interval, t
+			FROM (SELECT coalesce($6::timestamptz, bank_now()) AS t) AS clock
 			ON CONFLICT (user_id, key) DO NOTHING`,
-			scope, key, hash, lockID, until, now)
+			scope, key, hash, lockID, ttl, at)
+		if err == nil && tag.RowsAffected() == 1 {
+			err = claimCommitted(ctx)
+		}
 		if err != nil {
 			return Claim{}, fmt.Errorf("claim key: %w", err)
 		}
@@ -117,7 +152,7 @@ func (s *Store) Begin(ctx context.Context, db bank.Querier, userID int64, key, h
 
 		var storedHash, status string
 		var respStatus *int32
-		var respBody []byte
+		var respBody *string
 		err = db.QueryRow(ctx, `
 			SELECT request_hash, status, response_status, response_body
 			FROM idempotency_keys WHERE user_id = $1 AND key = $2`, scope, key).
@@ -132,50 +167,46 @@ func (s *Store) Begin(ctx context.Context, db bank.Querier, userID int64, key, h
 			return Claim{Action: Respond, Response: bank.Reject(422, CodeKeyReused,
 				"This Idempotency-Key was sent with a different request; use a new key for a new transfer")}, nil
 		}
-		if status == "completed" && respStatus != nil {
-			return Claim{Action: Replay, Response: bank.Response{Status: int(*respStatus), Body: respBody, Replayed: true}}, nil
+		if status == "completed" && respStatus != nil && respBody != nil {
+			return Claim{Action: Replay, Response: bank.Response{Status: int(*respStatus), Body: []byte(*respBody), Replayed: true}}, nil
 		}
 
-		if !s.Flaws.NoExpiry {
-			tag, err = db.Exec(ctx, `
-				UPDATE idempotency_keys SET lock_id = $3, locked_until = $4
-				WHERE user_id = $1 AND key = $2 AND status = 'in_progress' AND locked_until < $5`,
-				scope, key, lockID, until, now)
-			if err != nil {
-				return Claim{}, fmt.Errorf("take over key: %w", err)
-			}
-			if tag.RowsAffected() == 1 {
-				return Claim{Action: Proceed, LockID: lockID, TookOver: true}, nil
-			}
+		tag, err = db.Exec(ctx, `
+			UPDATE idempotency_keys SET lock_id = $3, locked_until = clock.t + $4::interval
+			FROM (SELECT coalesce($5::timestamptz, bank_now()) AS t) AS clock
+			WHERE user_id = $1 AND key = $2 AND status = 'in_progress' AND locked_until < clock.t`,
+			scope, key, lockID, ttl, at)
+		if err != nil {
+			return Claim{}, fmt.Errorf("take over key: %w", err)
+		}
+		if tag.RowsAffected() == 1 {
+			return Claim{Action: Proceed, LockID: lockID, TookOver: true}, nil
 		}
 		return Claim{Action: Respond, Response: InProgress()}, nil
 	}
 	return Claim{}, fmt.Errorf("claim key %q: it kept changing under us", key)
 }
 
-func (s *Store) lockedUntil(now time.Time) time.Time {
-	if s.Flaws.NoExpiry {
-		return time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
-	}
-	return now.Add(s.ttl())
-}
-
 // Complete stores resp as the key's final answer, inside the caller's
 // transaction, so that the work and its stored response commit together. It
 // returns ErrLostLock when lockID is no longer the key's lock: the fencing
 // check that stops a slow server from committing after a retry took over.
+// The body is stored as the bytes that were sent, so a replay is the
+// original answer byte for byte.
 func (s *Store) Complete(ctx context.Context, tx bank.Querier, userID int64, key, lockID string, resp bank.Response) error {
-	query := `
-		UPDATE idempotency_keys
-		SET status = 'completed', response_status = $4, response_body = $5::jsonb, lock_id = NULL, locked_until = NULL
-		WHERE user_id = $1 AND key = $2 AND lock_id = $3`
+	fence := "lock_id = $3"
 	if s.Flaws.NoFencing {
-		query = `
-		UPDATE idempotency_keys
-		SET status = 'completed', response_status = $4, response_body = $5::jsonb, lock_id = NULL, locked_until = NULL
-		WHERE user_id = $1 AND key = $2 AND $3::text IS NOT NULL`
+		fence = "$3::text IS NOT NULL"
 	}
-	tag, err := tx.Exec(ctx, query, s.scope(userID), key, lockID, resp.Status, string(resp.Body))
+	body := "$5::text"
+	if s.Flaws.JSONBReplay {
+		body = "$5::jsonb::text" // the mistake: jsonb reorders the members
+	}
+	tag, err := tx.Exec(ctx, `
+		UPDATE idempotency_keys
+		SET status = 'completed', response_status = $4, response_body = `+body+`, lock_id = NULL, locked_until = NULL
+		WHERE user_id = $1 AND key = $2 AND `+fence,
+		s.scope(userID), key, lockID, resp.Status, string(resp.Body))
 	if err != nil {
 		return fmt.Errorf("complete key: %w", err)
 	}
@@ -197,14 +228,18 @@ func (s *Store) Release(ctx context.Context, db bank.Querier, userID int64, key,
 	return nil
 }
 
-// Cleanup deletes keys created before cutoff that are completed or whose
-// lock expired before now, and returns their names. A key whose lock is still
-// valid is never deleted, however old: its holder may be about to complete it.
-func Cleanup(ctx context.Context, db bank.Querier, cutoff, now time.Time) ([]string, error) {
+// Cleanup is the scheduled job: it deletes keys created more than retention
+// ago that are completed or whose lock has expired, and returns their names.
+// A key whose lock is still valid is never deleted, however old: its holder
+// may be about to complete it. Age and expiry are measured on the database's
+// clock; now, the calling server's own clock, is read only by the AppClock
+// mistake (see Begin).
+func (s *Store) Cleanup(ctx context.Context, db bank.Querier, retention time.Duration, now time.Time) ([]string, error) {
 	rows, err := db.Query(ctx, `
 		DELETE FROM idempotency_keys
-		WHERE created_at < $1 AND (status = 'completed' OR locked_until < $2)
-		RETURNING key`, cutoff, now)
+		USING (SELECT coalesce($2::timestamptz, bank_now()) AS t) AS clock
+		WHERE created_at < clock.t - $1::interval AND (status = 'completed' OR locked_until < clock.t)
+		RETURNING key`, retention, s.clock(now))
 	if err != nil {
 		return nil, fmt.Errorf("clean up keys: %w", err)
 	}

@@ -45,7 +45,7 @@ func init() {
 
 		clock.Advance(time.Hour)
 		r.Step("03:00: the cleanup job deletes keys older than %s that are completed or whose lock expired", retentionText(retention))
-		deleted, err := idem.Cleanup(ctx, r.DB, clock.Now().Add(-retention), clock.Now())
+		deleted, err := h.Store.Cleanup(ctx, r.DB, retention, clock.Now())
 		if err != nil {
 			return err
 		}

@@ -61,10 +61,11 @@ func (r *recycler) close() {
 	r.all, r.free = nil, nil
 }
 
-// reset puts a used bank back to the lesson's opening state.
+// reset puts a used bank back to the lesson's opening state, its clock
+// running again on PostgreSQL's own.
 func reset(ctx context.Context, db *Database) error {
 	return pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "TRUNCATE transfers, idempotency_keys RESTART IDENTITY; DELETE FROM accounts"); err != nil {
+		if _, err := tx.Exec(ctx, "TRUNCATE transfers, idempotency_keys RESTART IDENTITY; DELETE FROM accounts; UPDATE sim_clock SET stopped_at = NULL"); err != nil {
 			return fmt.Errorf("reset the bank: %w", err)
 		}
 		for _, a := range bank.LessonAccounts {

@@ -40,10 +40,17 @@ type Run struct {
 func newRand(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 0x62616e6b)) }
 
 // Clock starts the phase's movable clock at t and returns it; events from
-// then on carry the clock's offset.
+// then on carry the clock's offset. The phase's database follows it: its
+// clock, on which locks expire and keys age, reads t now and moves with
+// every Advance.
 func (r *Run) Clock(t time.Time) *faults.Clock {
 	r.clock = faults.NewClock(t)
 	r.clockStart = t
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := r.clock.Follow(ctx, r.DB); err != nil {
+		r.Expect(false, "to set the database's clock (%v)", err)
+	}
 	return r.clock
 }
 

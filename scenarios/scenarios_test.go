@@ -55,6 +55,14 @@ var lessonBalances = map[string][]string{
 		"Ada ₦30,000, Bola ₦25,000, Chidi ₦20,000 | total ₦75,000 | transfers 2",
 		"Ada ₦40,000, Bola ₦15,000, Chidi ₦20,000 | total ₦75,000 | transfers 1",
 	},
+	"client-disconnect": {
+		"Ada ₦42,000, Bola ₦13,000, Chidi ₦20,000 | total ₦75,000 | transfers 3",
+		"Ada ₦40,000, Bola ₦15,000, Chidi ₦20,000 | total ₦75,000 | transfers 4",
+	},
+	"clock-skew": {
+		"Ada ₦36,000, Bola ₦19,000, Chidi ₦20,000 | total ₦75,000 | transfers 3",
+		"Ada ₦38,000, Bola ₦17,000, Chidi ₦20,000 | total ₦75,000 | transfers 2",
+	},
 	"retry-policy": {
 		"Ada ₦30,000, Bola ₦25,000, Chidi ₦20,000 | total ₦75,000 | transfers 2",
 		"Ada ₦40,000, Bola ₦15,000, Chidi ₦20,000 | total ₦75,000 | transfers 1",
