@@ -235,10 +235,16 @@ func (c *checker) intents() {
 // client got for a key (its user's, as the lesson scopes keys) is the only
 // one the server produced, and every later final answer is that one
 // replayed, byte for byte. A retry, a user tapping again after the final
-// answer, and a retry after the cleanup job ran all fall under it.
+// answer, and a retry after the cleanup job ran all fall under it. A key
+// reused for another request is the exception: the key's stored answer
+// belongs to the first request, and each reuse is refused afresh (the
+// wrong-answer check holds it to 422).
 func (c *checker) replays() {
 	for idx := range c.h.Intents {
 		in := &c.h.Intents[idx]
+		if in.Reuse != "" {
+			continue
+		}
 		first := map[string]*Attempt{}
 		for k := range in.Attempts {
 			a := &in.Attempts[k]

@@ -143,7 +143,7 @@ func Cover(h *History) Coverage {
 		if in.Healed && in.Outcome != SeenUnknown {
 			counts[PathHealed]++
 		}
-		reused, exact, over := false, false, false
+		reused, exact, over, rule := false, false, false, false
 		for _, a := range in.Attempts {
 			resp := a.Response()
 			switch {
@@ -165,24 +165,23 @@ func Cover(h *History) Coverage {
 				continue
 			}
 			code := resp.Code()
-			if code == bank.CodeInsufficientFunds {
+			if code == bank.CodeInsufficientFunds && !a.Replayed {
 				counts[PathInsufficient]++
 			}
 			if in.Reuse != "" && a.Status == 422 && code == idem.CodeKeyReused {
 				reused = true
 			}
+			// A rule's answer counts however it reached the client, the
+			// original or a replay of it; once per intent.
 			if ok, _ := x.allows(in, resp); !ok || x.reuse {
 				continue
 			}
-			if x.rule != "" && !a.Replayed {
-				counts[x.rule]++
-			}
-			if x.solo && resp.OK() && !a.Replayed {
-				exact = exact || in.Request.AmountKobo == x.balance
-			}
-			if x.solo && !resp.OK() && !a.Replayed {
-				over = over || in.Request.AmountKobo == x.balance+1
-			}
+			rule = rule || x.rule != ""
+			exact = exact || x.solo && resp.OK() && in.Request.AmountKobo == x.balance
+			over = over || x.solo && !resp.OK() && in.Request.AmountKobo == x.balance+1
+		}
+		if rule {
+			counts[x.rule]++
 		}
 		if reused {
 			counts["key-reused-"+in.Reuse]++

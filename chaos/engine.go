@@ -116,6 +116,7 @@ type engine struct {
 	server   map[string]int
 	deferred []*Intent // key reuses whose first intent had no final answer yet
 	cleanup  *CleanupRun
+	stalls   []string
 	done     atomic.Int64
 
 	// late counts the server calls that outlive their client's attempt:
@@ -170,6 +171,13 @@ func newEngine(db bank.DB, cfg Config) *engine {
 		})
 	}
 	return e
+}
+
+// stall records a staged race that did not happen as planned.
+func (e *engine) stall(format string, args ...any) {
+	e.mu.Lock()
+	e.stalls = append(e.stalls, fmt.Sprintf(format, args...))
+	e.mu.Unlock()
 }
 
 // count records that a server took defence path p once.
@@ -345,7 +353,7 @@ func (e *engine) run(ctx context.Context, progress Progress) (*History, error) {
 	}
 
 	h := &History{Seed: cfg.Seed, Config: cfg, Opening: e.lay.accounts, Audits: e.audits, Fired: e.fired,
-		Server: e.server, Crashes: e.crashes, Cleanup: e.cleanup}
+		Server: e.server, Crashes: e.crashes, Cleanup: e.cleanup, Stalls: e.stalls}
 	h.Intents = make([]Intent, len(e.intents))
 	for i, in := range e.intents {
 		h.Intents[i] = *in
@@ -654,9 +662,11 @@ func (e *engine) deadlock(ctx context.Context, key string, from int64) func() {
 }
 
 func (e *engine) interfere(ctx context.Context, key string, from int64) {
+	started := time.Now()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stageTimeout)
 	tx, err := e.db.Begin(ctx)
 	if err != nil {
+		e.stall("deadlock on key %s: the other transaction could not begin after %s: %v", key, time.Since(started).Round(time.Millisecond), err)
 		cancel()
 		return
 	}
@@ -669,6 +679,7 @@ func (e *engine) interfere(ctx context.Context, key string, from int64) {
 		_, err = tx.Exec(ctx, "SELECT 1 FROM idempotency_keys WHERE key = $1 FOR UPDATE", key)
 	}
 	if err != nil {
+		e.stall("deadlock on key %s: the other transaction could not lock the key row: %v", key, err)
 		_ = tx.Rollback(context.WithoutCancel(ctx))
 		cancel()
 		return
@@ -682,9 +693,14 @@ func (e *engine) interfere(ctx context.Context, key string, from int64) {
 	}()
 	// Back to the transfer only once the other transaction waits for its
 	// row: a transfer that reached the key row first would merely queue.
-	for ctx.Err() == nil {
+	for {
 		var waiting bool
-		if err := e.db.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock')", pid).Scan(&waiting); err != nil || waiting {
+		err := e.db.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock')", pid).Scan(&waiting)
+		if err == nil && waiting {
+			return
+		}
+		if ctx.Err() != nil || err != nil {
+			e.stall("deadlock on key %s: the other transaction was not seen waiting for account %d after %s (%v)", key, from, time.Since(started).Round(time.Millisecond), err)
 			return
 		}
 		time.Sleep(200 * time.Microsecond)
@@ -721,6 +737,7 @@ func (e *engine) expireMidWrite(ctx context.Context, req idem.Request, holder in
 				}
 			case <-done:
 			case <-time.After(stageTimeout):
+				e.stall("expire-mid-write on key %s: the retry had not claimed the key after %s", req.Key, stageTimeout)
 			}
 		})
 	}

@@ -57,6 +57,11 @@ type History struct {
 	Duration time.Duration  `json:"durationNs"`
 	// Cleanup is the run of the key cleanup job, after healing.
 	Cleanup *CleanupRun `json:"cleanup,omitempty"`
+	// Stalls are the staged races whose other side never came within its
+	// bound (a retry that could not take the key over, a transaction that
+	// never queued for the row): the race did not happen as planned, and the
+	// run waited for nothing.
+	Stalls []string `json:"stalls,omitempty"`
 	// Crashes are the times PostgreSQL was killed (KillPostgres).
 	Crashes []Crash `json:"crashes,omitempty"`
 }

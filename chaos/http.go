@@ -170,7 +170,9 @@ func (r *httpRig) serverFaults(h *idem.Handler, tokens map[string]int64, inst in
 		case FaultExpireMidWrite:
 			p := e.plan(i)
 			ireq := idem.Request{UserID: p.UserID, Key: req.Header.Get(api.HeaderKey), Body: p.Request.Body()}
-			ctx = bank.WithAfterChecks(ctx, e.expireMidWrite(ctx, ireq, inst))
+			// The api labels the transfer with its intent inside; the retry
+			// that takes over is sent in process, so it is labelled here.
+			ctx = bank.WithAfterChecks(ctx, e.expireMidWrite(bank.WithIntent(ctx, p.Label), ireq, inst))
 		}
 		apiH.ServeHTTP(w, req.WithContext(ctx))
 	})

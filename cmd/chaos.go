@@ -302,6 +302,9 @@ func printChaosResult(out io.Writer, p *palette, h *chaos.History, res chaos.Res
 			time.Duration(c.AtNs).Round(time.Millisecond), time.Duration(c.UpNs-c.AtNs).Round(time.Millisecond))
 	}
 	fmt.Fprintf(tw, "ledger\t%d transfers\t%d audits\n", s.Transfers, s.Audits)
+	for _, st := range h.Stalls {
+		fmt.Fprintf(tw, "stalled\t%s\n", st)
+	}
 	transfersPerSecond := 0.0
 	if s.Duration > 0 {
 		transfersPerSecond = float64(s.Transfers) / s.Duration.Seconds()
