@@ -18,6 +18,7 @@ const (
 	KindRejected   = "rejected-but-moved"     // told a final refusal, but money moved
 	KindWrong      = "wrong-answer"           // a final answer the lesson's rules do not allow for that request
 	KindReplay     = "replay-differs"         // a later answer to a key is not the first one, replayed byte for byte
+	KindAbandoned  = "key-abandoned"          // before healing, a key in progress whose holder had returned
 	KindStuckKey   = "key-in-progress"        // a key still in progress at the end
 	KindUnresolved = "unresolved"             // an intent still unknown after healing
 	KindLedger     = "balance-ledger-differs" // a balance is not opening + credits − debits
@@ -27,7 +28,7 @@ const (
 // Kinds lists every violation kind in the order Check reports them.
 func Kinds() []string {
 	return []string{KindTotal, KindNegative, KindTwice, KindAckMissing, KindRejected, KindWrong, KindReplay,
-		KindStuckKey, KindUnresolved, KindLedger, KindKeyLost}
+		KindAbandoned, KindStuckKey, KindUnresolved, KindLedger, KindKeyLost}
 }
 
 // Violation is one broken rule.
@@ -285,6 +286,19 @@ func sameBytes(a, b Attempt) bool {
 	return bytes.Equal(a.Bytes(), b.Bytes())
 }
 
+// intentOfKey is the index of the (first) intent that sent userKey
+// ("user/key"), or -1.
+func (c *checker) intentOfKey(userKey string) int {
+	for _, in := range c.h.Intents {
+		for _, a := range in.Attempts {
+			if fmt.Sprintf("%d/%s", in.UserID, a.Key) == userKey {
+				return in.Index
+			}
+		}
+	}
+	return -1
+}
+
 // quote shows a body for a violation, cut at 120 bytes.
 func quote(b []byte) string {
 	if len(b) > 120 {
@@ -294,6 +308,18 @@ func quote(b []byte) string {
 }
 
 func (c *checker) keys() {
+	if b := c.h.BeforeHeal; b != nil && len(c.h.Crashes) == 0 {
+		live := make(map[string]bool, len(b.LiveLocks))
+		for _, l := range b.LiveLocks {
+			live[l] = true
+		}
+		for _, k := range b.InProgress {
+			if !live[k.LockID] {
+				c.add(Violation{Kind: KindAbandoned, Intent: c.intentOfKey(k.Key), AtNs: c.end(),
+					Detail: fmt.Sprintf("key %s was in progress (lock %s) before healing, but its holder had returned: every retry is told 409 until the lock expires", k.Key, k.LockID)})
+			}
+		}
+	}
 	for _, k := range c.h.StuckKeys {
 		c.add(Violation{Kind: KindStuckKey, Intent: -1, AtNs: c.end(),
 			Detail: fmt.Sprintf("key %s is still in progress at the end", k)})
@@ -340,6 +366,12 @@ func (c *checker) finish() {
 		}
 	}
 	for _, k := range Kinds() {
+		if k == KindAbandoned && (c.h.BeforeHeal == nil || len(c.h.Crashes) > 0) {
+			// Not checked across a crash of PostgreSQL: a holder whose
+			// release could not reach the database leaves its key to lock
+			// expiry, the defence for that case.
+			continue
+		}
 		c.res.Checks = append(c.res.Checks, CheckSummary{Kind: k, Violations: c.res.ByKind[k]})
 	}
 	c.res.Stats = Summarize(c.h)

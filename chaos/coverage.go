@@ -19,6 +19,9 @@ const (
 	PathWoken           = "late-server-woken" // a server stopped after claiming its key was woken and tried to finish
 	PathTxRetry         = "deadlock-retry"    // InTx ran a transaction again after a deadlock
 	PathWaited          = "wait-then-replay"  // the wait policy waited for a key in progress, then replayed it
+	// PathDisconnectFinished: the client went away mid-request and the
+	// server finished its work anyway.
+	PathDisconnectFinished = "disconnect-finished"
 
 	PathReplay             = "replay"               // a retry was answered with the stored answer
 	PathReplayAfterFinal   = "replay-after-final"   // … a repeat after the final answer
@@ -58,6 +61,7 @@ var pathList = []pathInfo{
 	{PathFencing, "a late holder failed the fencing check and rolled back", "expire-mid-write, crash-after-claim"},
 	{PathWoken, "a server stopped after its claim was woken", "crash-after-claim"},
 	{PathTxRetry, "a transaction run again after a deadlock", "deadlock"},
+	{PathDisconnectFinished, "the client went away mid-request; the server finished anyway", "disconnect"},
 	{PathHealed, "an unknown outcome resolved by healing", "any fault that leaves an intent unknown"},
 	{PathReuseRecipient, "422 for a key reused with another recipient", "the workload's buggy clients"},
 	{PathReuseSender, "422 for a key reused with another sender account", "the workload's buggy clients"},

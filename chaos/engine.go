@@ -29,8 +29,14 @@ const (
 	// takes a fraction of it.
 	attemptTimeout = 30 * time.Second
 	// stageTimeout bounds the wait of a staged race for its other side (the
-	// retry that takes the key over, the transaction that deadlocks).
+	// transaction that deadlocks).
 	stageTimeout = 10 * time.Second
+	// takeoverWait bounds the wait of a holder whose lock expired mid-write
+	// for the retry to take its key over: a few statements, milliseconds for
+	// a correct handler. The holder waits holding its rows, and a handler
+	// that never takes the key over (keys in memory) queues behind them, so
+	// the bound is short: the race then simply does not happen (a stall).
+	takeoverWait = 500 * time.Millisecond
 	// drainTimeout bounds the wait, before healing, for requests still on
 	// their way (late ones, staged takeovers, deadlocking transactions).
 	drainTimeout = time.Minute
@@ -117,7 +123,9 @@ type engine struct {
 	deferred []*Intent // key reuses whose first intent had no final answer yet
 	cleanup  *CleanupRun
 	stalls   []string
-	done     atomic.Int64
+	// beforeHeal is the key store as the fault phase left it.
+	beforeHeal *KeyCensus
+	done       atomic.Int64
 
 	// late counts the server calls that outlive their client's attempt:
 	// late requests, staged takeovers, deadlocking transactions.
@@ -152,7 +160,8 @@ func newEngine(db bank.DB, cfg Config) *engine {
 	store := &idem.Store{NewLockID: idem.SeededLockIDs(cfg.Seed)}
 	e.store = store
 	for k := range cfg.Instances {
-		h := &idem.Handler{DB: db, Store: store, Now: clock.Now}
+		skew := appClockSkew(k)
+		h := &idem.Handler{DB: db, Store: store, Now: func() time.Time { return clock.Now().Add(skew) }}
 		if k == cfg.Instances-1 && cfg.Instances > 1 {
 			// The last copy waits for a key in progress instead of
 			// answering 409: both conflict policies meet the same faults.
@@ -171,6 +180,22 @@ func newEngine(db bank.DB, cfg Config) *engine {
 		})
 	}
 	return e
+}
+
+// appClockSkew is how far server copy k's own clock is from the simulated
+// time: the first copy's is right, the second's a day and an hour behind,
+// the third's 45 s ahead. Locks and key ages are measured on the database's
+// clock, so a correct handler cannot tell; one that measures them on its own
+// clock writes keys that the cleanup job thinks are a day old, and takes
+// over locks that are still valid.
+func appClockSkew(k int) time.Duration {
+	switch k % 3 {
+	case 1:
+		return -25 * time.Hour
+	case 2:
+		return 45 * time.Second
+	}
+	return 0
 }
 
 // stall records a staged race that did not happen as planned.
@@ -353,7 +378,7 @@ func (e *engine) run(ctx context.Context, progress Progress) (*History, error) {
 	}
 
 	h := &History{Seed: cfg.Seed, Config: cfg, Opening: e.lay.accounts, Audits: e.audits, Fired: e.fired,
-		Server: e.server, Crashes: e.crashes, Cleanup: e.cleanup, Stalls: e.stalls}
+		Server: e.server, Crashes: e.crashes, Cleanup: e.cleanup, Stalls: e.stalls, BeforeHeal: e.beforeHeal}
 	h.Intents = make([]Intent, len(e.intents))
 	for i, in := range e.intents {
 		h.Intents[i] = *in
@@ -384,6 +409,18 @@ func (e *engine) settle(ctx context.Context) error {
 	if err := waitGroup(&e.late, drainTimeout, "requests still on their way to the servers (late ones, staged takeovers and deadlocks)"); err != nil {
 		return err
 	}
+	if e.rig != nil {
+		if err := waitGroup(&e.rig.inflight, drainTimeout, "the HTTP servers' handlers of requests whose clients had gone"); err != nil {
+			return err
+		}
+	}
+	// Before the clock moves past every lock, which would hide it: a key in
+	// progress whose holder has returned was abandoned.
+	census, err := e.census(ctx)
+	if err != nil {
+		return err
+	}
+	e.beforeHeal = census
 	e.clock.Advance(idem.DefaultLockTTL + time.Second)
 	if err := e.heal(ctx); err != nil {
 		return err
@@ -492,6 +529,30 @@ func (e *engine) sendDeferred(ctx context.Context) error {
 		}
 		e.sendClean(ctx, in)
 	})
+}
+
+// census reads the keys in progress, and the locks of the holders still
+// alive: the servers stopped after their claim, which have not returned.
+// Every other request has returned by now.
+func (e *engine) census(ctx context.Context) (*KeyCensus, error) {
+	c := &KeyCensus{InProgress: []HeldKey{}, LiveLocks: []string{}}
+	rows, err := e.db.Query(ctx, "SELECT user_id::text || '/' || key, coalesce(lock_id, '') FROM idempotency_keys WHERE status = 'in_progress' ORDER BY 1")
+	if err != nil {
+		return nil, fmt.Errorf("read the keys in progress before healing: %w", err)
+	}
+	c.InProgress, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (HeldKey, error) {
+		var k HeldKey
+		err := r.Scan(&k.Key, &k.LockID)
+		return k, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read the keys in progress before healing: %w", err)
+	}
+	for _, s := range e.crash.Sleepers() {
+		c.LiveLocks = append(c.LiveLocks, s.Claim.LockID)
+	}
+	sort.Strings(c.LiveLocks)
+	return c, nil
 }
 
 // runCleanup runs the 24 h cleanup job when the run's oldest key is a
@@ -620,11 +681,16 @@ func (e *engine) attempt(ctx context.Context, i int, p Planned, n int, phase, fa
 		e.clock.Advance(idem.DefaultLockTTL + time.Second)
 		resp, err = server(ctx, req)
 	case FaultLate:
+		// The request reaches the server only once this attempt has ended
+		// for its client (it gave up), and lateBy after that.
+		gone := make(chan struct{})
+		defer close(gone)
 		e.late.Add(1)
 		sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), attemptTimeout)
 		go func() {
 			defer e.late.Done()
 			defer scancel()
+			<-gone
 			time.Sleep(lateBy)
 			_, _ = server(sctx, req)
 		}()
@@ -633,6 +699,18 @@ func (e *engine) attempt(ctx context.Context, i int, p Planned, n int, phase, fa
 		resp, err = server(bank.WithAfterChecks(ctx, e.deadlock(ctx, key, p.Request.From)), req)
 	case FaultExpireMidWrite:
 		resp, err = server(bank.WithAfterChecks(ctx, e.expireMidWrite(ctx, req, inst)), req)
+	case FaultDisconnect:
+		var finished bool
+		inner := func(ctx context.Context, req idem.Request) (bank.Response, error) {
+			resp, err := server(ctx, req)
+			finished = err == nil
+			return resp, err
+		}
+		d := &faults.Disconnect{At: e.cfg.DisconnectPoint(i, n)}
+		resp, err = d.Deliver(ctx, e.env, faults.Delivery{Attempt: n, Intent: p.Label, Request: req}, inner)
+		if errors.Is(err, faults.ErrNoResponse) && finished {
+			e.count(PathDisconnectFinished)
+		}
 	default:
 		resp, err = e.faults[fault].Deliver(ctx, e.env, faults.Delivery{Attempt: n, Intent: p.Label, Request: req}, server)
 	}
@@ -736,8 +814,8 @@ func (e *engine) expireMidWrite(ctx context.Context, req idem.Request, holder in
 					e.count(PathExpiredMidWrite)
 				}
 			case <-done:
-			case <-time.After(stageTimeout):
-				e.stall("expire-mid-write on key %s: the retry had not claimed the key after %s", req.Key, stageTimeout)
+			case <-time.After(takeoverWait):
+				e.stall("expire-mid-write on key %s: the retry had not claimed the key after %s", req.Key, takeoverWait)
 			}
 		})
 	}

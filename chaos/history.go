@@ -55,6 +55,11 @@ type History struct {
 	// see Paths).
 	Server   map[string]int `json:"server"`
 	Duration time.Duration  `json:"durationNs"`
+	// BeforeHeal is the key store as the fault phase left it: read once
+	// every request had returned, and before healing moved the clock past
+	// every lock (which would let a retry take an abandoned key over, and
+	// hide it).
+	BeforeHeal *KeyCensus `json:"beforeHeal,omitempty"`
 	// Cleanup is the run of the key cleanup job, after healing.
 	Cleanup *CleanupRun `json:"cleanup,omitempty"`
 	// Stalls are the staged races whose other side never came within its
@@ -64,6 +69,20 @@ type History struct {
 	Stalls []string `json:"stalls,omitempty"`
 	// Crashes are the times PostgreSQL was killed (KillPostgres).
 	Crashes []Crash `json:"crashes,omitempty"`
+}
+
+// KeyCensus is the keys in progress at one moment, and the holders alive.
+type KeyCensus struct {
+	InProgress []HeldKey `json:"inProgress"`
+	// LiveLocks are the locks of the holders still working (or stopped, but
+	// alive): the servers stopped after their claim by crash-after-claim.
+	LiveLocks []string `json:"liveLocks"`
+}
+
+// HeldKey is a key in progress and the lock on it.
+type HeldKey struct {
+	Key    string `json:"key"` // user/key
+	LockID string `json:"lockId"`
 }
 
 // CleanupRun is one run of the 24 h key cleanup job.

@@ -54,6 +54,12 @@ type httpRig struct {
 	// calm holds the intents being sent again after their final answer: no
 	// fault for them, whatever their attempt number.
 	calm sync.Map
+	// inflight counts the servers' handlers still running, including those
+	// of requests whose clients went away.
+	inflight sync.WaitGroup
+	// gone holds, per "intent/attempt", a channel closed when the client
+	// has finished that attempt: a late request waits for it.
+	gone sync.Map
 }
 
 func startHTTP(e *engine) (*httpRig, error) {
@@ -122,8 +128,15 @@ func (r *httpRig) scheduled(req *http.Request) (intent, attempt int, fault strin
 
 // connFault is each proxy's Select: the faults that happen on the wire.
 func (r *httpRig) connFault(_ int, req *http.Request) faults.ConnFault {
-	_, _, fault := r.scheduled(req)
+	i, n, fault := r.scheduled(req)
 	switch fault {
+	case FaultDisconnect:
+		// The client goes away once its request is sent: it resets the
+		// connection, or half-closes it and waits for the answer.
+		if r.e.cfg.DisconnectPoint(i, n)%2 == 0 {
+			return &faults.ResetAfterSend{MaxDelay: 4 * time.Millisecond}
+		}
+		return &faults.HalfClose{}
 	case FaultLoseResponse:
 		return &faults.Tunnel{} // the server commits; the connection drops
 	case FaultDropRequest:
@@ -131,7 +144,7 @@ func (r *httpRig) connFault(_ int, req *http.Request) faults.ConnFault {
 	case FaultDuplicate:
 		return &faults.DuplicateConn{Copies: 2}
 	case FaultLate:
-		return &lateConn{e: r.e}
+		return &lateConn{e: r.e, gone: r.clientGone(i, n)}
 	case FaultSlow:
 		return &faults.Latency{Latency: time.Millisecond}
 	}
@@ -152,8 +165,21 @@ func (r *httpRig) serverFaults(h *idem.Handler, tokens map[string]int64, inst in
 		}
 	}})
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		r.inflight.Add(1)
+		defer r.inflight.Done()
 		i, n, fault := r.scheduled(req)
 		ctx := e.observe(req.Context())
+		if fault == FaultDisconnect {
+			// The server finished although its client went away: the
+			// request's context ended, and yet it answered other than 5xx.
+			sw := &statusWriter{ResponseWriter: w}
+			defer func() {
+				if req.Context().Err() != nil && sw.status != 0 && sw.status < 500 {
+					e.count(PathDisconnectFinished)
+				}
+			}()
+			w = sw
+		}
 		switch fault {
 		case FaultCrashAfterClaim:
 			r.crash(w, req.WithContext(ctx), apiH, i, n)
@@ -176,6 +202,17 @@ func (r *httpRig) serverFaults(h *idem.Handler, tokens map[string]int64, inst in
 		}
 		apiH.ServeHTTP(w, req.WithContext(ctx))
 	})
+}
+
+// statusWriter remembers the status a handler wrote.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(status int) {
+	w.status = status
+	w.ResponseWriter.WriteHeader(status)
 }
 
 // crash serves req through CrashAfterClaim: once the server has claimed the
@@ -208,8 +245,12 @@ func (r *httpRig) crash(w http.ResponseWriter, req *http.Request, apiH http.Hand
 }
 
 // lateConn is the late fault on the wire: the client's connection drops at
-// once (it gave up), and the request reaches the server lateBy later.
-type lateConn struct{ e *engine }
+// once (it gave up), and the request reaches the server only once the client
+// has recorded the end of that attempt, and lateBy after that.
+type lateConn struct {
+	e    *engine
+	gone <-chan struct{}
+}
 
 func (*lateConn) Name() string { return FaultLate }
 
@@ -219,15 +260,35 @@ func (l *lateConn) Exchange(ctx context.Context, env *faults.Env, x *faults.Exch
 	l.e.late.Add(1)
 	defer l.e.late.Done()
 	_ = x.Drop()
-	t := time.NewTimer(lateBy)
+	t := time.NewTimer(attemptTimeout)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
+	case <-l.gone:
 	case <-t.C:
+		// A client that never records its attempt: deliver anyway.
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(lateBy):
 	}
 	_, _, err := x.RoundTrip(ctx)
 	return err
+}
+
+// clientGone returns a channel closed once the client of intent i has
+// recorded the end of attempt n (markGone).
+func (r *httpRig) clientGone(i, n int) <-chan struct{} {
+	ch, _ := r.gone.LoadOrStore(fmt.Sprintf("%d/%d", i, n), make(chan struct{}))
+	return ch.(chan struct{})
+}
+
+// markGone says that the client of intent i has finished attempt n.
+func (r *httpRig) markGone(i, n int) {
+	ch, _ := r.gone.LoadOrStore(fmt.Sprintf("%d/%d", i, n), make(chan struct{}))
+	close(ch.(chan struct{}))
 }
 
 // client returns the retrying client for intent i: its attempts go to the
@@ -295,6 +356,9 @@ func (r *httpRig) faultPhase(ctx context.Context, i int, p Planned) *Intent {
 		}
 		end := e.since()
 		in.Attempts = append(in.Attempts, r.attemptOf(a, a.N, PhaseFault, fault, start, end))
+		if fault == FaultLate {
+			r.markGone(i, a.N)
+		}
 		start = end + int64(a.Wait)
 	})
 	out, err := c.Send(bank.WithIntent(ctx, p.Label), client.Intent{Key: p.Key, Transfer: p.Request, Label: p.Label})

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/banksim/bank-sim/bank"
+	"github.com/banksim/bank-sim/faults"
 	"github.com/banksim/bank-sim/idem"
 )
 
@@ -33,12 +34,19 @@ const (
 	// the key over at that moment; the holder's completion must fail the
 	// fencing check, and its release must not undo the takeover.
 	FaultExpireMidWrite = "expire-mid-write"
+	// FaultDisconnect: the client goes away mid-request, at a point the
+	// seed picks: before the claim, while the claim's answer is on its way,
+	// just after the claim, or inside the transaction (over HTTP: the
+	// connection is reset just after the request, or half-closed). The
+	// server must finish its work or release the key, never leave it in
+	// progress with nobody working on it.
+	FaultDisconnect = "disconnect"
 )
 
 // FaultKinds lists every fault kind, sorted.
 func FaultKinds() []string {
 	k := []string{FaultLoseResponse, FaultDropRequest, FaultDuplicate, FaultCrashAfterClaim,
-		FaultFailBeforeCommit, FaultLate, FaultSlow, FaultClockJump, FaultDeadlock, FaultExpireMidWrite}
+		FaultFailBeforeCommit, FaultLate, FaultSlow, FaultClockJump, FaultDeadlock, FaultExpireMidWrite, FaultDisconnect}
 	sort.Strings(k)
 	return k
 }
@@ -62,6 +70,7 @@ func DefaultRates() Rates {
 		FaultClockJump:        0.01,
 		FaultDeadlock:         0.01,
 		FaultExpireMidWrite:   0.01,
+		FaultDisconnect:       0.03,
 	}
 }
 
@@ -181,6 +190,7 @@ const (
 	saltEdge     = 0x65646765
 	saltFollow   = 0x666f6c6c6f77
 	saltRepeat   = 0x726570656174
+	saltPoint    = 0x706f696e74
 )
 
 func rng(seed uint64, salt, a, b uint64) *rand.Rand {
@@ -519,6 +529,15 @@ func (c Config) Fault(i, attempt int) string {
 		u -= c.Faults[k]
 	}
 	return ""
+}
+
+// DisconnectPoint is where in the server's work the client of attempt n of
+// intent i goes away, when that attempt meets FaultDisconnect: one of the
+// four points of faults.Disconnect, from the seed (in process); over HTTP,
+// an even point resets the connection after the request and an odd one
+// half-closes it.
+func (c Config) DisconnectPoint(i, attempt int) faults.DisconnectPoint {
+	return faults.DisconnectPoint(1 + rng(c.Seed, saltPoint, uint64(i), uint64(attempt)).IntN(4))
 }
 
 // Instance returns the server copy that attempt of intent i lands on.

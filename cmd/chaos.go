@@ -302,7 +302,11 @@ func printChaosResult(out io.Writer, p *palette, h *chaos.History, res chaos.Res
 			time.Duration(c.AtNs).Round(time.Millisecond), time.Duration(c.UpNs-c.AtNs).Round(time.Millisecond))
 	}
 	fmt.Fprintf(tw, "ledger\t%d transfers\t%d audits\n", s.Transfers, s.Audits)
-	for _, st := range h.Stalls {
+	for i, st := range h.Stalls {
+		if i == 3 {
+			fmt.Fprintf(tw, "stalled\t… and %d more staged races that did not happen\n", len(h.Stalls)-3)
+			break
+		}
 		fmt.Fprintf(tw, "stalled\t%s\n", st)
 	}
 	transfersPerSecond := 0.0
