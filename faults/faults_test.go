@@ -33,7 +33,9 @@ func delivery() faults.Delivery {
 	return faults.Delivery{Attempt: 1, Intent: "tap-1", Request: idem.Request{UserID: 1, Key: tapKey, Body: tenK.Body()}}
 }
 
-func env() *faults.Env { return faults.NewEnv(1, faults.NewClock(time.Date(2026, 9, 24, 10, 0, 0, 0, time.UTC))) }
+func env() *faults.Env {
+	return faults.NewEnv(1, faults.NewClock(time.Date(2026, 9, 24, 10, 0, 0, 0, time.UTC)))
+}
 
 // bankServer is the correct handler on a fresh lesson bank.
 func bankServer(t *testing.T) (*pgxpool.Pool, *idem.Handler) {
