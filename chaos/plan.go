@@ -74,6 +74,26 @@ func DefaultRates() Rates {
 	}
 }
 
+// AuditRates are the rates of the audit's short chaos runs: every fault
+// kind at 3% or more, so that a few hundred intents meet each one often and
+// take every defence path (at the default rates, 300 intents miss one now
+// and then, and a column that missed a defence proves nothing about it).
+func AuditRates() Rates {
+	return Rates{
+		FaultLoseResponse:     0.05,
+		FaultDropRequest:      0.03,
+		FaultDuplicate:        0.05,
+		FaultCrashAfterClaim:  0.03,
+		FaultFailBeforeCommit: 0.04,
+		FaultLate:             0.03,
+		FaultSlow:             0.03,
+		FaultClockJump:        0.03,
+		FaultDeadlock:         0.03,
+		FaultExpireMidWrite:   0.03,
+		FaultDisconnect:       0.04,
+	}
+}
+
 // ParseRates reads "default", "none", or "kind=rate,kind=rate" (a kind
 // without a rate gets 0.05).
 func ParseRates(s string) (Rates, error) {
@@ -203,7 +223,7 @@ func rng(seed uint64, salt, a, b uint64) *rand.Rand {
 // id with the user id lets it through.
 const (
 	frozenID  = 2       // user 1's frozen account
-	closedID  = 17      // user 2's closed account, with money in it
+	closedID  = 17      // the last user's closed account, with money in it
 	MissingID = 999_999 // an account that does not exist
 )
 
@@ -224,7 +244,8 @@ type layout struct {
 }
 
 // layout builds the bank: Accounts hot accounts, two to each user (user 1
-// also owns the frozen one, user 2 the closed one), and one solo account
+// also owns the frozen one, the last user the closed one, so that with an
+// odd number of hot accounts that user too has two), and one solo account
 // per edge intent. Balances come from the seed.
 func (c Config) layout() *layout {
 	c = c.WithDefaults()
@@ -246,7 +267,7 @@ func (c Config) layout() *layout {
 		l.hot = append(l.hot, id)
 	}
 	open(frozenID, 1, "Frozen Chaos", "frozen", 100_000+r.Int64N(100_000))
-	open(closedID, 2, "Closed Chaos", "closed", 100_000+r.Int64N(100_000))
+	open(closedID, l.users[len(l.users)-1], "Closed Chaos", "closed", 100_000+r.Int64N(100_000))
 
 	// Edge intents: a transfer of exactly an account's balance, and one of
 	// a kobo more, each from an account no other intent touches, so that the
@@ -271,7 +292,7 @@ func (c Config) layout() *layout {
 
 // Opening is the bank the run starts with (sorted by id): Accounts active
 // accounts that ordinary intents move money between, two per user, balances
-// from ₦500 to ₦2,500; user 1's frozen account 2 and user 2's closed
+// from ₦500 to ₦2,500; user 1's frozen account 2 and the last user's closed
 // account 17, both with money in them; and, for runs of 25 intents or more,
 // up to four solo accounts for the edge intents. Account ids never equal
 // their owners' user ids.
@@ -331,7 +352,6 @@ const (
 	rateToFrozen     = 0.03 // to a frozen account: 422
 	rateToClosed     = 0.03 // to a closed account: 422
 	rateToMissing    = 0.02 // to an account that does not exist: 422
-	rateHead         = 0.10 // an even intent is followed by a key reuse or a shared key
 	rateRepeat       = 0.05 // sent once more after its final answer
 	rateAfterCleanup = 0.05 // sent once more after the cleanup job ran
 )
@@ -356,15 +376,36 @@ func (c Config) intentIn(l *layout, i int) Planned {
 	return p
 }
 
-// head reports whether intent i (even) is followed by a follower.
+// headBlock is the stretch of intents that holds one head: an intent whose
+// client then sends a follower (a key reuse, or another user with the same
+// key text). The followers' kinds take turns block by block, so every
+// 4·headBlock intents meet each of them once, whatever the seed.
+const headBlock = 16
+
+// followerKinds, in turn: a reuse with another recipient, another sender
+// account, another amount, and another user's own intent with the same key
+// text ("").
+var followerKinds = []string{ReuseRecipient, ReuseSender, ReuseAmount, ""}
+
+// head reports whether intent i is followed by a follower.
 func (c Config) head(l *layout, i int) bool {
 	if i%2 == 1 || c.Intents > 0 && i+1 >= c.Intents {
 		return false
 	}
-	if _, edge := l.edges[i]; edge {
-		return false
+	return i == c.headSlot(l, i/headBlock)
+}
+
+// headSlot is the head of block b: an even intent of the block, drawn from
+// the seed, that is not an edge intent.
+func (c Config) headSlot(l *layout, b int) int {
+	k := rng(c.Seed, saltFollow, uint64(b), 0).IntN(headBlock / 2)
+	for try := range headBlock / 2 {
+		slot := b*headBlock + 2*((k+try)%(headBlock/2))
+		if _, edge := l.edges[slot]; !edge {
+			return slot
+		}
 	}
-	return rng(c.Seed, saltFollow, uint64(i), 0).Float64() < rateHead
+	return -1
 }
 
 // ordinary draws intent i: mostly a transfer between hot accounts, amounts
@@ -431,14 +472,14 @@ func (c Config) follower(l *layout, i int) Planned {
 	h := c.ordinary(l, i-1)
 	r := rng(c.Seed, saltFollow, uint64(i), 1)
 	p := Planned{Label: fmt.Sprintf("intent-%d", i), UserID: h.UserID, Key: h.Key, Request: h.Request, Follower: true, ReuseOf: i - 1}
-	switch r.IntN(4) {
-	case 0:
+	switch followerKinds[((i-1)/headBlock)%len(followerKinds)] {
+	case ReuseRecipient:
 		p.Reuse = ReuseRecipient
 		p.Request.To = l.otherHot(r, h.Request.From)
 		if p.Request.To == h.Request.To {
 			p.Request.To = closedID
 		}
-	case 1:
+	case ReuseSender:
 		p.Reuse = ReuseSender
 		for _, id := range l.owned[h.UserID] {
 			if id != h.Request.From && !slices.Contains(l.solo, id) {
@@ -450,7 +491,7 @@ func (c Config) follower(l *layout, i int) Planned {
 			p.Reuse = ReuseAmount
 			p.Request.AmountKobo++
 		}
-	case 2:
+	case ReuseAmount:
 		p.Reuse = ReuseAmount
 		p.Request.AmountKobo += 1 + r.Int64N(1_000)
 	default:
@@ -492,7 +533,7 @@ func (l *layout) strangerAccount(r *rand.Rand, user int64) int64 {
 		}
 	}
 	if len(others) == 0 {
-		return closedID // user 2's; only user 1 owns every hot account
+		return closedID // the last user's; only user 1 owns every hot account
 	}
 	return others[r.IntN(len(others))]
 }
@@ -504,8 +545,9 @@ func (l *layout) otherUsersTransfer(r *rand.Rand, not int64) (int64, bank.Transf
 			return owner, bank.TransferRequest{From: id, To: l.otherHot(r, id), AmountKobo: 1_000 + r.Int64N(99_000)}
 		}
 	}
-	// Every hot account is not's: the other user pays from the closed one.
-	return 2, bank.TransferRequest{From: closedID, To: l.hot[0], AmountKobo: 1_000}
+	// Every hot account is not's: the closed account's owner pays from it.
+	owner := l.byID[closedID].OwnerID
+	return owner, bank.TransferRequest{From: closedID, To: l.hot[0], AmountKobo: 1_000}
 }
 
 // RepeatsAfterCleanup reports whether intent i is sent once more after the
