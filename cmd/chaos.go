@@ -44,36 +44,48 @@ func newChaosCmd(app *App) *cobra.Command {
 transfer handler on a real PostgreSQL pool, through a network that fails at
 random: lost responses, dropped requests, duplicate copies, servers that go
 silent after claiming a key, transactions that fail just before COMMIT,
-requests that arrive after the client gave up, slow servers and clock jumps
-that expire locks. Requests land on one of several copies of the server.
+requests that arrive after the client gave up, slow servers, clock jumps
+that expire locks, deadlocks with another transaction, locks that expire
+while their holder is still writing, and clients that go away mid-request.
+Requests land on one of several copies of the server, whose own clocks
+disagree.
+
+The bank has no coincidences (account ids are not their owners' user ids,
+users own two accounts, frozen and closed accounts hold money), and the
+workload reaches every defence at its edges: another user's account,
+inactive senders and recipients, exactly the balance and a kobo more, buggy
+clients reusing a key with another recipient, sender or amount, two users
+with the same key text, and intents sent again after their final answer and
+after the cleanup job ran.
 
 With --http the same seeded intents travel over real sockets: each copy of
 the server is the HTTP API on 127.0.0.1, behind a fault proxy that fails the
 connection (drops it after the commit, resets it, duplicates the request,
-delivers it late, slows it), and each client is the lesson's retrying client
-(api/client). Healing asks GET /transfers?key= for each unknown intent and
-sends it again with the same key when the server never saw it.
+delivers it late, slows it, resets or half-closes it after the request), and
+each client is the lesson's retrying client (api/client). Healing asks GET
+/transfers?key= for each unknown intent and sends it again with the same key
+when the server never saw it.
 
 With --kill-postgres the PostgreSQL server is killed with SIGKILL once, at a
 moment the seed picks, and started again on the same data while the clients
-run: they see broken connections and 500s, the pool reconnects, healing
-settles what was left unknown, and the checker also verifies that the key of
-every acknowledged transfer is still completed. Only for the PostgreSQL that
-bank-sim starts itself, not one at --database-url.
+run. Only for the PostgreSQL that bank-sim starts itself, not one at
+--database-url.
 
 Every intent is recorded: its key, each attempt, what the client saw. An
-auditor reads every balance in one snapshot while clients run. After the
-fault phase, healing stops the faults, wakes the silent servers and retries
-every unknown intent with its own key until it settles. Then the checker
-verifies the history: money conserved at every audit and at the end, no
-negative balance, no intent moved money twice, every acknowledged transfer
-exists once, no refused intent moved money, every replay equals the original
-answer, every intent settled, no key left in progress, every balance equal to
-its opening balance plus credits minus debits.
+auditor reads every balance in one snapshot while clients run. Before
+healing, the keys in progress are counted against the holders still alive.
+Healing stops the faults, moves the clock past every lock, retries every
+unknown intent with its own key, and wakes the silent servers; then the
+cleanup job runs and some intents are sent once more. The checker verifies
+the history (money, answers against the lesson's rules, replays byte for
+byte, keys) and counts the defence paths the run took and the faults that
+fired.
 
 Every random choice comes from --seed: the same seed gives the same intents
-and the same fault on every attempt. Exit code 0 when the history is valid,
-1 on any violation, 2 for a usage error, 3 when PostgreSQL is unavailable.`,
+and the same fault on every attempt. Exit code 0 when the run is VALID (no
+rule broken, every defence exercised), 1 on any violation, 4 when it is
+INCONCLUSIVE (no rule broken, but some defence never exercised or some fault
+never fired), 2 for a usage error, 3 when PostgreSQL is unavailable.`,
 		Example: `  bank-sim chaos --seed 42
   bank-sim chaos --clients 16 --intents 10000 --accounts 3
   bank-sim chaos --duration 30s --faults lose-response=0.2,duplicate=0.1
@@ -394,6 +406,8 @@ func checkTitle(kind string) string {
 		return "every final answer is one the lesson's rules allow for that request"
 	case chaos.KindReplay:
 		return "every later answer to a key is its first, replayed byte for byte"
+	case chaos.KindAbandoned:
+		return "no key in progress without a live holder before healing"
 	case chaos.KindStuckKey:
 		return "no key left in progress at the end"
 	case chaos.KindUnresolved:
