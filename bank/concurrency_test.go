@@ -125,7 +125,7 @@ func TestCrossingTransfersDoNotDeadlock(t *testing.T) {
 // in its own transaction on the pool, and returns how many were told 201.
 func drain(t *testing.T, pool *pgxpool.Pool, n int, amount int64, flaws bank.Flaws) (created int, told []bank.Told) {
 	t.Helper()
-	ctx := context.Background()
+	ctx := bounded(t, fmt.Sprintf("%d concurrent transfers of %s from one account", n, bank.Naira(amount)))
 	req := bank.TransferRequest{From: 1, To: 2, AmountKobo: amount}
 	// Every goroutine holds its connection before the start, so none waits
 	// for the pool while the others race.
@@ -156,7 +156,7 @@ func drain(t *testing.T, pool *pgxpool.Pool, n int, amount int64, flaws bank.Fla
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
-				t.Errorf("%s: %v", intent, err)
+				t.Errorf("%s: %v (%v)", intent, err, context.Cause(ctx))
 				return
 			}
 			told = append(told, bank.Told{Intent: intent, UserID: 1, Request: req, Response: resp})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/banksim/bank-sim/bank"
@@ -88,14 +89,15 @@ func TestParseTransferRequest(t *testing.T) {
 // rules.js does.
 func transferInTx(t testing.TB, db bank.DB, userID int64, req bank.TransferRequest) bank.Response {
 	t.Helper()
+	ctx := bounded(t, fmt.Sprintf("a transfer %+v by user %d", req, userID))
 	var resp bank.Response
-	err := bank.InTx(context.Background(), db, func(tx pgx.Tx) error {
+	err := bank.InTx(ctx, db, func(tx pgx.Tx) error {
 		var err error
-		resp, err = bank.Transfer(context.Background(), tx, userID, req)
+		resp, err = bank.Transfer(ctx, tx, userID, req)
 		return err
 	})
 	if err != nil {
-		t.Fatalf("transfer %+v by user %d: %v", req, userID, err)
+		t.Fatalf("transfer %+v by user %d: %v (%v)", req, userID, err, context.Cause(ctx))
 	}
 	return resp
 }

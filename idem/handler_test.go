@@ -3,6 +3,7 @@ package idem_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -16,9 +17,10 @@ import (
 
 func handle(t *testing.T, h *idem.Handler, userID int64, key string, b []byte) bank.Response {
 	t.Helper()
-	resp, err := h.Handle(context.Background(), idem.Request{UserID: userID, Key: key, Body: b})
+	ctx := bounded(t, fmt.Sprintf("a request of user %d with key %q", userID, key))
+	resp, err := h.Handle(ctx, idem.Request{UserID: userID, Key: key, Body: b})
 	if err != nil {
-		t.Fatalf("Handle(user %d, key %q, %s): %v", userID, key, b, err)
+		t.Fatalf("Handle(user %d, key %q, %s): %v (%v)", userID, key, b, err, context.Cause(ctx))
 	}
 	return resp
 }
@@ -248,6 +250,7 @@ func TestHandler(t *testing.T) {
 // own goroutine, and returns the answers.
 func race(t *testing.T, h *idem.Handler, n int) []bank.Response {
 	t.Helper()
+	ctx := bounded(t, fmt.Sprintf("%d copies of one request racing for its key", n))
 	start := make(chan struct{})
 	out := make([]bank.Response, n)
 	errs := make([]error, n)
@@ -257,14 +260,14 @@ func race(t *testing.T, h *idem.Handler, n int) []bank.Response {
 		go func() {
 			defer wg.Done()
 			<-start
-			out[i], errs[i] = h.Handle(context.Background(), idem.Request{UserID: 1, Key: "double-tap-0000000001", Body: body(1, 2, 1_000_000)})
+			out[i], errs[i] = h.Handle(ctx, idem.Request{UserID: 1, Key: "double-tap-0000000001", Body: body(1, 2, 1_000_000)})
 		}()
 	}
 	close(start)
 	wg.Wait()
 	for i, err := range errs {
 		if err != nil {
-			t.Errorf("copy %d: %v", i, err)
+			t.Errorf("copy %d: %v (%v)", i, err, context.Cause(ctx))
 		}
 	}
 	return out
@@ -274,11 +277,12 @@ func race(t *testing.T, h *idem.Handler, n int) []bank.Response {
 // between connection handshakes.
 func warm(t *testing.T, pool *pgxpool.Pool, n int) {
 	t.Helper()
+	ctx := bounded(t, fmt.Sprintf("opening %d connections", n))
 	conns := make([]*pgxpool.Conn, n)
 	for i := range conns {
-		c, err := pool.Acquire(context.Background())
+		c, err := pool.Acquire(ctx)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatal(err, context.Cause(ctx))
 		}
 		conns[i] = c
 	}
