@@ -17,6 +17,7 @@ const (
 	KindAckMissing = "acknowledged-missing"   // told 201, but that transfer is not its own, once
 	KindRejected   = "rejected-but-moved"     // told a final refusal, but money moved
 	KindWrong      = "wrong-answer"           // a final answer the lesson's rules do not allow for that request
+	KindFrozen     = "frozen-debited"         // an account frozen after the transfer's checks was debited anyway
 	KindReplay     = "replay-differs"         // a later answer to a key is not the first one, replayed byte for byte
 	KindAbandoned  = "key-abandoned"          // before healing, a key in progress whose holder had returned
 	KindStuckKey   = "key-in-progress"        // a key still in progress at the end
@@ -27,7 +28,7 @@ const (
 
 // Kinds lists every violation kind in the order Check reports them.
 func Kinds() []string {
-	return []string{KindTotal, KindNegative, KindTwice, KindAckMissing, KindRejected, KindWrong, KindReplay,
+	return []string{KindTotal, KindNegative, KindTwice, KindAckMissing, KindRejected, KindWrong, KindFrozen, KindReplay,
 		KindAbandoned, KindStuckKey, KindUnresolved, KindLedger, KindKeyLost}
 }
 
@@ -95,6 +96,7 @@ func Check(h *History) Result {
 	c := checker{h: h, f: newFacts(h), res: Result{ByKind: map[string]int{}}}
 	c.money()
 	c.intents()
+	c.freezes()
 	c.replays()
 	c.keys()
 	c.keysKept()
@@ -228,6 +230,26 @@ func (c *checker) intents() {
 		if in.Outcome == SeenUnknown {
 			c.add(Violation{Kind: KindUnresolved, Intent: in.Index, AtNs: last, Kobo: amount,
 				Detail: fmt.Sprintf("%s still has no final answer after healing (%d attempts, the last %s)", in.Label, len(in.Attempts), lastSeen(in))})
+		}
+	}
+}
+
+// freezes checks that no account frozen under a transfer, after its checks
+// and before its debit, was debited by it: the transfer's row lock must make
+// the freeze wait until the transfer is done.
+func (c *checker) freezes() {
+	for _, f := range c.h.Freezes {
+		for _, t := range c.h.Final.Transfers {
+			if t.Intent == f.Intent && t.From == f.Account {
+				idx := -1
+				for k := range c.h.Intents {
+					if c.h.Intents[k].Label == f.Intent {
+						idx = c.h.Intents[k].Index
+					}
+				}
+				c.add(Violation{Kind: KindFrozen, Intent: idx, AtNs: f.AtNs, Kobo: t.AmountKobo,
+					Detail: fmt.Sprintf("account %d was frozen while %s stood between its checks and its debit, and transfer %d debited it anyway: the account's row was not locked", f.Account, f.Intent, t.ID)})
+			}
 		}
 	}
 }

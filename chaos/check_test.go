@@ -171,6 +171,11 @@ func TestCheckerFlagsEachViolationKind(t *testing.T) {
 			// The frozen sender told it lacked the money.
 			h.Intents[5].Attempts[0].Body = refusal(422, bank.CodeInsufficientFunds)
 		},
+		// A checker that trusts the accounts' opening statuses: 103 was
+		// frozen under intent-0 after its checks, and debited anyway.
+		chaos.KindFrozen: func(h *chaos.History) {
+			h.Freezes = []chaos.Freeze{{Intent: "intent-0", Account: 103, AtNs: 12}}
+		},
 		// A checker that compares replays as JSON values, not bytes.
 		chaos.KindReplay: func(h *chaos.History) {
 			h.Intents[0].Attempts[2].Body = chaos.Bytes(`{"to":123,"from":103,"amountKobo":1000,"transferId":1,"balanceKobo":9000}`)

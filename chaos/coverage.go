@@ -22,6 +22,9 @@ const (
 	// PathDisconnectFinished: the client went away mid-request and the
 	// server finished its work anyway.
 	PathDisconnectFinished = "disconnect-finished"
+	// PathFreezeWaited: a freeze of a sender's account had to wait for the
+	// transfer that held its row.
+	PathFreezeWaited = "freeze-waited"
 
 	PathReplay             = "replay"               // a retry was answered with the stored answer
 	PathReplayAfterFinal   = "replay-after-final"   // … a repeat after the final answer
@@ -62,6 +65,7 @@ var pathList = []pathInfo{
 	{PathWoken, "a server stopped after its claim was woken", "crash-after-claim"},
 	{PathTxRetry, "a transaction run again after a deadlock", "deadlock"},
 	{PathDisconnectFinished, "the client went away mid-request; the server finished anyway", "disconnect"},
+	{PathFreezeWaited, "a freeze of the sender waited for the transfer's row lock", "freeze"},
 	{PathHealed, "an unknown outcome resolved by healing", "any fault that leaves an intent unknown"},
 	{PathReuseRecipient, "422 for a key reused with another recipient", "the workload's buggy clients"},
 	{PathReuseSender, "422 for a key reused with another sender account", "the workload's buggy clients"},

@@ -13,6 +13,7 @@ import (
 	"github.com/banksim/bank-sim/faults"
 	"github.com/banksim/bank-sim/idem"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // HealAttempts bounds how often healing retries one unknown intent.
@@ -123,6 +124,7 @@ type engine struct {
 	deferred []*Intent // key reuses whose first intent had no final answer yet
 	cleanup  *CleanupRun
 	stalls   []string
+	freezes  []Freeze
 	// beforeHeal is the key store as the fault phase left it.
 	beforeHeal *KeyCensus
 	done       atomic.Int64
@@ -378,7 +380,7 @@ func (e *engine) run(ctx context.Context, progress Progress) (*History, error) {
 	}
 
 	h := &History{Seed: cfg.Seed, Config: cfg, Opening: e.lay.accounts, Audits: e.audits, Fired: e.fired,
-		Server: e.server, Crashes: e.crashes, Cleanup: e.cleanup, Stalls: e.stalls, BeforeHeal: e.beforeHeal}
+		Server: e.server, Crashes: e.crashes, Cleanup: e.cleanup, Stalls: e.stalls, BeforeHeal: e.beforeHeal, Freezes: e.freezes}
 	h.Intents = make([]Intent, len(e.intents))
 	for i, in := range e.intents {
 		h.Intents[i] = *in
@@ -699,6 +701,10 @@ func (e *engine) attempt(ctx context.Context, i int, p Planned, n int, phase, fa
 		resp, err = server(bank.WithAfterChecks(ctx, e.deadlock(ctx, key, p.Request.From)), req)
 	case FaultExpireMidWrite:
 		resp, err = server(bank.WithAfterChecks(ctx, e.expireMidWrite(ctx, req, inst)), req)
+	case FaultFreeze:
+		hook, thaw := e.freeze(ctx, p.Label, p.Request.From)
+		resp, err = server(bank.WithAfterChecks(ctx, hook), req)
+		thaw()
 	case FaultDisconnect:
 		var finished bool
 		inner := func(ctx context.Context, req idem.Request) (bank.Response, error) {
@@ -783,6 +789,63 @@ func (e *engine) interfere(ctx context.Context, key string, from int64) {
 		}
 		time.Sleep(200 * time.Microsecond)
 	}
+}
+
+// freeze returns the hook, run once by a transfer between its checks and
+// its debit, that freezes the sender's account from another transaction;
+// and thaw, to call once the attempt is over, which makes the account
+// active again if the freeze went through. A transfer that holds the
+// sender's row lock makes the freeze wait; the freeze gives up after 50 ms
+// (lock_timeout), and the hook returns. One that does not hold it lets the
+// freeze commit under it.
+func (e *engine) freeze(ctx context.Context, label string, from int64) (hook, thaw func()) {
+	var once sync.Once
+	frozen := false
+	hook = func() {
+		once.Do(func() {
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stageTimeout)
+			defer cancel()
+			tx, err := e.db.Begin(ctx)
+			if err != nil {
+				e.stall("freeze of account %d: could not begin: %v", from, err)
+				return
+			}
+			defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+			if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '50ms'"); err != nil {
+				e.stall("freeze of account %d: %v", from, err)
+				return
+			}
+			_, err = tx.Exec(ctx, "UPDATE accounts SET status = 'frozen' WHERE id = $1 AND status = 'active'", from)
+			var pg *pgconn.PgError
+			switch {
+			case errors.As(err, &pg) && pg.Code == "55P03": // lock_not_available
+				e.count(PathFreezeWaited)
+				return
+			case err != nil:
+				e.stall("freeze of account %d: %v", from, err)
+				return
+			}
+			if err := tx.Commit(ctx); err != nil {
+				e.stall("freeze of account %d: commit: %v", from, err)
+				return
+			}
+			frozen = true
+			e.mu.Lock()
+			e.freezes = append(e.freezes, Freeze{Intent: label, Account: from, AtNs: e.since()})
+			e.mu.Unlock()
+		})
+	}
+	thaw = func() {
+		if !frozen {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stageTimeout)
+		defer cancel()
+		if _, err := e.db.Exec(ctx, "UPDATE accounts SET status = 'active' WHERE id = $1", from); err != nil {
+			e.stall("account %d, frozen under a transfer, could not be made active again: %v", from, err)
+		}
+	}
+	return hook, thaw
 }
 
 // expireMidWrite returns the hook, run once by the holder of a key between

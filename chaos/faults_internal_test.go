@@ -260,3 +260,36 @@ func TestDisconnectCutsTheRequestAtItsSeededPoint(t *testing.T) {
 		})
 	}
 }
+
+// A freeze staged between a transfer's checks and its debit waits for the
+// transfer's row lock, and gives up; without the row lock (the no-row-lock
+// mistake) it commits under the transfer, which debits a frozen account,
+// and the account is made active again once the attempt is over.
+func TestFreezeWaitsForTheTransfersRowLock(t *testing.T) {
+	t.Parallel()
+	for _, mistake := range []bool{false, true} {
+		t.Run(fmt.Sprintf("no-row-lock=%v", mistake), func(t *testing.T) {
+			t.Parallel()
+			e := realEngine(t)
+			if mistake {
+				bug, _ := idem.LookupBug("no-row-lock")
+				for _, h := range e.handlers {
+					bug.Apply(h)
+				}
+			}
+			p := aTransfer(e)
+			a := e.attempt(context.Background(), 0, p, 1, PhaseFault, FaultFreeze)
+			if a.Status != 201 {
+				t.Fatalf("the client saw %+v, want 201", a)
+			}
+			waited, frozen := e.server[PathFreezeWaited], len(e.freezes)
+			if !mistake && (waited != 1 || frozen != 0) || mistake && (waited != 0 || frozen != 1) {
+				t.Errorf("freezes that waited %d, that went through %d (stalls %v)", waited, frozen, e.stalls)
+			}
+			var status string
+			if err := e.db.QueryRow(context.Background(), "SELECT status FROM accounts WHERE id = $1", p.Request.From).Scan(&status); err != nil || status != "active" {
+				t.Errorf("after the attempt account %d is %s (%v), want active again", p.Request.From, status, err)
+			}
+		})
+	}
+}

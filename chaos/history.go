@@ -55,6 +55,10 @@ type History struct {
 	// see Paths).
 	Server   map[string]int `json:"server"`
 	Duration time.Duration  `json:"durationNs"`
+	// Freezes are the freezes of a sender's account that committed while
+	// its transfer stood between its checks and its debit (FaultFreeze): a
+	// transfer that held its row lock makes every freeze wait instead.
+	Freezes []Freeze `json:"freezes,omitempty"`
 	// BeforeHeal is the key store as the fault phase left it: read once
 	// every request had returned, and before healing moved the clock past
 	// every lock (which would let a retry take an abandoned key over, and
@@ -69,6 +73,13 @@ type History struct {
 	Stalls []string `json:"stalls,omitempty"`
 	// Crashes are the times PostgreSQL was killed (KillPostgres).
 	Crashes []Crash `json:"crashes,omitempty"`
+}
+
+// Freeze is an account frozen under a transfer that had checked it active.
+type Freeze struct {
+	Intent  string `json:"intent"`
+	Account int64  `json:"account"`
+	AtNs    int64  `json:"atNs"`
 }
 
 // KeyCensus is the keys in progress at one moment, and the holders alive.

@@ -41,12 +41,18 @@ const (
 	// server must finish its work or release the key, never leave it in
 	// progress with nobody working on it.
 	FaultDisconnect = "disconnect"
+	// FaultFreeze: an administrator freezes the sender's account while the
+	// transfer stands between its checks and its debit. Holding the row
+	// lock, the transfer makes the freeze wait (it gives up after 50 ms);
+	// without it, the freeze commits and a frozen account is debited. The
+	// account is made active again once the attempt is over.
+	FaultFreeze = "freeze"
 )
 
 // FaultKinds lists every fault kind, sorted.
 func FaultKinds() []string {
 	k := []string{FaultLoseResponse, FaultDropRequest, FaultDuplicate, FaultCrashAfterClaim,
-		FaultFailBeforeCommit, FaultLate, FaultSlow, FaultClockJump, FaultDeadlock, FaultExpireMidWrite, FaultDisconnect}
+		FaultFailBeforeCommit, FaultLate, FaultSlow, FaultClockJump, FaultDeadlock, FaultExpireMidWrite, FaultDisconnect, FaultFreeze}
 	sort.Strings(k)
 	return k
 }
@@ -71,6 +77,7 @@ func DefaultRates() Rates {
 		FaultDeadlock:         0.01,
 		FaultExpireMidWrite:   0.01,
 		FaultDisconnect:       0.03,
+		FaultFreeze:           0.01,
 	}
 }
 
@@ -91,6 +98,7 @@ func AuditRates() Rates {
 		FaultDeadlock:         0.03,
 		FaultExpireMidWrite:   0.03,
 		FaultDisconnect:       0.04,
+		FaultFreeze:           0.03,
 	}
 }
 

@@ -46,7 +46,9 @@ random: lost responses, dropped requests, duplicate copies, servers that go
 silent after claiming a key, transactions that fail just before COMMIT,
 requests that arrive after the client gave up, slow servers, clock jumps
 that expire locks, deadlocks with another transaction, locks that expire
-while their holder is still writing, and clients that go away mid-request.
+while their holder is still writing, clients that go away mid-request, and
+accounts frozen while a transfer from them is between its checks and its
+debit.
 Requests land on one of several copies of the server, whose own clocks
 disagree.
 
@@ -404,6 +406,8 @@ func checkTitle(kind string) string {
 		return "no refused intent moved money"
 	case chaos.KindWrong:
 		return "every final answer is one the lesson's rules allow for that request"
+	case chaos.KindFrozen:
+		return "no account frozen under a transfer was debited by it"
 	case chaos.KindReplay:
 		return "every later answer to a key is its first, replayed byte for byte"
 	case chaos.KindAbandoned:
