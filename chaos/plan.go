@@ -347,7 +347,8 @@ type Planned struct {
 	ReuseOf int
 	// Repeat: once the intent has its final answer, the client sends it once
 	// more with the same key (a user tapping again, an app that missed the
-	// answer): it must be replayed, byte for byte.
+	// answer): it must be replayed, byte for byte. A key reuse always
+	// repeats, and must be refused again.
 	Repeat bool
 }
 
@@ -380,7 +381,9 @@ func (c Config) intentIn(l *layout, i int) Planned {
 	} else {
 		p = c.ordinary(l, i)
 	}
-	p.Repeat = rng(c.Seed, saltRepeat, uint64(i), 0).Float64() < rateRepeat
+	// A buggy client that reused a key retries too: its retry must be
+	// refused again.
+	p.Repeat = p.Reuse != "" || rng(c.Seed, saltRepeat, uint64(i), 0).Float64() < rateRepeat
 	return p
 }
 
