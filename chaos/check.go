@@ -451,6 +451,9 @@ func Timeline(h *History, index int) []string {
 	in := h.Intents[index]
 	lines := []string{fmt.Sprintf("%s: user %d sends %s from account %d to %d, key %s",
 		in.Label, in.UserID, bank.Naira(in.Request.AmountKobo), in.Request.From, in.Request.To, in.Key)}
+	if in.Reuse != "" {
+		lines[0] += fmt.Sprintf(" (a buggy client reusing intent-%d's key with another %s)", in.ReuseOf, in.Reuse)
+	}
 	for _, a := range in.Attempts {
 		fault := a.Fault
 		if fault == "" {

@@ -452,6 +452,19 @@ func TestHistoryRoundTrip(t *testing.T) {
 	}
 }
 
+// A history saved before bodies were kept as strings (a body as a JSON
+// value) still loads, with the value's bytes as its body.
+func TestLoadReadsBodiesSavedAsJSONValues(t *testing.T) {
+	t.Parallel()
+	var a chaos.Attempt
+	if err := json.Unmarshal([]byte(`{"n":1,"status":201,"body":{"transferId":1,"from":1},"seen":"ok"}`), &a); err != nil {
+		t.Fatal(err)
+	}
+	if string(a.Body) != `{"transferId":1,"from":1}` {
+		t.Errorf("body %q", a.Body)
+	}
+}
+
 // synthetic makes a valid history of n intents on 10 accounts, with 200
 // audits, shaped like a real run's.
 func synthetic(n int) *chaos.History {

@@ -187,8 +187,14 @@ type Bytes []byte
 // MarshalJSON implements json.Marshaler.
 func (b Bytes) MarshalJSON() ([]byte, error) { return json.Marshal(string(b)) }
 
-// UnmarshalJSON implements json.Unmarshaler.
+// UnmarshalJSON implements json.Unmarshaler. It also reads a body saved as
+// a JSON value, as histories did before bodies were kept byte for byte: its
+// bytes are then the value as it was saved.
 func (b *Bytes) UnmarshalJSON(data []byte) error {
+	if len(data) > 0 && data[0] != '"' {
+		*b = Bytes(append([]byte(nil), data...))
+		return nil
+	}
 	var s string
 	if err := json.Unmarshal(data, &s); err != nil {
 		return err

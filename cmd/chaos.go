@@ -102,7 +102,7 @@ never fired), 2 for a usage error, 3 when PostgreSQL is unavailable.`,
 	f.IntVar(&o.clients, "clients", 8, "concurrent clients, each a goroutine on the pool")
 	f.IntVar(&o.intents, "intents", 0, "how many intents to run (default 1000, unless --duration)")
 	f.DurationVar(&o.duration, "duration", 0, "start new intents until this much time has passed, instead of --intents")
-	f.IntVar(&o.accounts, "accounts", 5, "how many accounts: a few make them hot, many spread the load")
+	f.IntVar(&o.accounts, "accounts", 5, "how many active accounts the intents move money between, two per user: a few make them hot, many spread the load (a frozen, a closed and up to four solo accounts come on top)")
 	f.StringVar(&o.faults, "faults", "default", "which faults at what rate per attempt: default, none, or kind=rate,… (kinds: "+strings.Join(chaos.FaultKinds(), ", ")+")")
 	f.StringVar(&o.bug, "bug", "", "run with one of the lesson's mistakes (see 'bank-sim list --bugs')")
 	f.StringVar(&o.history, "history", "", "write the history as JSON to `FILE` (re-check it with 'bank-sim check FILE')")
