@@ -95,6 +95,10 @@ type App struct {
 
 	noColor     bool
 	databaseURL string
+	// leftAlone, set by a command that starts no PostgreSQL, says what an
+	// interrupt leaves as it is (probe: the target keeps running); the
+	// interrupt message says it instead of "nothing was left running".
+	leftAlone string
 
 	mu  sync.Mutex
 	srv *postgres.Server
@@ -129,6 +133,9 @@ func (a *App) close() string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.srv == nil {
+		if a.leftAlone != "" {
+			return a.leftAlone
+		}
 		return "nothing was left running"
 	}
 	srv := a.srv
