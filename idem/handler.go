@@ -69,6 +69,10 @@ type Hooks struct {
 	// BeforeCommit runs inside the transaction after the work and the
 	// stored response, just before COMMIT. An error here rolls it all back.
 	BeforeCommit func(ctx context.Context) error
+	// Waited runs when a request that found its key in progress has waited
+	// for it under WaitForResult, with the claim the wait ended with. It
+	// only observes: chaos counts the wait policy's path with it.
+	Waited func(ctx context.Context, c Claim)
 }
 
 type hooksKey struct{}
@@ -198,6 +202,9 @@ func (h *Handler) Handle(ctx context.Context, req Request) (bank.Response, error
 		claim, err = h.wait(ctx, req, hash)
 		if err != nil {
 			return bank.Response{}, err
+		}
+		if hook := hooksFrom(ctx).Waited; hook != nil {
+			hook(ctx, claim)
 		}
 	}
 	if claim.Action != Proceed {
