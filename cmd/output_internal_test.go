@@ -143,3 +143,24 @@ func TestOutputFileCheckedUpFront(t *testing.T) {
 		t.Fatalf("a read-only directory was accepted: %v", err)
 	}
 }
+
+// Piped, a long run prints a progress line every interval, on stderr; on a
+// terminal it redraws one line; an audit counts its runs.
+func TestProgressLinesWhenPiped(t *testing.T) {
+	var out, errOut strings.Builder
+	app := &App{Env: &Env{Stdout: &out, Stderr: &errOut}}
+	bar := newProgress(app, "runs", "bank-sim audit:", false)
+	bar.every = time.Millisecond
+	bar.update(1, 10) // the first interval starts
+	time.Sleep(2 * time.Millisecond)
+	bar.update(4, 10)
+	if out.String() != "" || errOut.String() != "bank-sim audit: 4/10 runs (40%)\n" {
+		t.Errorf("stdout %q, stderr %q", out.String(), errOut.String())
+	}
+	app.Env.Terminal = true
+	bar = newProgress(app, "runs", "bank-sim audit:", false)
+	bar.update(3, 10)
+	if !strings.Contains(out.String(), "\r  [") || !strings.HasSuffix(out.String(), "30% 3/10 runs") {
+		t.Errorf("terminal: %q", out.String())
+	}
+}
