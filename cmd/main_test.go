@@ -252,10 +252,73 @@ func TestServeCleansUpAndStopsWithExit130(t *testing.T) {
 		t.Fatal("serve did not stop within a minute of the signal")
 	}
 	const ledger = "Ada ₦40,000, Bola ₦15,000, Chidi ₦20,000 | total ₦75,000 | transfers 1"
-	if !strings.Contains(out.String(), "stopping: requests in flight have 5s to finish") || !strings.Contains(out.String(), ledger) {
+	if !strings.Contains(out.String(), "stopping: requests in flight have 5 s to finish") || !strings.Contains(out.String(), ledger) {
 		t.Errorf("stdout lacks the stop and the final ledger %q:\n%s", ledger, out.String())
 	}
 	if !strings.Contains(errOut.String(), "interrupted") {
 		t.Errorf("stderr does not say it was interrupted:\n%s", errOut.String())
+	}
+	// The server's side of a live demo: the request, and the balances after
+	// the transfer. The curl example needs no uuidgen.
+	if !regexp.MustCompile(`\d\d:\d\d:\d\d POST /transfers +ada +serve-st 201 transfer 1 +new +\d+ ms\n +` + regexp.QuoteMeta(ledger)).MatchString(out.String()) {
+		t.Errorf("stdout lacks the request's line and the balances after it:\n%s", out.String())
+	}
+	if strings.Contains(out.String(), "uuidgen") || !regexp.MustCompile(`Idempotency-Key: [0-9a-f-]{36}'`).MatchString(out.String()) {
+		t.Errorf("the curl example should carry a ready key:\n%s", out.String())
+	}
+}
+
+// An interrupted --all says how far it got, writes the JUnit report for the
+// scenarios that finished, and leaves no empty header behind.
+func TestInterruptedAllReportsWhatFinished(t *testing.T) {
+	out := &waitWriter{want: "PASS rules", seen: make(chan struct{})}
+	var errOut waitWriter
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	junit := filepath.Join(t.TempDir(), "junit.xml")
+	env := &cmd.Env{
+		Stdin: strings.NewReader(""), Stdout: out, Stderr: &errOut,
+		Getenv: func(k string) string { return os.Getenv(k) }, Now: time.Now, Postgres: postgres.Start,
+	}
+	code := make(chan int, 1)
+	go func() {
+		code <- cmd.Run(ctx, env, []string{"scenario", "--all", "--parallel", "1", "--seed", "3", "--junit", junit})
+	}()
+	select {
+	case <-out.seen:
+		cancel() // Ctrl-C, as the third story begins
+	case c := <-code:
+		t.Fatalf("exited %d before the second story ended:\n%s", c, out.String())
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("waited 2 minutes for the second story:\n%s", out.String())
+	}
+	select {
+	case c := <-code:
+		if c != cmd.ExitInterrupted {
+			t.Fatalf("exit %d, want %d; stderr:\n%s", c, cmd.ExitInterrupted, errOut.String())
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("did not stop within a minute of the interruption")
+	}
+	s := out.String()
+	m := regexp.MustCompile(`interrupted: (\d+) of (\d+) scenarios finished\nPASS partial-failure\nPASS rules\n`).FindStringSubmatch(s)
+	if m == nil || m[2] != fmt.Sprint(len(scenarios.List())) {
+		t.Fatalf("no summary of what finished:\n%s", s)
+	}
+	data, err := os.ReadFile(junit)
+	if err != nil {
+		t.Fatalf("no JUnit report for what finished: %v", err)
+	}
+	if n := strings.Count(string(data), "<testcase "); fmt.Sprint(n) != m[1] {
+		t.Errorf("the JUnit report has %d test cases; %s scenarios finished", n, m[1])
+	}
+	// A header is always followed by what it heads.
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		if strings.HasPrefix(l, "▸ ") || strings.HasPrefix(l, "━━ ") {
+			if i+1 >= len(lines) || lines[i+1] == "" || strings.HasPrefix(lines[i+1], "interrupted") {
+				t.Errorf("an empty header: %q", l)
+			}
+		}
 	}
 }

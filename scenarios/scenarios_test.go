@@ -45,7 +45,10 @@ var lessonBalances = map[string][]string{
 		"Ada ₦30,000, Bola ₦25,000, Chidi ₦20,000 | total ₦75,000 | transfers 2",
 		"Ada ₦40,000, Bola ₦15,000, Chidi ₦20,000 | total ₦75,000 | transfers 1",
 	},
-	"overdraft-race": {"", "Ada ₦10,000, Bola ₦45,000, Chidi ₦20,000 | total ₦75,000 | transfers 40"},
+	"double-spend": {
+		"Ada ₦60,000, Bola ₦5,000, Chidi ₦20,000 | total ₦85,000 | transfers 3",
+		"Ada ₦50,000, Bola ₦5,000, Chidi ₦20,000 | total ₦75,000 | transfers 2",
+	},
 	"http-tunnel": {
 		"Ada ₦30,000, Bola ₦25,000, Chidi ₦20,000 | total ₦75,000 | transfers 2",
 		"Ada ₦40,000, Bola ₦15,000, Chidi ₦20,000 | total ₦75,000 | transfers 1",
@@ -126,7 +129,7 @@ func TestControlsBreakTheRightInvariant(t *testing.T) {
 		"crash-takeover":     bank.InvOnce,
 		"key-cleanup":        bank.InvOnce,
 		"fail-before-commit": bank.InvOnce,
-		"overdraft-race":     bank.InvTotal,
+		"double-spend":       bank.InvTotal,
 		"http-tunnel":        bank.InvOnce,
 		"three-servers":      bank.InvOnce,
 		"retry-policy":       bank.InvOnce,
