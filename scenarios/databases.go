@@ -7,16 +7,23 @@ import (
 	"time"
 
 	"github.com/banksim/bank-sim/bank"
+	"github.com/banksim/bank-sim/outbox"
 	"github.com/banksim/bank-sim/postgres"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // BankTemplate is the lesson's bank as a template database: every phase gets
-// a clone of it instead of running the DDL again.
+// a clone of it instead of running the DDL again. It holds the side effects'
+// tables too (outbox.Schema), and its version covers both schemas.
 var BankTemplate = postgres.Template{
-	Version: bank.SchemaVersion(),
-	Init:    func(ctx context.Context, conn *pgx.Conn) error { return bank.Setup(ctx, conn) },
+	Version: bank.SchemaVersion() + "-" + outbox.SchemaVersion(),
+	Init: func(ctx context.Context, conn *pgx.Conn) error {
+		if err := bank.Setup(ctx, conn); err != nil {
+			return err
+		}
+		return outbox.Setup(ctx, conn)
+	},
 }
 
 // ServerBanks makes fresh banks on srv. Closing one drops its database
