@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"time"
 
@@ -119,5 +120,29 @@ func waitFor[T any](ctx context.Context, ch <-chan T, d time.Duration, what stri
 		return zero, fmt.Errorf("waited %s for %s", d, what)
 	case <-ctx.Done():
 		return zero, ctx.Err()
+	}
+}
+
+// crashAfterSend runs one batch of d and makes d die the moment its first
+// send has been accepted, before it marks the row done: a process that dies
+// runs nothing more. It returns once d is dead.
+func crashAfterSend(ctx context.Context, d *outbox.Dispatcher) error {
+	died := make(chan struct{})
+	finished := make(chan error, 1)
+	d.Hooks.AfterSend = func(context.Context, outbox.Row) {
+		close(died)
+		runtime.Goexit()
+	}
+	go func() {
+		_, err := d.RunOnce(ctx)
+		finished <- err
+	}()
+	select {
+	case <-died:
+		return nil
+	case err := <-finished:
+		return fmt.Errorf("dispatcher %s finished without sending anything (%v)", d.Name, err)
+	case <-time.After(10 * time.Second):
+		return fmt.Errorf("waited 10s for dispatcher %s to send", d.Name)
 	}
 }
