@@ -120,13 +120,14 @@ func (c *Consumer) Run(ctx context.Context, s *Session) (applied, skipped int, e
 		}
 		for _, r := range recs {
 			ok, err := c.Process(ctx, s, r)
+			switch {
+			case ok:
+				applied++ // even if it crashed after: the effect committed
+			case err == nil:
+				skipped++
+			}
 			if err != nil {
 				return applied, skipped, err
-			}
-			if ok {
-				applied++
-			} else {
-				skipped++
 			}
 		}
 	}
