@@ -392,3 +392,21 @@ func (d *Dispatcher) Drain(ctx context.Context) (Report, error) {
 		}
 	}
 }
+
+// Run drains the outbox every interval until ctx ends, telling onErr (when
+// set) about each failed drain and carrying on: a database that is away for
+// a moment delays the rows, it does not lose them.
+func (d *Dispatcher) Run(ctx context.Context, every time.Duration, onErr func(error)) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		if _, err := d.Drain(ctx); err != nil && ctx.Err() == nil && onErr != nil {
+			onErr(err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
