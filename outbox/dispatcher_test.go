@@ -311,3 +311,32 @@ func TestBackoffAndBoundedRetries(t *testing.T) {
 		}
 	}
 }
+
+// An outbox row whose transfer does not exist is a ghost, whether or not it
+// was sent yet: the row must exist only if its transfer committed.
+func TestCheckFindsAnOutboxRowWithoutItsTransfer(t *testing.T) {
+	pool := pgtest.NewBank(t, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	check := func() bank.Check {
+		t.Helper()
+		checks, err := outbox.Check(ctx, pool, outbox.World{SMS: outbox.NewProvider(1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range checks {
+			if c.Name == outbox.InvNoGhost {
+				return c
+			}
+		}
+		t.Fatalf("no %q among %v", outbox.InvNoGhost, checks)
+		return bank.Check{}
+	}
+	if c := check(); !c.OK {
+		t.Fatalf("an empty bank: %s", c.Detail)
+	}
+	addSMSRows(t, pool, 1) // about transfer 1, which was never made
+	if c := check(); c.OK || c.Detail != "outbox row 1 is about transfer 1, which does not exist" {
+		t.Errorf("got %+v", c)
+	}
+}

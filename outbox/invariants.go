@@ -76,6 +76,7 @@ func Check(ctx context.Context, db bank.DB, w World) ([]bank.Check, error) {
 type snapshot struct {
 	transfers map[int64]bool
 	pending   []string // outbox rows not done
+	orphans   []string // outbox rows whose transfer does not exist
 	overlaps  []string
 	effects   map[string]int // event id → notifications
 }
@@ -93,6 +94,12 @@ func (s *snapshot) read(ctx context.Context, tx pgx.Tx, w World) error {
 		SELECT format('row %s (%s for transfer %s, %s attempts%s)', id, kind, transfer_id, attempts,
 		              CASE WHEN failed_at IS NOT NULL THEN ', failed: ' || coalesce(last_error, '') ELSE '' END)
 		FROM outbox WHERE done_at IS NULL ORDER BY id`); err != nil {
+		return err
+	}
+	if s.orphans, err = collect[string](ctx, tx, `
+		SELECT format('outbox row %s is about transfer %s, which does not exist', o.id, o.transfer_id)
+		FROM outbox o WHERE NOT EXISTS (SELECT 1 FROM transfers t WHERE t.id = o.transfer_id)
+		ORDER BY o.id`); err != nil {
 		return err
 	}
 	// A claim made while an earlier claim of the same row, by another token,
@@ -146,7 +153,7 @@ func (s *snapshot) oneSMS(p *Provider) bank.Check {
 }
 
 func (s *snapshot) noGhost(w World) bank.Check {
-	var bad []string
+	bad := append([]string(nil), s.orphans...)
 	if w.SMS != nil {
 		for _, m := range w.SMS.Messages() {
 			if !s.transfers[m.TransferID] {
