@@ -169,11 +169,16 @@ func (d *Dispatcher) Claim(ctx context.Context) (Batch, error) {
 				ORDER BY id
 				LIMIT $1
 				`+lock+`
+			), claimed AS (
+				UPDATE outbox o
+				SET claim_token = $2, claimed_by = $3, claimed_until = bank_now() + $4::interval, attempts = o.attempts + 1
+				FROM candidates WHERE o.id = candidates.id
+				RETURNING o.id, o.kind, o.transfer_id, o.user_id, o.topic, o.msg_key, o.payload, o.attempts
+			), recorded AS (
+				INSERT INTO outbox_attempts (outbox_id, attempt, dispatcher, claim_token, claimed_at, lease_until)
+				SELECT id, attempts, $3, $2, bank_now(), bank_now() + $4::interval FROM claimed
 			)
-			UPDATE outbox o
-			SET claim_token = $2, claimed_by = $3, claimed_until = bank_now() + $4::interval, attempts = o.attempts + 1
-			FROM candidates WHERE o.id = candidates.id
-			RETURNING o.id, o.kind, o.transfer_id, o.user_id, o.topic, o.msg_key, o.payload, o.attempts`,
+			SELECT id, kind, transfer_id, user_id, topic, msg_key, payload, attempts FROM claimed`,
 			d.batch(), b.Token, d.Name, d.lease())
 		if err != nil {
 			return err
@@ -185,14 +190,6 @@ func (d *Dispatcher) Claim(ctx context.Context) (Batch, error) {
 		})
 		if err != nil {
 			return err
-		}
-		for _, r := range b.Rows {
-			if _, err := tx.Exec(ctx, `
-				INSERT INTO outbox_attempts (outbox_id, attempt, dispatcher, claim_token, claimed_at, lease_until)
-				SELECT $1, $2, $3, $4, bank_now(), bank_now() + $5::interval`,
-				r.ID, r.Attempts, d.Name, b.Token, d.lease()); err != nil {
-				return err
-			}
 		}
 		if d.Hooks.Claimed != nil {
 			d.Hooks.Claimed(ctx, b.Rows)
@@ -262,22 +259,25 @@ func (d *Dispatcher) Deliver(ctx context.Context, token string, r Row) (Outcome,
 	if replayed {
 		outcome = AlreadySent
 	}
-	var marked bool
-	err = pgx.BeginFunc(ctx, d.DB, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `
+	// One statement: the mark and the attempt's outcome commit together.
+	var marked int
+	err = d.DB.QueryRow(ctx, `
+		WITH marked AS (
 			UPDATE outbox SET done_at = bank_now(), claim_token = NULL, claimed_until = NULL, last_error = NULL
-			WHERE id = $1 AND done_at IS NULL AND `+d.fence(), r.ID, token)
-		if err != nil {
-			return err
-		}
-		marked = tag.RowsAffected() == 1
-		if !marked {
-			outcome = Stale
-		}
-		return recordTx(ctx, tx, token, r, outcome)
-	})
+			WHERE id = $1 AND done_at IS NULL AND `+d.fence()+`
+			RETURNING id
+		), settled AS (
+			UPDATE outbox_attempts
+			SET outcome = CASE WHEN EXISTS (SELECT 1 FROM marked) THEN $3 ELSE $4 END,
+			    settled_seq = nextval('outbox_attempts_seq_seq')
+			WHERE outbox_id = $1 AND claim_token = $2 AND settled_seq IS NULL
+		)
+		SELECT count(*) FROM marked`, r.ID, token, string(outcome), string(Stale)).Scan(&marked)
 	if err != nil {
 		return "", fmt.Errorf("mark outbox row %d done: %w", r.ID, err)
+	}
+	if marked == 0 {
+		outcome = Stale
 	}
 	d.note("%s: outbox row %d (%s for transfer %d): %s", d.Name, r.ID, r.Kind, r.TransferID, outcome)
 	return outcome, nil
