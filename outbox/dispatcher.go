@@ -21,7 +21,7 @@ const (
 	DefaultLease       = 30 * time.Second
 	DefaultBatch       = 10
 	DefaultMaxAttempts = 5
-	// DefaultBackoff is the wait after a row's first failed attempt; it
+	// DefaultBackoff is the wait after a row's first failed send; it
 	// doubles with each further failure, up to maxBackoff.
 	DefaultBackoff = time.Second
 	maxBackoff     = 5 * time.Minute
@@ -80,7 +80,7 @@ type Dispatcher struct {
 
 	Batch       int           // rows per claim; DefaultBatch when zero
 	Lease       time.Duration // DefaultLease when zero
-	MaxAttempts int           // DefaultMaxAttempts when zero
+	MaxAttempts int           // failed sends before a row is failed; DefaultMaxAttempts when zero
 	Backoff     time.Duration // DefaultBackoff when zero
 	// NewToken makes claim tokens; random when nil. Scenarios seed it.
 	NewToken func() string
@@ -308,7 +308,9 @@ func (d *Dispatcher) send(ctx context.Context, r Row) (replayed bool, err error)
 }
 
 // fail gives the row back after a failed send: it waits out a backoff that
-// doubles with each attempt, or is failed for good after MaxAttempts.
+// doubles with each failure, or is failed for good after MaxAttempts failed
+// sends. Claims that ended in a crash or a takeover do not count: nothing
+// says the row is at fault.
 func (d *Dispatcher) fail(ctx context.Context, token string, r Row, sendErr error) (Outcome, error) {
 	max := d.MaxAttempts
 	if max <= 0 {
@@ -318,20 +320,16 @@ func (d *Dispatcher) fail(ctx context.Context, token string, r Row, sendErr erro
 	if backoff <= 0 {
 		backoff = DefaultBackoff
 	}
-	for i := 1; i < r.Attempts && backoff < maxBackoff; i++ {
-		backoff *= 2
-	}
-	backoff = min(backoff, maxBackoff)
 	outcome := Retry
 	err := pgx.BeginFunc(ctx, d.DB, func(tx pgx.Tx) error {
 		var gaveUp bool
 		err := tx.QueryRow(ctx, `
 			UPDATE outbox
-			SET claim_token = NULL, claimed_until = NULL, last_error = $3,
-			    next_attempt_at = bank_now() + $4::interval,
-			    failed_at = CASE WHEN attempts >= $5 THEN bank_now() END
+			SET claim_token = NULL, claimed_until = NULL, last_error = $3, failures = failures + 1,
+			    next_attempt_at = bank_now() + least($4::interval * power(2, failures), $6::interval),
+			    failed_at = CASE WHEN failures + 1 >= $5 THEN bank_now() END
 			WHERE id = $1 AND done_at IS NULL AND `+d.fence()+`
-			RETURNING failed_at IS NOT NULL`, r.ID, token, sendErr.Error(), backoff, max).Scan(&gaveUp)
+			RETURNING failed_at IS NOT NULL`, r.ID, token, sendErr.Error(), backoff, max, maxBackoff).Scan(&gaveUp)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			outcome = LostClaim

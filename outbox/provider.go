@@ -67,6 +67,7 @@ type Provider struct {
 	loseNext  int
 	loseRate  float64
 	rng       *rand.Rand
+	loseIf    func(Message) bool
 	onAccept  func(SMS)
 	beforeAny func(ctx context.Context, m Message)
 }
@@ -99,6 +100,15 @@ func (p *Provider) SetLoseRate(rate float64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.loseRate = rate
+}
+
+// LoseIf makes the provider lose its answer to each accepted message for
+// which f says so (nil: none): a chaos run decides from its seed and the
+// message, not from the order the messages arrive in.
+func (p *Provider) LoseIf(f func(Message) bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.loseIf = f
 }
 
 // OnAccept is told about every new SMS (serve logs them).
@@ -143,7 +153,7 @@ func (p *Provider) Send(ctx context.Context, m Message) (Accepted, error) {
 	if m.Key != "" {
 		p.byKey[m.Key] = s.ID
 	}
-	lose := p.loseNext > 0 || (p.loseRate > 0 && p.rng.Float64() < p.loseRate)
+	lose := p.loseNext > 0 || (p.loseRate > 0 && p.rng.Float64() < p.loseRate) || (p.loseIf != nil && p.loseIf(m))
 	if p.loseNext > 0 {
 		p.loseNext--
 	}

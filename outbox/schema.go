@@ -41,6 +41,10 @@ import (
 // holding one row at once. seq orders claims and settlements: in a scenario
 // the database's clock stands still, so timestamps alone cannot.
 //
+// attempts counts claims, failures the sends that failed: only failures
+// count towards giving up, so a row whose dispatchers crashed or stalled is
+// not failed for their sake.
+//
 // notifications has no unique constraint on event_id: the consumer's
 // processed_events marker is the defence, and a constraint here would hide
 // its absence.
@@ -54,6 +58,7 @@ CREATE TABLE outbox (
   msg_key text NOT NULL DEFAULT '',
   payload text NOT NULL,
   attempts integer NOT NULL DEFAULT 0,
+  failures integer NOT NULL DEFAULT 0,
   claim_token text,
   claimed_by text,
   claimed_until timestamptz,
