@@ -20,6 +20,17 @@ type Locks struct {
 	now     func() time.Time
 	entries map[string]lockEntry
 	grants  []Grant
+	stats   LockStats
+}
+
+// LockStats counts the lock's defences at work.
+type LockStats struct {
+	// TakenAfterExpiry: a lock granted over an expired one whose holder had
+	// not released it (the holder stalled or died).
+	TakenAfterExpiry int `json:"takenAfterExpiry"`
+	// ReleaseRefused: a compare-and-delete that found the key no longer
+	// its caller's, and deleted nothing.
+	ReleaseRefused int `json:"releaseRefused"`
 }
 
 type lockEntry struct {
@@ -59,6 +70,9 @@ func (l *Locks) SetNX(key, token string, ttl time.Duration) bool {
 	if e, ok := l.entries[key]; ok && now.Before(e.expires) {
 		return false
 	}
+	if _, ok := l.entries[key]; ok {
+		l.stats.TakenAfterExpiry++
+	}
 	g := Grant{Key: key, Token: token, At: now, Expires: now.Add(ttl)}
 	for _, old := range l.grants {
 		if old.Key == key && !old.Released && now.Before(old.Expires) {
@@ -77,6 +91,7 @@ func (l *Locks) CompareAndDelete(key, token string) bool {
 	defer l.mu.Unlock()
 	e, ok := l.entries[key]
 	if !ok || e.token != token || !l.now().Before(e.expires) {
+		l.stats.ReleaseRefused++
 		return false
 	}
 	delete(l.entries, key)
@@ -120,6 +135,13 @@ func (l *Locks) Release(lk Lock, flaws Flaws) bool {
 		return true
 	}
 	return l.CompareAndDelete(lk.Key, lk.Token)
+}
+
+// Stats returns the lock's counters.
+func (l *Locks) Stats() LockStats {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.stats
 }
 
 // Grants returns every grant, in order.

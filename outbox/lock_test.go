@@ -53,6 +53,9 @@ func TestLocksExpiryAndRelease(t *testing.T) {
 	if o := l.Overlaps(); len(o) != 0 {
 		t.Errorf("overlaps with correct releases: %v", o)
 	}
+	if st := l.Stats(); st != (outbox.LockStats{TakenAfterExpiry: 1, ReleaseRefused: 1}) {
+		t.Errorf("stats %+v, want B's takeover after A's expiry and A's refused release", st)
+	}
 
 	// The mistake: A's plain DEL removes B's lock, and C gets it while B
 	// still believes it holds it.

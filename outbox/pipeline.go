@@ -166,10 +166,13 @@ func (p *Pipeline) dispatch(ctx context.Context, k int) {
 		for ctx.Err() == nil {
 			b, err := d.Claim(ctx)
 			if err != nil {
+				// PostgreSQL may be away for a moment (a chaos run kills
+				// it): the rows wait, and Settle drains them.
 				if ctx.Err() == nil {
 					p.fail(err)
 				}
-				return
+				sleep(ctx, idle)
+				continue
 			}
 			if len(b.Rows) == 0 {
 				sleep(ctx, idle)
@@ -347,15 +350,10 @@ const settleRounds = 10
 // Settle is the pipeline's healing, after Stop: with no faults, it moves
 // the database's clock past every lease and backoff (advance), drains the
 // outbox and lets the consumer catch up, until nothing is left. It returns
-// an error if something is still left after settleRounds rounds, and any
-// unexpected failure of the fault phase.
+// an error if something is still left after settleRounds rounds. Failures
+// of the fault phase (PostgreSQL away for a moment) are not its business:
+// what they left behind is drained here, and Errors counts them.
 func (p *Pipeline) Settle(ctx context.Context, advance func(time.Duration)) error {
-	p.mu.Lock()
-	errs := errors.Join(p.errs...)
-	p.mu.Unlock()
-	if errs != nil {
-		return fmt.Errorf("the side effects failed: %w", errs)
-	}
 	d := &Dispatcher{DB: p.db, Name: "healer", SMS: p.sms, Log: p.log, Flaws: p.cfg.Flaws}
 	c := p.consumer(false)
 	for range settleRounds {
@@ -396,6 +394,13 @@ func (p *Pipeline) Settle(ctx context.Context, advance func(time.Duration)) erro
 		}
 	}
 	return fmt.Errorf("the outbox still has rows after %d rounds of healing", settleRounds)
+}
+
+// Errors returns the unexpected failures of the fault phase, in order.
+func (p *Pipeline) Errors() []error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]error(nil), p.errs...)
 }
 
 // Fired counts the faults that fired, by kind.

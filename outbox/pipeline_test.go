@@ -70,6 +70,9 @@ func runPipeline(t *testing.T, pool *pgxpool.Pool, flaws outbox.Flaws, rate floa
 	if err := p.Settle(ctx, advance); err != nil {
 		t.Fatal(err)
 	}
+	if errs := p.Errors(); len(errs) > 0 {
+		t.Errorf("the fault phase failed %d times: %v", len(errs), errs[0])
+	}
 	snap, err := outbox.Read(ctx, pool, outbox.World{SMS: sms, Log: log, Consumer: "notifier", Leases: true})
 	if err != nil {
 		t.Fatal(err)
