@@ -58,6 +58,9 @@ func PipelinePaths() []string {
 	return []string{PathLostClaim, PathResendReplayed, PathRetryAfterFailure, PathTakeover, PathRedeliverySkipped}
 }
 
+// DefaultConsumer is a pipeline's consumer group.
+const DefaultConsumer = "notifier"
+
 // PipelineConfig is the side effects' half of a chaos run.
 type PipelineConfig struct {
 	// Seed decides every fault: each decision is a function of the seed,
@@ -66,7 +69,7 @@ type PipelineConfig struct {
 	Seed uint64
 	// Dispatchers is how many dispatchers run at once; 3 when zero.
 	Dispatchers int
-	// Consumer is the consumer's group; "notifier" when empty.
+	// Consumer is the consumer's group; DefaultConsumer when empty.
 	Consumer string
 	// Rates per fault kind (see the Fault constants).
 	Rates map[string]float64
@@ -100,7 +103,7 @@ func StartPipeline(ctx context.Context, db bank.DB, sms *Provider, log *Log, cfg
 		cfg.Dispatchers = 3
 	}
 	if cfg.Consumer == "" {
-		cfg.Consumer = "notifier"
+		cfg.Consumer = DefaultConsumer
 	}
 	p := &Pipeline{db: db, sms: sms, log: log, cfg: cfg, fired: map[string]int{}, paths: map[string]int{},
 		tries: map[string]int{}, failed: map[int64]bool{}}
