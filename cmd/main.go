@@ -26,6 +26,7 @@ const (
 	ExitFailed      = 1   // something broke: an invariant, an expectation, a check
 	ExitUsage       = 2   // the command line was wrong
 	ExitDatabase    = 3   // PostgreSQL could not be started or reached
+	ExitUnreachable = 3   // probe: the target could not be reached (not a failed check)
 	ExitInterrupted = 130 // stopped by Ctrl-C or SIGTERM
 )
 
@@ -119,15 +120,27 @@ func (a *App) Server(ctx context.Context) (*postgres.Server, error) {
 	return srv, nil
 }
 
-func (a *App) close() {
+// close stops the embedded server, or drops this run's databases on an
+// external one, and says which it did, for the interrupt message.
+func (a *App) close() string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.srv != nil {
-		if err := a.srv.Close(); err != nil {
-			fmt.Fprintf(a.Env.Stderr, "bank-sim: stopping PostgreSQL: %v\n", err)
-		}
-		a.srv = nil
+	if a.srv == nil {
+		return "nothing was left running"
 	}
+	srv := a.srv
+	a.srv = nil
+	if err := srv.Close(); err != nil {
+		fmt.Fprintf(a.Env.Stderr, "bank-sim: stopping PostgreSQL: %v\n", err)
+		if srv.Embedded() {
+			return "stopping PostgreSQL failed (see above)"
+		}
+		return "dropping this run's databases failed (see above); the next run, or bank-sim prune, drops what is left"
+	}
+	if srv.Embedded() {
+		return "PostgreSQL stopped, nothing left running"
+	}
+	return "this run's databases are dropped; the PostgreSQL server at --database-url / DATABASE_URL is not bank-sim's and keeps running"
 }
 
 // Main runs bank-sim with os.Args and returns the exit code.
@@ -160,7 +173,8 @@ func Run(ctx context.Context, env *Env, args []string) (code int) {
 		return ExitOK
 	}
 	if ctx.Err() != nil {
-		fmt.Fprintln(env.Stderr, "bank-sim: interrupted; PostgreSQL stopped, nothing left running")
+		// Said once it is true: after the server is closed.
+		fmt.Fprintln(env.Stderr, "bank-sim: interrupted; "+app.close())
 		return ExitInterrupted
 	}
 	var ee *ExitError

@@ -35,6 +35,6 @@ every balance matches the transfers.`,
 		return usageError("%v", err)
 	})
 	root.AddCommand(newScenarioCmd(app), newListCmd(app), newServeCmd(app), newSendCmd(app), newBenchCmd(app),
-		newChaosCmd(app), newCheckCmd(app), newAuditCmd(app))
+		newChaosCmd(app), newCheckCmd(app), newAuditCmd(app), newPruneCmd(app), newProbeCmd(app))
 	return root
 }

@@ -1,14 +1,24 @@
 package cmd_test
 
 import (
+	"context"
 	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
+	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/banksim/bank-sim/cmd"
 	"github.com/banksim/bank-sim/postgres"
+	"github.com/jackc/pgx/v5"
 	"github.com/rogpeppe/go-internal/testscript"
 )
 
@@ -43,9 +53,114 @@ func TestScripts(t *testing.T) {
 			return nil
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
-			"scrub": scrub,
+			"scrub":        scrub,
+			"postgres-url": postgresURL(t),
+			"sql":          sqlCmd,
+			"wait-sql":     waitSQL,
+			"hold-slot":    holdSlot,
+			"mkfile":       mkfile,
+			"httpstub":     httpstub,
 		},
 	})
+}
+
+// postgresURL VAR sets VAR to the connection string of a PostgreSQL server
+// that stands in for the user's own: an embedded one in a cache of its own
+// (so it holds only what the scripts make), started on first use and
+// stopped when TestScripts ends.
+func postgresURL(t *testing.T) func(ts *testscript.TestScript, neg bool, args []string) {
+	var once sync.Once
+	var srv *postgres.Server
+	var err error
+	t.Cleanup(func() {
+		if srv != nil {
+			srv.Close()
+		}
+	})
+	return func(ts *testscript.TestScript, neg bool, args []string) {
+		if neg || len(args) != 1 {
+			ts.Fatalf("usage: postgres-url VAR")
+		}
+		once.Do(func() {
+			// Not t.TempDir: as root the supervisor runs as nobody, who
+			// must be able to enter it.
+			var dir string
+			if dir, err = os.MkdirTemp("", "bank-sim-script-pg-"); err != nil {
+				return
+			}
+			os.Chmod(dir, 0o755)
+			t.Cleanup(func() { os.RemoveAll(dir) })
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			srv, err = postgres.Start(ctx, postgres.Options{CacheDir: dir})
+		})
+		ts.Check(err)
+		ts.Setenv(args[0], srv.AdminURL())
+	}
+}
+
+// sql URL QUERY runs one statement.
+func sqlCmd(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) != 2 {
+		ts.Fatalf("usage: sql URL QUERY")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, args[0])
+	ts.Check(err)
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, args[1])
+	if neg != (err != nil) {
+		ts.Fatalf("sql %q: %v", args[1], err)
+	}
+}
+
+// wait-sql URL QUERY WANT polls QUERY, which returns one value, until it
+// prints as WANT, for at most a minute.
+func waitSQL(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 3 {
+		ts.Fatalf("usage: wait-sql URL QUERY WANT")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, args[0])
+	ts.Check(err)
+	defer conn.Close(context.Background())
+	var got string
+	for ctx.Err() == nil {
+		var v any
+		if err := conn.QueryRow(ctx, args[1]).Scan(&v); err == nil {
+			if got = fmt.Sprint(v); got == args[2] {
+				return
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	ts.Fatalf("waited a minute for %q to be %s; last %s", args[1], args[2], got)
+}
+
+// hold-slot DIR takes the lock of a cluster slot, as a running bank-sim's
+// supervisor does, until the script ends.
+func holdSlot(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: hold-slot DIR")
+	}
+	f, err := os.OpenFile(filepath.Join(ts.MkAbs(args[0]), "lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	ts.Check(err)
+	ts.Check(syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB))
+	ts.Defer(func() { f.Close() })
+}
+
+// mkfile PATH BYTES writes a file of that size.
+func mkfile(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: mkfile PATH BYTES")
+	}
+	n, err := strconv.Atoi(args[1])
+	ts.Check(err)
+	path := ts.MkAbs(args[0])
+	ts.Check(os.MkdirAll(filepath.Dir(path), 0o755))
+	ts.Check(os.WriteFile(path, make([]byte, n), 0o644))
 }
 
 var unstable = []struct {
@@ -55,6 +170,13 @@ var unstable = []struct {
 	{regexp.MustCompile(`\d+(\.\d+)?(ns|µs|ms|s)\b`), "<dur>"},
 	{regexp.MustCompile(`(?m)^embedded PostgreSQL .*$|^PostgreSQL at .*$`), "<database>"},
 	{regexp.MustCompile(`bank-sim \S+ · seed`), "bank-sim <version> · seed"},
+	{regexp.MustCompile(`(?m)^PostgreSQL \S+ at \S+`), "PostgreSQL <version> at <host:port>"},
+	// Database names carry a random owner key and id (postgres/owner.go).
+	{regexp.MustCompile(`bank_sim_[0-9a-f]{16}_tpl_\w+`), "bank_sim_<key>_tpl_<schema version>"},
+	{regexp.MustCompile(`bank_sim_[0-9a-f]{16}_(\w+?)_[0-9a-f]{8}\b`), "bank_sim_<key>_${1}_<id>"},
+	// Database sizes vary by a few kB, and so the padding after them.
+	{regexp.MustCompile(`\d+(\.\d)? (B|KiB|MiB|GiB) +`), "<size> "},
+	{regexp.MustCompile(`\d+(\.\d)? (B|KiB|MiB|GiB)\b`), "<size>"},
 }
 
 // scrub SRC DST copies SRC to DST with times, ports and versions replaced by
@@ -70,4 +192,46 @@ func scrub(ts *testscript.TestScript, neg bool, args []string) {
 	if err := os.WriteFile(ts.MkAbs(args[1]), []byte(text), 0o644); err != nil {
 		ts.Fatalf("%v", err)
 	}
+}
+
+// httpstub KIND starts a server on 127.0.0.1 that does not speak the
+// transfer contract, for the duration of the script, and sets $STUB to its
+// URL. KIND is hang (accepts, reads, never answers), notfound (404 to
+// everything, as a server without the route) or noid (201 without a
+// transfer id).
+func httpstub(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: httpstub hang|notfound|noid")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		ts.Fatalf("%v", err)
+	}
+	var h http.Handler
+	switch args[0] {
+	case "hang":
+		done := make(chan struct{})
+		ts.Defer(func() { close(done) })
+		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			select {
+			case <-done:
+			case <-r.Context().Done():
+			}
+		})
+	case "notfound":
+		h = http.NotFoundHandler()
+	case "noid":
+		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(201)
+			_, _ = io.WriteString(w, `{"ok":true}`)
+		})
+	default:
+		ts.Fatalf("httpstub: unknown kind %q", args[0])
+	}
+	srv := &http.Server{Handler: h}
+	go func() { _ = srv.Serve(ln) }()
+	ts.Defer(func() { _ = srv.Close() })
+	ts.Setenv("STUB", "http://"+ln.Addr().String())
 }

@@ -2,12 +2,40 @@
 // existing one (DATABASE_URL) or a private cluster it starts itself from
 // locally installed (or, as a last resort, downloaded) binaries.
 //
+// # Lifetime of an embedded server
+//
 // The embedded cluster is run by a supervisor: this same executable,
-// re-executed with an environment variable set, which MaybeSupervise detects.
-// The supervisor owns the postmaster's lifetime. It stops it when the parent
-// closes its stdin, exits, panics or is SIGKILLed (Pdeathsig), so no run ever
-// leaves a postmaster behind. When started as root it drops to nobody first,
-// because initdb and postgres refuse to run as root.
+// re-executed with an environment variable set, which MaybeSupervise
+// detects. As root the supervisor drops to nobody first, because initdb and
+// postgres refuse to run as root. It then runs the postmaster itself, as its
+// own direct child, instead of through pg_ctl: pg_ctl detaches the server
+// (it is reparented to init), so a SIGKILL of the supervisor used to leave it
+// listening for good. Two parent-death signals (prctl PR_SET_PDEATHSIG,
+// which the kernel delivers however the parent dies, SIGKILL included) chain
+// the three processes together:
+//
+//	bank-sim ──SIGTERM──▶ supervisor ──SIGQUIT──▶ postmaster ──▶ backends
+//
+// If bank-sim dies, the supervisor gets SIGTERM and stops the server
+// cleanly; if the supervisor dies, the postmaster gets SIGQUIT (PostgreSQL's
+// immediate shutdown) and takes its backends with it, within milliseconds.
+// The signal is a property of the thread that forked the child and is
+// cleared by a change of credentials, so each fork happens on a thread kept
+// alive for the child's life (runtime.LockOSThread), and only after the
+// supervisor has dropped root. The supervisor also stops the server when
+// bank-sim closes its stdin (Close, or bank-sim's exit or panic) or sends it
+// SIGINT/SIGTERM/SIGHUP. A server found in a slot at start (left by an older
+// bank-sim that used pg_ctl) is stopped before the slot is used.
+//
+// embedded-postgres still resolves versions and downloads binaries for users
+// without a local PostgreSQL; it starts a scratch cluster only to do so.
+//
+// # Databases and their owners
+//
+// See owner.go: every database this package creates carries, in its name,
+// the key of an advisory lock its process holds for its lifetime, so that
+// leftovers of dead processes can be told from databases in use, on any
+// server and from any host.
 package postgres
 
 import (
@@ -44,7 +72,8 @@ func unavailable(format string, args ...any) error {
 // Options chooses the server.
 type Options struct {
 	// URL uses an existing server (DATABASE_URL) instead of starting one.
-	// Only databases named bank_sim_* that this process created are touched.
+	// Only bank_sim_* databases are touched: those this process creates,
+	// and those marked by bank-sim processes that have ended (owner.go).
 	URL string
 	// BinariesPath is a PostgreSQL installation (containing bin/pg_ctl).
 	// "" means $BANK_SIM_PG_BINARIES, else the newest
@@ -66,6 +95,8 @@ type Server struct {
 	adminURL string // connection string for CREATE/DROP DATABASE
 	dbURL    func(name string) string
 	major    int
+	// owner marks this process's databases (owner.go).
+	owner *owner
 
 	// embedded only
 	stdin    *os.File
@@ -113,6 +144,11 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 // Embedded reports whether this process started the server.
 func (s *Server) Embedded() bool { return s.embedded }
 
+// AdminURL is the connection string of the server's maintenance database,
+// password included. Tests use an embedded server's as the URL of an
+// "external" one.
+func (s *Server) AdminURL() string { return s.adminURL }
+
 // Describe returns a one-line description without credentials.
 func (s *Server) Describe() string { return s.desc }
 
@@ -159,6 +195,10 @@ func (s *Server) Crash(ctx context.Context) error {
 			s.mu.Lock()
 			s.postPID = pid
 			s.mu.Unlock()
+			// The lock died with the server's sessions: take it again.
+			if err := s.owner.ensure(ctx); err != nil {
+				return unavailable("after the crash: %v", err)
+			}
 			return nil
 		default:
 			return unavailable("crash and restart: %s", strings.TrimPrefix(r, "error "))
@@ -171,8 +211,10 @@ func (s *Server) Crash(ctx context.Context) error {
 	}
 }
 
-// Close stops the embedded server, or drops this process's templates on an
-// external one. It is idempotent.
+// Close stops the embedded server, or, on an external one, drops every
+// database this process created that is still there (its templates, and
+// any a Database's Drop did not get to), and ends the session that marks
+// them as in use. It is idempotent.
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() { s.closeErr = s.close() })
 	return s.closeErr
@@ -180,8 +222,12 @@ func (s *Server) Close() error {
 
 func (s *Server) close() error {
 	var errs []error
-	if !s.embedded {
-		errs = append(errs, s.dropOwnTemplates())
+	if !s.embedded && s.owner != nil {
+		errs = append(errs, s.dropOwn())
+	}
+	if s.owner != nil {
+		// From here on, anything of ours still there is an orphan.
+		s.owner.release()
 	}
 	s.mu.Lock()
 	s.closed = true
@@ -309,6 +355,9 @@ func startEmbedded(ctx context.Context, o Options) (*Server, error) {
 	s.proc = cmd.Process
 
 	fail := func(err error) (*Server, error) {
+		if s.owner != nil {
+			s.owner.release()
+		}
 		_ = s.stopSupervisor(10 * time.Second)
 		return nil, err
 	}
@@ -377,6 +426,11 @@ func startEmbedded(ctx context.Context, o Options) (*Server, error) {
 		return fail(unavailable("connecting to the embedded PostgreSQL on 127.0.0.1:%d: %v", st.Port, err))
 	}
 	version := s.serverVersion(ctx, conn)
+	s.owner, err = newOwner(ctx, s.adminURL)
+	if err != nil {
+		s.release(conn, err)
+		return fail(unavailable("embedded PostgreSQL on 127.0.0.1:%d: %v", st.Port, err))
+	}
 	// A killed earlier run in this slot may have left scenario databases:
 	// nobody else can be using them, since we hold the slot.
 	err = dropLeftovers(ctx, conn)

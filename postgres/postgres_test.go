@@ -1,9 +1,7 @@
 package postgres
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -21,22 +19,39 @@ import (
 
 func TestMain(m *testing.M) {
 	MaybeSupervise()
+	if url := os.Getenv("BANK_SIM_TEST_EXTERNAL"); url != "" {
+		os.Exit(fakeExternalRun(url))
+	}
 	if dir := os.Getenv("BANK_SIM_TEST_PARENT"); dir != "" {
 		os.Exit(fakeParent(dir))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if warm.dir != "" {
+		os.RemoveAll(warm.dir)
+	}
+	os.Exit(code)
 }
 
-// fakeParent starts a server, reports it, and waits to be killed: it
-// stands in for a bank-sim run that is SIGKILLed.
-func fakeParent(cacheDir string) int {
-	s, err := Start(context.Background(), Options{CacheDir: cacheDir})
-	if err != nil {
-		fmt.Println(`{"error":"` + err.Error() + `"}`)
-		return 1
+// warm is a cache dir shared by the tests that do not care whether their
+// cluster is new: after the first, they start in a tenth of a second
+// instead of paying for initdb.
+var warm struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+func warmCache(t testing.TB) string {
+	warm.once.Do(func() {
+		warm.dir, warm.err = os.MkdirTemp("", "bank-sim-pg-test-warm-")
+		if warm.err == nil {
+			warm.err = os.Chmod(warm.dir, 0o755)
+		}
+	})
+	if warm.err != nil {
+		t.Fatal(warm.err)
 	}
-	json.NewEncoder(os.Stdout).Encode(map[string]any{"pid": s.postPID, "data": s.dataDir, "sup": s.proc.Pid})
-	select {}
+	return warm.dir
 }
 
 // cacheDir returns a fresh cache dir that nobody can reach (t.TempDir is
@@ -150,7 +165,7 @@ func TestStartStopReuse(t *testing.T) {
 }
 
 func TestTwoServersAtOnce(t *testing.T) {
-	dir := cacheDir(t)
+	dir := warmCache(t)
 	var wg sync.WaitGroup
 	servers := make([]*Server, 2)
 	errs := make([]error, 2)
@@ -189,15 +204,16 @@ func TestTwoServersAtOnce(t *testing.T) {
 
 func TestCreateDatabase(t *testing.T) {
 	ctx := context.Background()
-	s, _ := start(t, Options{CacheDir: cacheDir(t)})
+	s, _ := start(t, Options{CacheDir: warmCache(t)})
 	t0 := time.Now()
 	db, err := s.CreateDatabase(ctx, testTemplate, "First Scenario!")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("TIMING first CreateDatabase (builds template) %v", time.Since(t0).Round(time.Millisecond))
-	if !strings.HasPrefix(db.Name, "bank_sim_first_scenario__") {
-		t.Fatalf("name %q", db.Name)
+	// Marked with this process's owner key, then the label.
+	if key, ok := ownerOf(db.Name); !ok || key != s.owner.key || !strings.HasPrefix(db.Name, s.owner.name("first_scenario__")) {
+		t.Fatalf("name %q does not carry owner %s and the label", db.Name, s.owner.hex)
 	}
 	c, err := pgx.Connect(ctx, db.URL)
 	if err != nil {
@@ -320,12 +336,12 @@ func TestTemplateInitErrorLeavesNothing(t *testing.T) {
 	}
 }
 
-// A killed supervisor leaves pg_ctl's detached postmaster; the next Start
-// in that slot must stop it and reuse the cluster, and drop the killed
-// run's scenario databases but keep its template.
-func TestStaleAfterSupervisorKilled(t *testing.T) {
+// A run whose supervisor is SIGKILLed takes its server with it; the next
+// Start in that slot reuses the cluster, drops the killed run's scenario
+// databases and keeps its template.
+func TestLeftoversOfAKilledRunInTheSlot(t *testing.T) {
 	ctx := context.Background()
-	dir := cacheDir(t)
+	dir := warmCache(t)
 	s, _ := start(t, Options{CacheDir: dir})
 	db, err := s.CreateDatabase(ctx, testTemplate, "orphan")
 	if err != nil {
@@ -334,15 +350,12 @@ func TestStaleAfterSupervisorKilled(t *testing.T) {
 	old := s.postPID
 	s.proc.Signal(syscall.SIGKILL)
 	<-s.done
-	if !alive(old) {
-		t.Log("postmaster died with its supervisor")
-	}
+	waitDead(t, old, deathBound)
 	s2, d := start(t, Options{CacheDir: dir})
-	t.Logf("TIMING start over stale postmaster %v", d.Round(time.Millisecond))
+	t.Logf("TIMING start after a killed run %v", d.Round(time.Millisecond))
 	if s2.slotPath != s.slotPath {
 		t.Fatalf("slot %s, want %s", s2.slotPath, s.slotPath)
 	}
-	waitDead(t, old, time.Second)
 	if exists(t, s2, db.Name) {
 		t.Fatal("leftover scenario database not dropped")
 	}
@@ -356,41 +369,48 @@ func TestStaleAfterSupervisorKilled(t *testing.T) {
 	t.Logf("TIMING CreateDatabase with kept template %v", time.Since(t0).Round(time.Millisecond))
 }
 
-// SIGKILL of the bank-sim process itself: Pdeathsig tells the supervisor,
-// which stops the postmaster.
-func TestParentKilled(t *testing.T) {
-	dir := cacheDir(t)
-	exe, _ := os.Executable()
-	cmd := exec.Command(exe)
-	cmd.Env = append(os.Environ(), "BANK_SIM_TEST_PARENT="+dir)
-	out, _ := cmd.StdoutPipe()
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
+// An older bank-sim started its server through pg_ctl, which detaches it,
+// so a killed run could leave one running in a slot. The next Start that
+// takes the slot stops it and starts its own on the same cluster.
+func TestDetachedPostmasterOfAnOlderBankSim(t *testing.T) {
+	dir := warmCache(t)
+	s, _ := start(t, Options{CacheDir: dir})
+	data, slot := s.dataDir, s.slotPath
+	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	var info struct {
-		PID   int
-		Data  string
-		Sup   int
-		Error string
+	bin, err := resolveBinaries(context.Background(), "")
+	if err != nil {
+		t.Fatal(err)
 	}
-	line, err := bufio.NewReader(out).ReadBytes('\n')
-	if err != nil || json.Unmarshal(line, &info) != nil || info.Error != "" {
-		cmd.Process.Kill()
-		t.Fatalf("fake parent: %v %s", err, line)
+	var args []string
+	if os.Geteuid() == 0 {
+		// As the supervisor would run it: postgres refuses root.
+		args = []string{"setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"}
 	}
-	if !isPostmasterOf(info.PID, info.Data) {
-		t.Fatalf("no postmaster %d", info.PID)
+	port, _ := freePort()
+	args = append(args, filepath.Join(bin.path, "bin", "pg_ctl"), "start", "-w", "-D", data, "-l", "/dev/null",
+		"-o", fmt.Sprintf("-p %d -c listen_addresses=127.0.0.1 -c unix_socket_directories=", port))
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Dir = "/"
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("pg_ctl start: %v: %s", err, out)
 	}
-	cmd.Process.Kill()
-	cmd.Wait()
-	t0 := time.Now()
-	waitDead(t, info.PID, 10*time.Second)
-	waitDead(t, info.Sup, 5*time.Second)
-	t.Logf("TIMING postmaster gone %v after parent SIGKILL", time.Since(t0).Round(time.Millisecond))
-	if readPidFile(info.Data) != 0 {
-		t.Fatal("postmaster.pid left")
+	old := readPidFile(data)
+	if !isPostmasterOf(old, data) || !accepts(port) {
+		t.Fatalf("no detached postmaster on %s (pid %d)", data, old)
 	}
+	t.Cleanup(func() { syscall.Kill(old, syscall.SIGKILL) })
+
+	s2, _ := start(t, Options{CacheDir: dir})
+	if s2.slotPath != slot {
+		t.Fatalf("slot %s, want %s", s2.slotPath, slot)
+	}
+	waitDead(t, old, time.Second)
+	if accepts(port) {
+		t.Fatalf("the detached server still accepts connections on %d", port)
+	}
+	ping(t, s2.adminURL)
 }
 
 func TestUnavailable(t *testing.T) {
@@ -415,7 +435,7 @@ func TestUnavailable(t *testing.T) {
 
 func TestExternal(t *testing.T) {
 	ctx := context.Background()
-	emb, _ := start(t, Options{CacheDir: cacheDir(t)})
+	emb, _ := start(t, Options{CacheDir: warmCache(t)})
 	pc, err := pgx.ParseConfig(emb.adminURL)
 	if err != nil {
 		t.Fatal(err)
@@ -457,7 +477,7 @@ func TestExternal(t *testing.T) {
 // postmaster behind.
 func TestCrashKeepsCommittedData(t *testing.T) {
 	ctx := context.Background()
-	s, _ := start(t, Options{CacheDir: cacheDir(t)})
+	s, _ := start(t, Options{CacheDir: warmCache(t)})
 	db, err := s.CreateDatabase(ctx, testTemplate, "crash")
 	if err != nil {
 		t.Fatal(err)

@@ -124,7 +124,7 @@ loop:
 				if err := sv.crash(); err != nil {
 					fmt.Fprintf(os.Stdout, "error %s\n", strings.ReplaceAll(err.Error(), "\n", " "))
 				} else {
-					fmt.Fprintf(os.Stdout, "ok %d\n", readPidFile(sv.dataDir()))
+					fmt.Fprintf(os.Stdout, "ok %d\n", sv.pm.pid)
 				}
 			default:
 				fmt.Fprintf(os.Stdout, "error unknown command %q\n", c)
@@ -146,13 +146,18 @@ type supervisor struct {
 	slot    int
 	slotDir string
 	lock    *os.File
-	ep      *embeddedpostgres.EmbeddedPostgres
-	conf    embeddedpostgres.Config // ep's, to start it again after a crash
+	binPath string // contains bin/postgres
+	port    int
+	params  map[string]string
+	pm      *postmaster // nil while no server runs
 }
 
 // cmdCrash asks the supervisor to SIGKILL the postmaster and start it again
 // on the same data directory and port.
 const cmdCrash = "crash"
+
+// startTimeout bounds a start, crash recovery included.
+const startTimeout = 30 * time.Second
 
 // crash kills the postmaster with SIGKILL, as the OOM killer or kill -9
 // would: no shutdown checkpoint, backends cut off mid-transaction. Once it
@@ -160,21 +165,20 @@ const cmdCrash = "crash"
 // directory and port; PostgreSQL recovers from its WAL, so every transaction
 // that had committed is still there.
 func (sv *supervisor) crash() error {
-	if sv.ep == nil {
+	pm := sv.pm
+	if pm == nil {
 		return errors.New("the server is not running")
 	}
-	data := sv.dataDir()
-	pid := readPidFile(data)
-	if pid <= 0 || !isPostmasterOf(pid, data) {
-		return fmt.Errorf("no postmaster is running on %s", data)
+	kids := childrenOf(pm.pid)
+	if err := pm.proc.Signal(syscall.SIGKILL); err != nil {
+		return fmt.Errorf("kill -9 %d: %v", pm.pid, err)
 	}
-	kids := childrenOf(pid)
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		return fmt.Errorf("kill -9 %d: %v", pid, err)
+	select {
+	case <-pm.done:
+	case <-time.After(10 * time.Second):
+		return fmt.Errorf("postmaster %d survived SIGKILL", pm.pid)
 	}
-	if !waitGone(10*time.Second, pid) {
-		return fmt.Errorf("postmaster %d survived SIGKILL", pid)
-	}
+	sv.pm = nil
 	// Backends notice their postmaster's death and exit by themselves; the
 	// new postmaster refuses to start while one still holds the old
 	// shared memory.
@@ -184,65 +188,20 @@ func (sv *supervisor) crash() error {
 		}
 		waitGone(5*time.Second, kids...)
 	}
-	// An init that does not reap orphans leaves the postmaster a zombie,
-	// which the new postmaster would take for a live one holding the lock
-	// file. Only then is the lock file removed; otherwise PostgreSQL reads
-	// it to clean up the old shared memory itself.
-	if syscall.Kill(pid, 0) == nil {
-		os.Remove(filepath.Join(data, "postmaster.pid"))
-	}
-	sv.ep = embeddedpostgres.NewDatabase(sv.conf)
-	if err := sv.ep.Start(); err != nil {
-		sv.ep = nil
-		return fmt.Errorf("restarting PostgreSQL after the crash: %v", err)
-	}
-	return nil
-}
-
-// childrenOf lists the processes whose parent is pid.
-func childrenOf(pid int) []int {
-	entries, _ := os.ReadDir("/proc")
-	var kids []int
-	for _, e := range entries {
-		k, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", k))
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(s[i+1:])
-		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
-			kids = append(kids, k)
-		}
-	}
-	return kids
-}
-
-// waitGone waits until none of pids is alive, for at most max.
-func waitGone(max time.Duration, pids ...int) bool {
-	deadline := time.Now().Add(max)
+	// The old postmaster.pid stays: PostgreSQL sees that its pid is dead
+	// and uses it to clean up the old shared memory itself. The port may
+	// still be held for a moment by the dying backends' sockets.
+	deadline := time.Now().Add(10 * time.Second)
 	for {
-		left := false
-		for _, p := range pids {
-			if alive(p) {
-				left = true
-				break
-			}
+		pm, err := launchPostmaster(sv.binPath, sv.dataDir(), sv.port, sv.params, sv.logw, nil, startTimeout)
+		if err == nil {
+			sv.pm = pm
+			return nil
 		}
-		if !left {
-			return true
+		if !errors.Is(err, errPortTaken) || time.Now().After(deadline) {
+			return fmt.Errorf("restarting PostgreSQL after the crash: %v", err)
 		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 
@@ -276,15 +235,12 @@ func (sv *supervisor) start(sigs chan os.Signal) (supStatus, error) {
 
 	stopStale(sv.dataDir())
 
-	binPath := sv.cfg.Binaries
+	sv.binPath = sv.cfg.Binaries
 	if sv.cfg.Download {
-		binPath = filepath.Join(sv.root, "dist")
-		// Serialise downloads between concurrent supervisors.
-		unlock, err := flockWait(filepath.Join(sv.root, "dist.lock"))
-		if err != nil {
+		sv.binPath = filepath.Join(sv.root, "dist")
+		if err := sv.fetch(); err != nil {
 			return supStatus{}, err
 		}
-		defer unlock()
 	}
 
 	pw, err := sv.password()
@@ -292,6 +248,22 @@ func (sv *supervisor) start(sigs chan os.Signal) (supStatus, error) {
 		return supStatus{}, err
 	}
 	version := embeddedpostgres.PostgresVersion(sv.cfg.Version)
+	sv.params = map[string]string{
+		"listen_addresses":        "127.0.0.1",
+		"unix_socket_directories": "",
+		// A simulator: durability against OS crashes is not needed, but
+		// synchronous_commit stays on so that killing postgres itself
+		// loses no acknowledged commit.
+		"fsync":             "off",
+		"full_page_writes":  "off",
+		"max_connections":   "200",
+		"wal_level":         "minimal",
+		"max_wal_senders":   "0",
+		"jit":               "off",
+		"shared_buffers":    "64MB",
+		"log_min_messages":  "warning",
+		"logging_collector": "off",
+	}
 	var lastErr error
 	for attempt := 0; attempt < 4; attempt++ {
 		port, err := freePort()
@@ -299,57 +271,14 @@ func (sv *supervisor) start(sigs chan os.Signal) (supStatus, error) {
 			return supStatus{}, fmt.Errorf("no free TCP port on 127.0.0.1: %v", err)
 		}
 		reused := dataDirValid(sv.dataDir(), version)
-		if !reused && !sv.cfg.Download {
-			if err := sv.initdb(binPath, pw); err != nil {
+		if !reused {
+			if err := sv.initdb(pw); err != nil {
 				return supStatus{}, err
 			}
 		}
-		conf := embeddedpostgres.DefaultConfig().
-			Version(version).
-			Port(uint32(port)).
-			// Not a template: the library's health check leaves an idle
-			// connection to this database, which would block cloning.
-			Database("postgres").
-			Username("postgres").
-			Password(pw).
-			RuntimePath(filepath.Join(sv.slotDir, "run")).
-			DataPath(sv.dataDir()).
-			BinariesPath(binPath).
-			CachePath(filepath.Join(sv.root, "download")).
-			Locale("C").
-			Encoding("UTF8").
-			StartTimeout(30 * time.Second).
-			Logger(sv.logw).
-			StartParameters(map[string]string{
-				"listen_addresses":        "127.0.0.1",
-				"unix_socket_directories": "",
-				// A simulator: durability against OS crashes is not
-				// needed, but synchronous_commit stays on so that killing
-				// postgres itself loses no acknowledged commit.
-				"fsync":             "off",
-				"full_page_writes":  "off",
-				"max_connections":   "200",
-				"wal_level":         "minimal",
-				"max_wal_senders":   "0",
-				"jit":               "off",
-				"shared_buffers":    "64MB",
-				"log_min_messages":  "warning",
-				"logging_collector": "off",
-			})
-		if sv.cfg.Download {
-			conf = conf.Version(embeddedpostgres.V18)
-		}
-		sv.conf = conf
-		sv.ep = embeddedpostgres.NewDatabase(conf)
-		err = sv.ep.Start()
+		pm, err := launchPostmaster(sv.binPath, sv.dataDir(), port, sv.params, sv.logw, sigs, startTimeout)
 		if err == nil {
-			select {
-			case <-sigs:
-				// Parent died or asked us to stop while we were starting.
-				sv.stop()
-				return supStatus{}, errors.New("interrupted while starting")
-			default:
-			}
+			sv.pm, sv.port = pm, port
 			return supStatus{
 				Port:          port,
 				Slot:          sv.slot,
@@ -357,48 +286,94 @@ func (sv *supervisor) start(sigs chan os.Signal) (supStatus, error) {
 				DataDir:       sv.dataDir(),
 				Reused:        reused,
 				Password:      pw,
-				PostmasterPID: readPidFile(sv.dataDir()),
+				PostmasterPID: pm.pid,
 			}, nil
 		}
 		lastErr = err
-		sv.ep = nil
-		msg := err.Error()
-		portClash := strings.Contains(msg, "already listening") || strings.Contains(msg, "already in use")
-		if !reused || !portClash {
-			// The library skips initialisation for a data dir with
-			// PG_VERSION, so a half-made or broken one must go or every
-			// later start times out.
-			stopStale(sv.dataDir())
-			os.RemoveAll(sv.dataDir())
-			if !reused && !portClash {
-				break
-			}
+		if errors.Is(err, errPortTaken) {
+			continue
 		}
+		if strings.Contains(err.Error(), "interrupted") || !reused {
+			break
+		}
+		// A reused data dir that does not start (half-written by a
+		// killed initdb of an older bank-sim, say) is a cache entry:
+		// start over with a fresh one.
+		stopStale(sv.dataDir())
+		os.RemoveAll(sv.dataDir())
 	}
-	return supStatus{}, fmt.Errorf("starting PostgreSQL (%s) in %s: %v", sv.cfg.Binaries, sv.slotDir, lastErr)
+	return supStatus{}, fmt.Errorf("starting PostgreSQL (%s) in %s: %v", sv.binPath, sv.slotDir, lastErr)
 }
 
-// initdb initialises the cluster itself rather than leaving it to
-// embedded-postgres, to pass --no-sync: fsyncing every file is half of
-// initdb's time and pointless for a throwaway simulator cluster.
-func (sv *supervisor) initdb(binPath, pw string) error {
+// fetch downloads and unpacks PostgreSQL into binPath with embedded-postgres
+// (from Maven Central; the first run only). The library does that only as
+// part of starting a cluster, through pg_ctl: it starts a scratch one and
+// stops it at once; the server bank-sim runs is always its own child.
+func (sv *supervisor) fetch() error {
+	// Serialise downloads between concurrent supervisors.
+	unlock, err := flockWait(filepath.Join(sv.root, "dist.lock"))
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if hasPgCtl(sv.binPath) {
+		return nil
+	}
+	scratch := filepath.Join(sv.slotDir, "fetch")
+	stopStale(filepath.Join(scratch, "data"))
+	os.RemoveAll(scratch)
+	defer os.RemoveAll(scratch)
+	port, err := freePort()
+	if err != nil {
+		return fmt.Errorf("no free TCP port on 127.0.0.1: %v", err)
+	}
+	ep := embeddedpostgres.NewDatabase(embeddedpostgres.DefaultConfig().
+		Version(embeddedpostgres.PostgresVersion(sv.cfg.Version)).
+		Port(uint32(port)).
+		RuntimePath(filepath.Join(scratch, "run")).
+		DataPath(filepath.Join(scratch, "data")).
+		BinariesPath(sv.binPath).
+		CachePath(filepath.Join(sv.root, "download")).
+		Locale("C").
+		Encoding("UTF8").
+		Logger(sv.logw).
+		StartParameters(map[string]string{"listen_addresses": "127.0.0.1", "unix_socket_directories": ""}))
+	err = ep.Start()
+	if err == nil {
+		err = ep.Stop()
+	}
+	stopStale(filepath.Join(scratch, "data"))
+	if !hasPgCtl(sv.binPath) {
+		return fmt.Errorf("downloading PostgreSQL with embedded-postgres: %v", err)
+	}
+	return nil
+}
+
+// initdb initialises the cluster itself, passing --no-sync: fsyncing every
+// file is half of initdb's time and pointless for a throwaway simulator
+// cluster. It builds it beside the data directory and renames it into place,
+// so a killed initdb never leaves a half-made cluster under the real name.
+func (sv *supervisor) initdb(pw string) error {
 	os.RemoveAll(sv.dataDir())
+	building := sv.dataDir() + ".initdb"
+	os.RemoveAll(building)
 	pwfile := filepath.Join(sv.tmpDir(), "pwfile")
 	if err := os.WriteFile(pwfile, []byte(pw), 0o600); err != nil {
 		return err
 	}
 	defer os.Remove(pwfile)
-	cmd := exec.Command(filepath.Join(binPath, "bin", "initdb"),
+	cmd := exec.Command(filepath.Join(sv.binPath, "bin", "initdb"),
 		"--no-sync", "-A", "password", "-U", "postgres", "--pwfile="+pwfile,
-		"--locale=C", "--encoding=UTF8", "-D", sv.dataDir())
+		"--locale=C", "--encoding=UTF8", "-D", building)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	var out bytes.Buffer
 	cmd.Stdout = io.MultiWriter(&out, sv.logw)
 	cmd.Stderr = cmd.Stdout
 	if err := cmd.Run(); err != nil {
-		os.RemoveAll(sv.dataDir())
-		return fmt.Errorf("initdb (%s) failed: %v: %s", binPath, err, strings.TrimSpace(out.String()))
+		os.RemoveAll(building)
+		return fmt.Errorf("initdb (%s) failed: %v: %s", sv.binPath, err, strings.TrimSpace(out.String()))
 	}
-	return nil
+	return os.Rename(building, sv.dataDir())
 }
 
 // dropRoot switches to nobody, because initdb and postgres refuse root.
@@ -500,19 +475,9 @@ func (sv *supervisor) password() (string, error) {
 
 func (sv *supervisor) stop() error {
 	var err error
-	if sv.ep != nil {
-		pid := readPidFile(sv.dataDir())
-		err = sv.ep.Stop()
-		if err != nil {
-			// pg_ctl failed; do not leave the postmaster running.
-			stopStale(sv.dataDir())
-		}
-		// pg_ctl returns once postmaster.pid is gone, a moment before the
-		// process itself exits; callers are promised it is gone.
-		for deadline := time.Now().Add(5 * time.Second); pid > 0 && alive(pid) && time.Now().Before(deadline); {
-			time.Sleep(5 * time.Millisecond)
-		}
-		sv.ep = nil
+	if sv.pm != nil {
+		err = sv.pm.stop(10 * time.Second)
+		sv.pm = nil
 	}
 	sv.cleanupTmp()
 	return err
@@ -563,77 +528,4 @@ func freePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-func readPidFile(dataDir string) int {
-	b, err := os.ReadFile(filepath.Join(dataDir, "postmaster.pid"))
-	if err != nil {
-		return 0
-	}
-	first, _, _ := strings.Cut(string(b), "\n")
-	pid, _ := strconv.Atoi(strings.TrimSpace(first))
-	return pid
-}
-
-// stopStale stops a postmaster still running on dataDir (its supervisor
-// was SIGKILLed, so pg_ctl's detached postmaster survived) and removes
-// its pid file.
-func stopStale(dataDir string) {
-	pidFile := filepath.Join(dataDir, "postmaster.pid")
-	pid := readPidFile(dataDir)
-	if pid <= 0 {
-		return
-	}
-	if isPostmasterOf(pid, dataDir) {
-		syscall.Kill(pid, syscall.SIGQUIT) // immediate shutdown, children included
-		deadline := time.Now().Add(3 * time.Second)
-		for alive(pid) && time.Now().Before(deadline) {
-			time.Sleep(10 * time.Millisecond)
-		}
-		if alive(pid) {
-			syscall.Kill(pid, syscall.SIGKILL)
-			for i := 0; i < 100 && alive(pid); i++ {
-				time.Sleep(10 * time.Millisecond)
-			}
-		}
-	}
-	// Whether we stopped it or it was already dead, a leftover pid file
-	// only risks "lock file already exists" when the pid has been reused.
-	if !alive(pid) || !isPostmasterOf(pid, dataDir) {
-		os.Remove(pidFile)
-	}
-}
-
-func isPostmasterOf(pid int, dataDir string) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err != nil {
-		return false
-	}
-	args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
-	if len(args) == 0 || !strings.Contains(filepath.Base(args[0]), "postgres") && !strings.Contains(filepath.Base(args[0]), "postmaster") {
-		return false
-	}
-	for _, a := range args[1:] {
-		if filepath.Clean(a) == filepath.Clean(dataDir) {
-			return true
-		}
-	}
-	return false
-}
-
-// alive treats zombies as dead: an orphan reparented to a careless init
-// may never be reaped.
-func alive(pid int) bool {
-	if syscall.Kill(pid, 0) != nil && !errors.Is(syscall.Kill(pid, 0), syscall.EPERM) {
-		return false
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
-		return s[i+2] != 'Z'
-	}
-	return true
 }

@@ -48,8 +48,10 @@ type tplEntry struct {
 // FILE_COPY measured faster here (see the package tests' timings).
 var cloneStrategy = "FILE_COPY"
 
-// CreateDatabase clones a fresh database named bank_sim_<label>_<hex> from
-// tpl, creating the template database first if it does not exist.
+// CreateDatabase clones a fresh database from tpl, creating the template
+// database first if it does not exist. Its name is
+// bank_sim_<owner>_<label>_<hex>, marked with this process's owner key
+// (owner.go).
 func (s *Server) CreateDatabase(ctx context.Context, tpl Template, label string) (*Database, error) {
 	if tpl.Init == nil || tpl.Version == "" {
 		return nil, errors.New("postgres: Template needs Version and Init")
@@ -58,7 +60,10 @@ func (s *Server) CreateDatabase(ctx context.Context, tpl Template, label string)
 	if err != nil {
 		return nil, err
 	}
-	name := "bank_sim_" + ident(label, 63-len("bank_sim_")-1-16) + "_" + randHex(8)
+	if err := s.owner.ensure(ctx); err != nil {
+		return nil, unavailable("%s: %v", s.desc, err)
+	}
+	name := s.owner.name(ident(label, 63-len(s.owner.name(""))-1-8) + "_" + randHex(4))
 	conn, err := s.admin(ctx)
 	if err != nil {
 		return nil, unavailable("connecting to %s: %v", s.desc, err)
@@ -67,12 +72,46 @@ func (s *Server) CreateDatabase(ctx context.Context, tpl Template, label string)
 	if s.major >= 15 && cloneStrategy != "" {
 		q += " STRATEGY " + cloneStrategy
 	}
-	_, err = conn.Exec(ctx, q)
+	err = s.create(ctx, conn, q, name)
 	s.release(conn, err)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
 		return nil, fmt.Errorf("postgres: cloning %s: %w", tplName, explain(err))
 	}
 	return &Database{Name: name, URL: s.dbURL(name), srv: s}, nil
+}
+
+// createTimeout bounds a CREATE DATABASE that the caller has stopped
+// waiting for.
+const createTimeout = time.Minute
+
+// create runs q, a CREATE DATABASE of name, to its end even when ctx is
+// cancelled, and drops the database again if ctx was. Once sent, CREATE
+// DATABASE completes on the server whether or not we wait: pgx gives up on
+// a cancelled context by closing the socket, which the backend notices only
+// when it next talks to the client, after the commit. Returning then would
+// leave a database nobody knows about: what Ctrl-C during scenario --all
+// used to leave behind.
+func (s *Server) create(ctx context.Context, conn *pgx.Conn, q, name string) error {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), createTimeout)
+	defer cancel()
+	if _, err := conn.Exec(cctx, q); err != nil {
+		return err
+	}
+	if !s.embedded {
+		// For whoever lists the databases of their server; the name is
+		// what marks it.
+		_, _ = conn.Exec(cctx, "COMMENT ON DATABASE "+quote(name)+" IS "+quoteLiteral(s.owner.comment()))
+	}
+	if ctx.Err() != nil {
+		if _, err := conn.Exec(cctx, "DROP DATABASE IF EXISTS "+quote(name)+" WITH (FORCE)"); err != nil {
+			return err
+		}
+		return ctx.Err()
+	}
+	return nil
 }
 
 // Drop removes the database, disconnecting any sessions still on it.
@@ -90,11 +129,13 @@ func (d *Database) Drop(ctx context.Context) error {
 }
 
 func (s *Server) ensureTemplate(ctx context.Context, tpl Template) (string, error) {
-	name := "bank_sim_tpl_" + ident(tpl.Version, 32)
+	// An embedded cluster keeps its templates for later runs, unmarked.
+	name := sharedTemplatePrefix + ident(tpl.Version, 32)
 	if !s.embedded {
-		// A shared server: each process builds its own, so concurrent
-		// runs never clone a template another is still filling.
-		name = "bank_sim_tpl_" + ident(tpl.Version, 24) + "_" + randHex(6)
+		// A shared server: each process builds its own, marked with its
+		// owner key, so concurrent runs never clone a template another is
+		// still filling, and a killed run's template is its orphan.
+		name = s.owner.name("tpl_" + ident(tpl.Version, 24))
 	}
 	s.tplMu.Lock()
 	e := s.tpls[tpl.Version]
@@ -130,8 +171,14 @@ func (s *Server) ensureTemplate(ctx context.Context, tpl Template) (string, erro
 // crash or a failing Init never leaves a half-built template under the
 // final name (the scratch one is dropped as a leftover on the next start).
 func (s *Server) buildTemplate(ctx context.Context, admin *pgx.Conn, tpl Template, name string) error {
-	scratch := "bank_sim_build_" + randHex(8)
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+quote(scratch)); err != nil {
+	if err := s.owner.ensure(ctx); err != nil {
+		return unavailable("%s: %v", s.desc, err)
+	}
+	scratch := s.owner.name("build_" + randHex(4))
+	if err := s.create(ctx, admin, "CREATE DATABASE "+quote(scratch), scratch); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
 		return fmt.Errorf("postgres: creating template database: %w", explain(err))
 	}
 	dropScratch := func() {
@@ -178,11 +225,18 @@ func (s *Server) buildTemplate(ctx context.Context, admin *pgx.Conn, tpl Templat
 	return nil
 }
 
-// dropLeftovers removes scenario and half-built template databases that a
-// killed run left in our slot. Finished templates are kept for reuse.
+// sharedTemplatePrefix starts the names of an embedded cluster's
+// templates, which are kept for later runs and carry no owner.
+const sharedTemplatePrefix = "bank_sim_tpl_"
+
+// dropLeftovers removes, from an embedded cluster that has just started on
+// a new port (so nobody else can be connected to it), every bank_sim_*
+// database but the finished shared templates: scenario databases of a
+// killed run, half-built templates, and the databases of runs that used
+// this cluster through its URL.
 func dropLeftovers(ctx context.Context, conn *pgx.Conn) error {
 	rows, err := conn.Query(ctx, `SELECT datname FROM pg_database
-		WHERE datname LIKE 'bank\_sim\_%' AND (NOT datistemplate OR datname LIKE 'bank\_sim\_build\_%')`)
+		WHERE datname LIKE 'bank\_sim\_%' AND NOT (datistemplate AND datname LIKE 'bank\_sim\_tpl\_%')`)
 	if err != nil {
 		return err
 	}
@@ -201,17 +255,10 @@ func dropLeftovers(ctx context.Context, conn *pgx.Conn) error {
 	return nil
 }
 
-// dropOwnTemplates removes the per-process templates on an external server.
-func (s *Server) dropOwnTemplates() error {
-	s.tplMu.Lock()
-	var names []string
-	for _, e := range s.tpls {
-		names = append(names, e.name)
-	}
-	s.tplMu.Unlock()
-	if len(names) == 0 {
-		return nil
-	}
+// dropOwn drops every database marked with this Server's owner key that is
+// still there: on an external server, its templates, and whatever a
+// Database's Drop did not get to (an interrupted run).
+func (s *Server) dropOwn() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	conn, err := s.admin(ctx)
@@ -219,13 +266,17 @@ func (s *Server) dropOwnTemplates() error {
 		return err
 	}
 	defer s.release(conn, errors.New("closing"))
+	rows, err := conn.Query(ctx, `SELECT datname FROM pg_database WHERE starts_with(datname, $1)`, s.owner.name(""))
+	if err != nil {
+		return err
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err
+	}
 	var errs []error
 	for _, n := range names {
-		if _, err := conn.Exec(ctx, "ALTER DATABASE "+quote(n)+" IS_TEMPLATE false"); err != nil {
-			var pe *pgconn.PgError
-			if errors.As(err, &pe) && pe.Code == "3D000" { // never built
-				continue
-			}
+		if _, err := conn.Exec(ctx, "ALTER DATABASE "+quote(n)+" IS_TEMPLATE false"); err != nil && !isCode(err, "3D000") {
 			errs = append(errs, err)
 			continue
 		}
@@ -254,11 +305,22 @@ func startExternal(ctx context.Context, o Options) (*Server, error) {
 		return nil, unavailable("cannot connect to PostgreSQL at %s from DATABASE_URL / --database-url: %v; check that the server runs and the URL is right, or unset it to start an embedded server", where, err)
 	}
 	version := s.serverVersion(ctx, conn)
-	s.release(conn, nil)
 	if s.major < 13 {
+		s.release(conn, nil)
 		return nil, unavailable("PostgreSQL %s at %s is too old; bank-sim needs 13 or newer (DROP DATABASE ... WITH (FORCE))", version, where)
 	}
+	s.owner, err = newOwner(ctx, o.URL)
+	if err != nil {
+		s.release(conn, nil)
+		return nil, unavailable("PostgreSQL at %s: %v", where, err)
+	}
+	// What killed runs left here; ours are safe, we hold our lock.
+	swept := sweepOrphans(ctx, conn)
+	s.release(conn, nil)
 	s.desc = fmt.Sprintf("PostgreSQL %s at %s (DATABASE_URL)", version, where)
+	if swept > 0 {
+		s.desc += fmt.Sprintf("; dropped %d %s left by killed bank-sim runs", swept, plural(swept, "database", "databases"))
+	}
 	return s, nil
 }
 
@@ -319,6 +381,17 @@ func ident(s string, max int) string {
 }
 
 func quote(name string) string { return pgx.Identifier{name}.Sanitize() }
+
+// quoteLiteral quotes s as an SQL string literal (COMMENT takes no
+// parameters).
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
 
 func randHex(n int) string {
 	b := make([]byte, n)

@@ -1,0 +1,100 @@
+package cmd_test
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/banksim/bank-sim/cmd"
+	"github.com/banksim/bank-sim/postgres"
+	"github.com/jackc/pgx/v5"
+)
+
+// interruptMidRun runs scenario --all and cancels it (Ctrl-C) once the first
+// story has started, and returns the exit code and stderr.
+func interruptMidRun(t *testing.T, args ...string) (int, string) {
+	t.Helper()
+	out := &waitWriter{want: "━━", seen: make(chan struct{})}
+	var errOut waitWriter
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	env := &cmd.Env{
+		Stdin: strings.NewReader(""), Stdout: out, Stderr: &errOut,
+		Getenv:   func(k string) string { return os.Getenv(k) },
+		Now:      time.Now,
+		Postgres: postgres.Start,
+	}
+	code := make(chan int, 1)
+	go func() { code <- cmd.Run(ctx, env, append([]string{"scenario", "--all"}, args...)) }()
+	select {
+	case <-out.seen:
+		cancel()
+	case c := <-code:
+		t.Fatalf("scenario --all exited %d before the first story; stderr:\n%s", c, errOut.String())
+	case <-time.After(2 * time.Minute):
+		t.Fatal("no story started within 2 minutes")
+	}
+	select {
+	case c := <-code:
+		return c, errOut.String()
+	case <-time.After(2 * time.Minute):
+		t.Fatal("scenario --all did not return within 2 minutes of Ctrl-C")
+	}
+	return 0, ""
+}
+
+// Interrupted on a server it started, bank-sim says the server is stopped.
+func TestInterruptOnTheEmbeddedServer(t *testing.T) {
+	code, stderr := interruptMidRun(t)
+	if code != cmd.ExitInterrupted {
+		t.Fatalf("exit %d, want %d; stderr: %s", code, cmd.ExitInterrupted, stderr)
+	}
+	if !strings.Contains(stderr, "bank-sim: interrupted; PostgreSQL stopped, nothing left running") {
+		t.Errorf("stderr: %s", stderr)
+	}
+}
+
+// Interrupted on a server it does not own, bank-sim drops what this run made,
+// does not claim to have stopped the server, and the server still runs.
+func TestInterruptOnAnExternalServer(t *testing.T) {
+	dir, err := os.MkdirTemp("", "bank-sim-cmd-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(dir, 0o755) // the supervisor may run as nobody
+	defer os.RemoveAll(dir)
+	ctx := context.Background()
+	ext, err := postgres.Start(ctx, postgres.Options{CacheDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ext.Close()
+
+	code, stderr := interruptMidRun(t, "--database-url", ext.AdminURL())
+	if code != cmd.ExitInterrupted {
+		t.Fatalf("exit %d, want %d; stderr: %s", code, cmd.ExitInterrupted, stderr)
+	}
+	if strings.Contains(stderr, "PostgreSQL stopped") || !strings.Contains(stderr,
+		"bank-sim: interrupted; this run's databases are dropped; the PostgreSQL server at --database-url / DATABASE_URL is not bank-sim's and keeps running") {
+		t.Errorf("stderr: %s", stderr)
+	}
+	conn, err := pgx.Connect(ctx, ext.AdminURL())
+	if err != nil {
+		t.Fatalf("the server no longer runs: %v", err)
+	}
+	defer conn.Close(ctx)
+	var left []string
+	rows, err := conn.Query(ctx, "SELECT datname FROM pg_database WHERE datname LIKE 'bank_sim_%'")
+	if err != nil {
+		t.Fatal(err)
+	}
+	left, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left) > 0 {
+		t.Errorf("the interrupted run left %v", left)
+	}
+}

@@ -1,0 +1,404 @@
+package cmd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/banksim/bank-sim/probe"
+	"github.com/jackc/pgx/v5"
+	"github.com/spf13/cobra"
+)
+
+type probeOptions struct {
+	tokens, accounts []string
+	contract         probe.Contract
+	lookup           string
+	balancesURL      string
+	balancesField    string
+	balancesSQL      string
+	amount           string
+	copies, drain    int
+	hangUps          int
+	timeout, settle  time.Duration
+	only, skip       []string
+	allowRemote      bool
+	dryRun           bool
+	seed             string
+	asJSON           bool
+	strict           bool
+	noRestore        bool
+}
+
+func newProbeCmd(app *App) *cobra.Command {
+	var o probeOptions
+	o.contract = probe.LessonContract()
+	c := &cobra.Command{
+		Use:   "probe URL [URL...]",
+		Short: "Tell the lesson's failure stories to your own transfer API, and say where it loses or doubles money",
+		Long: `Probe any HTTP server that implements the lesson's transfer contract — your
+server.js, a team's staging service, bank-sim serve — from the outside: a
+lost response, a retry with the same key, a double tap and a duplicate storm
+(copies released together behind a barrier), a key reused for another amount
+or recipient, another user with the same key, no key, no token, a client that
+hangs up mid-request, and a concurrent drain of one account. Network faults
+go through bank-sim's fault proxy in front of the target. Each check says
+PASS, FAIL, UNKNOWN (what the target exposes cannot decide it) or SKIPPED,
+with the requests, the answers and what they prove.
+
+Money is checked from what the answers reveal (transfer ids, the sender's
+balance in each answer), or exactly, before and after each check, with
+--balances-url (a GET per account, as its owner) or --database-url with
+--balances-sql (a read-only query of the target's own database).
+
+Give several URLs for copies of one service that share a database: retries
+then also land on another copy, as behind a load balancer.
+
+The probe moves real money between the accounts it is given: it says how
+much before it starts, sends the net amount back at the end, refuses a
+target off this machine unless --allow-remote, and --dry-run prints the
+plan without sending anything. Run it against accounts nothing else uses
+meanwhile. Keys, jitter and hang-up moments come from --seed.
+
+Exit code 0 when no check failed, 1 when one did (or, with --strict, when
+one could not be made), 2 for a usage error or a target that does not speak
+the contract, 3 when the target cannot be reached.`,
+		Example: `  bank-sim probe http://127.0.0.1:8080
+  bank-sim probe http://127.0.0.1:3000 --token ada=s3cret --token bola=t0ken --account ada=17 --account bola=18 --account chidi=19
+  bank-sim probe http://127.0.0.1:8080 --balances-url 'http://127.0.0.1:8080/accounts/{id}'
+  bank-sim probe http://127.0.0.1:8080 --database-url postgres://app@127.0.0.1/bank --balances-sql 'SELECT id, balance_kobo FROM accounts'
+  bank-sim probe http://127.0.0.1:8081 http://127.0.0.1:8082       two copies of one service
+  bank-sim probe http://127.0.0.1:9000 --path /v1/payments --amount-field amount --id-field payment.id --balance-field ''
+  bank-sim probe http://127.0.0.1:8080 --dry-run`,
+		Args: cobra.ArbitraryArgs,
+		RunE: func(c *cobra.Command, args []string) error { return runProbe(c.Context(), app, o, args) },
+	}
+	f := c.Flags()
+	f.StringArrayVar(&o.tokens, "token", nil, "a user's credentials as `NAME=TOKEN`: ada pays, bola receives and is the second user, chidi owns the third account (default ada=token-ada, bola=token-bola)")
+	f.StringArrayVar(&o.accounts, "account", nil, "a user's account as `NAME=ID` (default ada=1, bola=2, chidi=3)")
+	f.StringVar(&o.contract.Path, "path", o.contract.Path, "the transfer endpoint's path")
+	f.StringVar(&o.contract.KeyHeader, "key-header", o.contract.KeyHeader, "the idempotency key's header")
+	f.StringVar(&o.contract.AuthHeader, "auth-header", o.contract.AuthHeader, "the credentials' header")
+	f.StringVar(&o.contract.AuthScheme, "auth-scheme", o.contract.AuthScheme, "the word before the token in the credentials' header ('' for the bare token)")
+	f.StringVar(&o.contract.FromField, "from-field", o.contract.FromField, "the request member naming the sender's account")
+	f.StringVar(&o.contract.ToField, "to-field", o.contract.ToField, "the request member naming the recipient's account")
+	f.StringVar(&o.contract.AmountField, "amount-field", o.contract.AmountField, "the request member with the amount, a whole number in the smallest unit (kobo)")
+	f.StringVar(&o.contract.IDField, "id-field", o.contract.IDField, "the answer member with the transfer's id (a dotted path for a nested one)")
+	f.StringVar(&o.contract.BalanceField, "balance-field", o.contract.BalanceField, "the answer member with the sender's balance after the transfer ('' if the answers have none)")
+	f.StringVar(&o.contract.ReplayedHeader, "replayed-header", o.contract.ReplayedHeader, "the header that marks a replayed answer, if any (only ever evidence)")
+	f.StringVar(&o.lookup, "lookup", o.contract.Lookup, "the GET path, with {key}, that answers what became of a key ('none' if there is none)")
+	f.StringVar(&o.balancesURL, "balances-url", "", "read each balance with a GET of this `TEMPLATE` ({id} is the account), as the account's owner")
+	f.StringVar(&o.balancesField, "balances-field", "balanceKobo", "the member of the --balances-url answer with the balance (a dotted path for a nested one)")
+	f.StringVar(&o.balancesSQL, "balances-sql", "", "read the balances from the target's database (--database-url) with this `QUERY`, returning account id and balance; run read-only")
+	f.StringVar(&o.amount, "amount", "100", "the base amount of one transfer, in naira")
+	f.IntVar(&o.copies, "copies", probe.DefaultCopies, "copies of one request in the duplicate storm")
+	f.IntVar(&o.drain, "drain", probe.DefaultDrain, "concurrent transfers in the drain")
+	f.IntVar(&o.hangUps, "hang-ups", probe.DefaultHangUps, "rounds of the hang-up check, each at another moment")
+	f.DurationVar(&o.timeout, "timeout", probe.DefaultTimeout, "how long one request may wait for its answer")
+	f.DurationVar(&o.settle, "settle", probe.DefaultSettle, "how long an intent may stay unsettled (in progress, failing, unanswered) while it is retried")
+	f.StringSliceVar(&o.only, "only", nil, "make only these checks (comma-separated names)")
+	f.StringSliceVar(&o.skip, "skip", nil, "leave out these checks (comma-separated names)")
+	f.BoolVar(&o.allowRemote, "allow-remote", false, "allow a target (or balance source) that is not on this machine")
+	f.BoolVar(&o.dryRun, "dry-run", false, "print the plan and the money it would move, and send nothing")
+	f.StringVar(&o.seed, "seed", "", "seed for the keys, the jitter and the hang-up moments (default: a new one)")
+	f.BoolVar(&o.asJSON, "json", false, "print the report (or, with --dry-run, the plan) as JSON")
+	f.BoolVar(&o.strict, "strict", false, "exit 1 also when a check could not be made (UNKNOWN or SKIPPED)")
+	f.BoolVar(&o.noRestore, "no-restore", false, "do not send the money back at the end")
+	_ = c.RegisterFlagCompletionFunc("only", checkNameCompletion)
+	_ = c.RegisterFlagCompletionFunc("skip", checkNameCompletion)
+	return c
+}
+
+func checkNameCompletion(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+	var names []string
+	for _, c := range probe.Checks() {
+		names = append(names, c.Name)
+	}
+	return names, cobra.ShellCompDirectiveNoFileComp
+}
+
+// probeUsers are the probe's roles, by the names --token and --account take.
+var probeUsers = []struct {
+	name, role, token, account string
+}{
+	{"ada", "pays", "token-ada", "1"},
+	{"bola", "receives, and is the second user", "token-bola", "2"},
+	{"chidi", "owns the other recipient's account", "", "3"},
+}
+
+// probeConfig turns the command line into a probe.Config, or a usage error.
+func (o probeOptions) config(app *App, args []string) (probe.Config, error) {
+	var cfg probe.Config
+	if len(args) == 0 {
+		return cfg, usageError("give the target's base URL, like: bank-sim probe http://127.0.0.1:8080")
+	}
+	tokens, err := pairs("--token", o.tokens)
+	if err != nil {
+		return cfg, err
+	}
+	accounts, err := pairs("--account", o.accounts)
+	if err != nil {
+		return cfg, err
+	}
+	users := map[string]*probe.User{}
+	for _, u := range probeUsers {
+		user := &probe.User{Name: u.name, Token: u.token, Account: probe.ID(u.account)}
+		if t, ok := tokens[u.name]; ok {
+			user.Token = t
+		}
+		if a, ok := accounts[u.name]; ok {
+			user.Account = probe.ID(a)
+		}
+		users[u.name] = user
+	}
+	seed, err := parseSeed(app, o.seed)
+	if err != nil {
+		return cfg, err
+	}
+	amount, err := parseNaira(o.amount)
+	if err != nil {
+		return cfg, usageError("%v", err)
+	}
+	contract := o.contract
+	contract.Lookup = o.lookup
+	if o.lookup == "none" {
+		contract.Lookup = ""
+	}
+	cfg = probe.Config{
+		URLs:        args,
+		Contract:    contract,
+		Payer:       *users["ada"],
+		Payee:       *users["bola"],
+		Third:       *users["chidi"],
+		Amount:      amount,
+		Seed:        seed,
+		Timeout:     o.timeout,
+		Settle:      o.settle,
+		Copies:      o.copies,
+		Drain:       o.drain,
+		HangUps:     o.hangUps,
+		Only:        o.only,
+		Skip:        o.skip,
+		AllowRemote: o.allowRemote,
+		NoRestore:   o.noRestore,
+		Now:         app.Env.Now,
+	}
+	if o.timeout <= 0 || o.settle <= 0 {
+		return cfg, usageError("--timeout and --settle must be above zero")
+	}
+	if o.hangUps < 0 {
+		return cfg, usageError("--hang-ups must be zero or more")
+	}
+	switch {
+	case o.balancesURL != "" && o.balancesSQL != "":
+		return cfg, usageError("give --balances-url or --balances-sql, not both")
+	case o.balancesURL != "":
+		if !strings.Contains(o.balancesURL, "{id}") {
+			return cfg, usageError("--balances-url %q has no {id} for the account, like http://127.0.0.1:8080/accounts/{id}", o.balancesURL)
+		}
+		if u, err := url.Parse(strings.ReplaceAll(o.balancesURL, "{id}", "1")); err != nil || u.Scheme != "http" || u.Host == "" {
+			return cfg, usageError("--balances-url %q is not an http URL template like http://127.0.0.1:8080/accounts/{id}", o.balancesURL)
+		}
+		if o.balancesField == "" {
+			return cfg, usageError("--balances-field must name the balance's member")
+		}
+		cfg.Balances = &probe.HTTPBalances{Template: o.balancesURL, Field: o.balancesField, Owner: cfg.Owner, Auth: contract, Timeout: o.timeout}
+	case o.balancesSQL != "":
+		if app.databaseURL == "" {
+			return cfg, usageError("--balances-sql needs --database-url: the target's own database, which the probe reads (read-only)")
+		}
+		if _, err := pgx.ParseConfig(app.databaseURL); err != nil {
+			return cfg, usageError("--database-url: %v", err)
+		}
+		cfg.Balances = &probe.SQLBalances{URL: app.databaseURL, Query: o.balancesSQL, Timeout: o.timeout}
+	case app.databaseURL != "":
+		return cfg, usageError("--database-url is the target's database for probe, and needs --balances-sql 'SELECT id, balance FROM …' to read balances from it")
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, usageError("%v", err)
+	}
+	return cfg, nil
+}
+
+// pairs reads NAME=VALUE flags for the probe's users.
+func pairs(flag string, vals []string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, v := range vals {
+		name, value, ok := strings.Cut(v, "=")
+		name = strings.ToLower(strings.TrimSpace(name))
+		if !ok || value == "" {
+			return nil, usageError("%s %q: want NAME=VALUE, like %s ada=%s", flag, v, flag, map[string]string{"--token": "token-ada", "--account": "1"}[flag])
+		}
+		known := false
+		for _, u := range probeUsers {
+			known = known || u.name == name
+		}
+		if !known {
+			return nil, usageError("%s %q: the probe's users are ada (pays), bola (receives, and is the second user) and chidi (owns the third account)", flag, v)
+		}
+		out[name] = value
+	}
+	return out, nil
+}
+
+func runProbe(ctx context.Context, app *App, o probeOptions, args []string) error {
+	cfg, err := o.config(app, args)
+	if err != nil {
+		return err
+	}
+	var extra []string
+	if o.balancesURL != "" {
+		extra = append(extra, o.balancesURL)
+	}
+	if o.balancesSQL != "" {
+		// A Unix socket is on this machine by definition.
+		if c, _ := pgx.ParseConfig(app.databaseURL); !strings.HasPrefix(c.Host, "/") {
+			extra = append(extra, "postgres://"+net.JoinHostPort(c.Host, fmt.Sprint(c.Port)))
+		}
+	}
+	if err := probeError(cfg.Guard(ctx, extra...)); err != nil {
+		return err
+	}
+	plan, err := probe.NewPlan(cfg)
+	if err != nil {
+		return probeError(err)
+	}
+	out, p := app.Env.Stdout, app.palette()
+	if !o.dryRun {
+		if err := probeError(cfg.Reach(ctx)); err != nil {
+			return err
+		}
+	}
+	if o.dryRun {
+		if o.asJSON {
+			return writeJSON(out, plan)
+		}
+		printPlan(out, p, plan, &cfg)
+		fmt.Fprintln(out, p.dim.Sprint("dry run: nothing was sent"))
+		return nil
+	}
+	if !o.asJSON {
+		printPlan(out, p, plan, &cfg)
+		cfg.OnCheck = func(r probe.Result) { printResult(out, p, r) }
+	}
+	rep, err := probe.Run(ctx, cfg)
+	if err != nil {
+		if ctx.Err() != nil {
+			if rep != nil && rep.Restore != nil {
+				fmt.Fprintf(app.Env.Stderr, "bank-sim probe: interrupted after %d check(s); restore: %s\n", len(rep.Checks), rep.Restore.Result)
+			}
+			return ctx.Err()
+		}
+		return probeError(err)
+	}
+	if o.asJSON {
+		if err := writeJSON(out, rep); err != nil {
+			return err
+		}
+	} else {
+		printSummary(out, p, rep)
+	}
+	switch {
+	case rep.Failed > 0:
+		return errFailed
+	case o.strict && rep.NotMade > 0:
+		return &ExitError{Code: ExitFailed, Err: fmt.Errorf("--strict: %d check(s) could not be made", rep.NotMade)}
+	}
+	return nil
+}
+
+// probeError gives a probe error its exit code: a target that cannot be
+// reached is not a failed check (3), one that does not speak the contract
+// is a usage error (2).
+func probeError(err error) error {
+	var ue *probe.UsageError
+	var ne *probe.UnreachableError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &ue):
+		return &ExitError{Code: ExitUsage, Err: err}
+	case errors.As(err, &ne):
+		return &ExitError{Code: ExitUnreachable, Err: err}
+	}
+	return &ExitError{Code: ExitFailed, Err: err}
+}
+
+func printPlan(out io.Writer, p *palette, plan *probe.Plan, cfg *probe.Config) {
+	c := cfg.Contract
+	fmt.Fprintf(out, "%s %s\n", p.head.Sprint("bank-sim probe"), p.dim.Sprintf("· seed %d · %s", plan.Seed, strings.Join(plan.Target, ", ")))
+	body := fmt.Sprintf(`{"%s","%s","%s"}`, c.FromField, c.ToField, c.AmountField)
+	auth := c.AuthHeader + ": " + strings.TrimSpace(c.AuthScheme+" TOKEN")
+	answer := c.IDField
+	if c.BalanceField != "" {
+		answer += ", " + c.BalanceField
+	}
+	fmt.Fprintf(out, "%-9s POST %s · %s · %s · %s → %s\n", "contract", c.Path, auth, c.KeyHeader, body, answer)
+	fmt.Fprintf(out, "%-9s %s pays from account %s · %s receives on account %s and is the second user · account %s is the other recipient\n",
+		"users", cfg.Payer.Name, cfg.Payer.Account, cfg.Payee.Name, cfg.Payee.Account, cfg.Third.Account)
+	fmt.Fprintf(out, "%-9s %s\n", "money", plan.Money)
+	fmt.Fprintf(out, "%-9s %s\n", "balances", plan.Balances)
+	fmt.Fprintf(out, "%-9s %s\n", "restore", plan.Restore)
+	fmt.Fprintf(out, "%-9s %d:\n", "checks", len(plan.Checks))
+	for _, ch := range plan.Checks {
+		fmt.Fprintf(out, "  %-21s %s %s\n", ch.Name, ch.Title, p.dim.Sprint("— moves "+ch.Moves))
+	}
+}
+
+func printResult(out io.Writer, p *palette, r probe.Result) {
+	status := map[probe.Status]string{
+		probe.Pass:    p.ok.Sprint("PASS   "),
+		probe.Fail:    p.bad.Sprint("FAIL   "),
+		probe.Unknown: p.warn.Sprint("UNKNOWN"),
+		probe.Skipped: p.warn.Sprint("SKIPPED"),
+	}[r.Status]
+	fmt.Fprintf(out, "\n%s %s %s\n", status, p.bold.Sprint(r.Name), p.dim.Sprint("— "+r.Title))
+	for _, e := range r.Evidence {
+		switch {
+		case strings.HasPrefix(e, "✓"):
+			fmt.Fprintf(out, "        %s\n", p.ok.Sprint(e))
+		case strings.HasPrefix(e, "✗"):
+			fmt.Fprintf(out, "        %s\n", p.bad.Sprint(e))
+		case strings.HasPrefix(e, "?"), strings.HasPrefix(e, "⚠"):
+			fmt.Fprintf(out, "        %s\n", p.warn.Sprint(e))
+		default:
+			fmt.Fprintf(out, "        %s\n", e)
+		}
+	}
+	switch r.Status {
+	case probe.Pass:
+		fmt.Fprintf(out, "        %s %s\n", p.ok.Sprint("proves:"), r.Proves)
+	case probe.Skipped:
+		fmt.Fprintf(out, "        %s %s\n", p.warn.Sprint("not made:"), r.Reason)
+	}
+}
+
+func printSummary(out io.Writer, p *palette, rep *probe.Report) {
+	fmt.Fprintln(out)
+	pre := rep.Preflight
+	if pre.Attempt != nil && pre.Attempt.Answer != nil {
+		caps := rep.Capabilities
+		yes := map[bool]string{true: "yes", false: "no"}
+		fmt.Fprintf(out, "%-9s the first transfer was answered %s · balance in answers: %s · replays marked: %s · key lookup: %s · exact balances: %s\n",
+			"target", pre.Attempt.Answer, yes[caps.Balance], yes[caps.Replayed], yes[caps.Lookup], yes[caps.Exact])
+	}
+	if rep.Restore != nil {
+		mark := p.ok.Sprint(rep.Restore.Result)
+		if !rep.Restore.OK {
+			mark = p.warn.Sprint(rep.Restore.Result)
+		}
+		fmt.Fprintf(out, "%-9s %s\n", "restore", mark)
+	}
+	verdict := p.ok.Sprint(rep.Verdict)
+	if rep.Failed > 0 {
+		verdict = p.bad.Sprint(rep.Verdict)
+	} else if rep.NotMade > 0 {
+		verdict = p.warn.Sprint(rep.Verdict)
+	}
+	fmt.Fprintf(out, "%-9s %s %s\n", "verdict", verdict, p.dim.Sprintf("(%s, seed %d)", time.Duration(rep.Duration).Round(time.Millisecond), rep.Seed))
+}

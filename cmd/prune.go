@@ -1,0 +1,208 @@
+package cmd
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/banksim/bank-sim/postgres"
+	"github.com/spf13/cobra"
+)
+
+func newPruneCmd(app *App) *cobra.Command {
+	var dryRun bool
+	c := &cobra.Command{
+		Use:   "prune",
+		Short: "Remove what killed bank-sim runs left: databases on a server, clusters in the cache",
+		Long: `Remove what bank-sim runs that were killed (kill -9, a crash, a closed CI
+job) left behind, and say how much space that freed:
+
+- in the embedded cache (BANK_SIM_CACHE_DIR, else /var/cache/bank-sim as
+  root, else your cache dir): the cluster of every slot that no running
+  bank-sim holds, about 60 MB each, with its templates of any schema version.
+  The next run builds a new cluster in about a second.
+- on the server at --database-url / DATABASE_URL, if one is given: every
+  bank_sim_* database whose bank-sim run has ended. Each run marks its
+  databases with the key of an advisory lock it holds while it runs.
+
+Never touched: a slot or a database in use by a running bank-sim, a
+database anyone is connected to, and bank_sim_* databases without the mark
+(your own, or an older bank-sim's: prune prints the SQL to drop them).
+
+Exit code 0 when everything found could be removed, 1 when something could
+not, 3 when the server cannot be reached.`,
+		Example: `  bank-sim prune --dry-run                      what would be removed
+  bank-sim prune                                remove the cache's unused clusters
+  bank-sim prune --database-url postgres://…    and the leftovers on that server`,
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			return runPrune(c, app, dryRun)
+		},
+	}
+	c.Flags().BoolVar(&dryRun, "dry-run", false, "list what would be removed; remove nothing")
+	return c
+}
+
+// pruneTally adds up what prune removed (or would remove).
+type pruneTally struct {
+	clusters, databases int
+	bytes               int64
+	failed              int
+}
+
+func runPrune(c *cobra.Command, app *App, dryRun bool) error {
+	out, p := app.Env.Stdout, app.palette()
+	verb := "removed"
+	if dryRun {
+		verb = "would remove"
+	}
+	var t pruneTally
+
+	dir, slots, err := postgres.PruneCache(app.Env.Getenv("BANK_SIM_CACHE_DIR"), dryRun)
+	if dir == "" {
+		fmt.Fprintf(out, "%s\n", p.bold.Sprint("embedded clusters"))
+	} else {
+		fmt.Fprintf(out, "%s\n", p.bold.Sprint("embedded clusters in "+dir))
+	}
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	cacheErr := err
+	switch {
+	case err != nil:
+		// Said, and the server (if any) still checked.
+		fmt.Fprintf(tw, "  %s\t%v\n", p.bad.Sprint("failed"), err)
+	case len(slots) == 0:
+		fmt.Fprintln(tw, "  none")
+	}
+	for _, s := range slots {
+		name, _ := filepath.Rel(dir, s.Path)
+		switch {
+		case s.InUse:
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", "kept", name, size(s.Bytes), "in use by a running bank-sim")
+		case s.Err != nil:
+			t.failed++
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", p.bad.Sprint("failed"), name, size(s.Bytes), s.Err)
+		case s.Bytes == 0:
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", "empty", name, "", "no cluster in it")
+		default:
+			t.clusters++
+			t.bytes += s.Bytes
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", p.ok.Sprint(verb), name, size(s.Bytes), "no running bank-sim uses it")
+		}
+	}
+	tw.Flush()
+
+	var unreachable error
+	if url := app.externalURL(); url == "" {
+		fmt.Fprintln(out, p.dim.Sprint("no --database-url or DATABASE_URL: no server checked"))
+	} else {
+		desc, found, err := postgres.PruneServer(c.Context(), url, dryRun)
+		switch {
+		case errors.Is(err, postgres.ErrUnavailable):
+			unreachable = err
+		case err != nil:
+			return &ExitError{Code: ExitFailed, Err: err}
+		default:
+			fmt.Fprintf(out, "%s\n", p.bold.Sprint(desc+" (--database-url / DATABASE_URL)"))
+			printLeftovers(out, p, found, verb, &t)
+		}
+	}
+
+	var what []string
+	if t.clusters > 0 {
+		what = append(what, fmt.Sprintf("%d %s", t.clusters, plural(t.clusters, "cluster", "clusters")))
+	}
+	if t.databases > 0 {
+		what = append(what, fmt.Sprintf("%d %s", t.databases, plural(t.databases, "database", "databases")))
+	}
+	summary := fmt.Sprintf("removed %s, %s freed", strings.Join(what, " and "), size(t.bytes))
+	switch {
+	case len(what) == 0 && (cacheErr != nil || unreachable != nil):
+		summary = "nothing removed"
+	case len(what) == 0:
+		summary = "nothing to remove"
+	case dryRun:
+		summary = fmt.Sprintf("would remove %s, %s; run without --dry-run to remove %s", strings.Join(what, " and "), size(t.bytes),
+			plural(t.clusters+t.databases, "it", "them"))
+	}
+	fmt.Fprintln(out, summary)
+	if unreachable != nil {
+		return &ExitError{Code: ExitDatabase, Err: unreachable}
+	}
+	if cacheErr != nil {
+		return &ExitError{Code: ExitFailed, Err: fmt.Errorf("the embedded cache could not be pruned (see above)")}
+	}
+	if t.failed > 0 {
+		return &ExitError{Code: ExitFailed, Err: fmt.Errorf("%d %s could not be removed (see above)", t.failed, plural(t.failed, "leftover", "leftovers"))}
+	}
+	return nil
+}
+
+func printLeftovers(out io.Writer, p *palette, found []postgres.Leftover, verb string, t *pruneTally) {
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	defer tw.Flush()
+	if len(found) == 0 {
+		fmt.Fprintln(tw, "  no bank_sim_* databases")
+		return
+	}
+	// What is removed first, then what is kept and why.
+	rank := func(l postgres.Leftover) int {
+		if l.Err != nil {
+			return -1
+		}
+		return int(l.State)
+	}
+	sort.SliceStable(found, func(i, j int) bool { return rank(found[i]) < rank(found[j]) })
+	for _, l := range found {
+		what := ""
+		if l.Template {
+			what = "template, "
+		}
+		switch {
+		case l.Err != nil:
+			t.failed++
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", p.bad.Sprint("failed"), l.Name, size(l.Bytes), l.Err)
+		case l.State == postgres.Orphan:
+			t.databases++
+			t.bytes += max(l.Bytes, 0)
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", p.ok.Sprint(verb), l.Name, size(l.Bytes), what+"its bank-sim run has ended")
+		case l.State == postgres.OrphanInUse:
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", "kept", l.Name, size(l.Bytes),
+				fmt.Sprintf("%sits bank-sim run has ended, but %d %s connected to it", what, l.Sessions, plural(l.Sessions, "session is", "sessions are")))
+		case l.State == postgres.Live:
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", "kept", l.Name, size(l.Bytes), what+"in use by a running bank-sim")
+		default:
+			drop := `DROP DATABASE "` + l.Name + `";`
+			if l.Template {
+				drop = `ALTER DATABASE "` + l.Name + `" IS_TEMPLATE false; ` + drop
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", "kept", l.Name, size(l.Bytes),
+				what+"not marked by a bank-sim run (yours, or an older bank-sim's); to drop it: "+drop)
+		}
+	}
+}
+
+// size prints a byte count the way du -h would, in binary units.
+func size(n int64) string {
+	switch {
+	case n < 0:
+		return "?"
+	case n < 1<<10:
+		return fmt.Sprintf("%d B", n)
+	case n < 1<<20:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	case n < 1<<30:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	}
+	return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}

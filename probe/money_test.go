@@ -1,0 +1,128 @@
+package probe_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/banksim/bank-sim/idem"
+	"github.com/banksim/bank-sim/probe"
+)
+
+// exactHTTP reads bank-sim's balances with GET /accounts/{id} as each
+// account's owner (chidi's token reads the third account).
+func exactHTTP(cfg *probe.Config, base string) {
+	cfg.Third.Token = "token-chidi"
+	cfg.Balances = &probe.HTTPBalances{Template: base + "/accounts/{id}", Field: "balanceKobo", Owner: cfg.Owner, Auth: cfg.Contract, Timeout: cfg.Timeout}
+}
+
+// exactSQL reads them from the bank's own database, read-only.
+func exactSQL(cfg *probe.Config, sim *bankSim, query string) {
+	cfg.Balances = &probe.SQLBalances{URL: sim.pool.Config().ConnConfig.ConnString(), Query: query, Timeout: cfg.Timeout}
+}
+
+func TestExactMoneyFromEachSource(t *testing.T) {
+	for name, exact := range map[string]func(*probe.Config, *bankSim){
+		"balances-url": func(c *probe.Config, s *bankSim) { exactHTTP(c, s.urls[0]) },
+		"balances-sql": func(c *probe.Config, s *bankSim) { exactSQL(c, s, "SELECT id, balance_kobo FROM accounts") },
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			sim := startBankSim(t, simOptions{copies: 2})
+			cfg := lesson(sim.urls...)
+			exact(&cfg, sim)
+			rep := runProbe(t, cfg)
+			for _, c := range rep.Checks {
+				if c.Status != probe.Pass {
+					t.Errorf("%s: %s, want PASS: %s", c.Name, c.Status, c.Reason)
+				}
+				if !strings.Contains(c.Money, "total ₦75,000 → ₦75,000") {
+					t.Errorf("%s: the money was not read before and after: %q", c.Name, c.Money)
+				}
+			}
+			if !rep.Capabilities.Exact {
+				t.Errorf("capabilities %+v: want exact", rep.Capabilities)
+			}
+			if t.Failed() {
+				t.Log("\n" + dump(rep))
+			}
+			l := sim.ledger(t)
+			if b, _ := l.Balance(1); b != 5_000_000 || l.Total() != 7_500_000 {
+				t.Errorf("after the probe and its restore: %s; want Ada back at ₦50,000", l.Line())
+			}
+		})
+	}
+}
+
+// With exact balances and none in the answers, the money that moved twice
+// is found by the reads framing the check, not by the answers.
+func TestExactReadsCatchWhatAnswersHide(t *testing.T) {
+	t.Parallel()
+	b, err := idem.LookupBug("second-transaction")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sim := startBankSim(t, simOptions{bug: &b})
+	cfg := lesson(sim.urls...)
+	cfg.Contract.BalanceField = "" // the answers reveal no balance
+	cfg.Only = []string{"hang-up"}
+	exactSQL(&cfg, sim, "SELECT id, balance_kobo FROM accounts")
+	rep := runProbe(t, cfg)
+	c, _ := rep.Check("hang-up")
+	if c.Status != probe.Fail || !strings.Contains(c.Reason, "but the acknowledged transfers account for") {
+		t.Fatalf("hang-up: %s %q, want FAIL from the balance reads\n%s", c.Status, c.Reason, dump(rep))
+	}
+	if !strings.Contains(c.Reason, "more transfer(s) of this amount than were answered (a transfer ran again)") {
+		t.Errorf("the reason should say the transfer ran again: %s", c.Reason)
+	}
+}
+
+// With no balance anywhere, what the answers cannot decide is said so, and
+// never counted as passed.
+func TestWithoutBalancesTheUndecidableIsNotPassed(t *testing.T) {
+	t.Parallel()
+	sim := startBankSim(t, simOptions{})
+	cfg := lesson(sim.urls...)
+	cfg.Contract.BalanceField = ""
+	rep := runProbe(t, cfg)
+	want := map[string]probe.Status{"other-copy": probe.Skipped, "hang-up": probe.Unknown, "drain": probe.Skipped}
+	for _, c := range rep.Checks {
+		w, ok := want[c.Name]
+		if !ok {
+			w = probe.Pass
+		}
+		if c.Status != w {
+			t.Errorf("%s: %s, want %s: %s", c.Name, c.Status, w, c.Reason)
+		}
+	}
+	if rep.Passed != len(rep.Checks)-3 || rep.NotMade != 3 || rep.Failed != 0 {
+		t.Errorf("passed %d, not made %d, failed %d", rep.Passed, rep.NotMade, rep.Failed)
+	}
+	if !strings.HasPrefix(rep.Verdict, "PASS on what could be checked") {
+		t.Errorf("verdict %q", rep.Verdict)
+	}
+	if t.Failed() {
+		t.Log("\n" + dump(rep))
+	}
+}
+
+// The balance query runs read-only: a query that writes is refused by
+// PostgreSQL, reported as a usage error, and writes nothing.
+func TestBalanceQueryCannotWrite(t *testing.T) {
+	t.Parallel()
+	sim := startBankSim(t, simOptions{})
+	cfg := lesson(sim.urls...)
+	exactSQL(&cfg, sim, "UPDATE accounts SET balance_kobo = balance_kobo + 100 RETURNING id, balance_kobo")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := probe.Run(ctx, cfg)
+	var ue *probe.UsageError
+	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "read-only transaction") {
+		t.Fatalf("err = %v, want a usage error about the read-only transaction", err)
+	}
+	if l := sim.ledger(t); l.Total() != 7_500_000 || len(l.Transfers) != 0 {
+		t.Errorf("the bank changed: %s, %d transfers", l.Line(), len(l.Transfers))
+	}
+}
