@@ -2,6 +2,8 @@ package scenarios
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"sync"
 	"time"
@@ -17,13 +19,20 @@ import (
 // a clone of it instead of running the DDL again. It holds the side effects'
 // tables too (outbox.Schema), and its version covers both schemas.
 var BankTemplate = postgres.Template{
-	Version: bank.SchemaVersion() + "-" + outbox.SchemaVersion(),
+	Version: templateVersion(),
 	Init: func(ctx context.Context, conn *pgx.Conn) error {
 		if err := bank.Setup(ctx, conn); err != nil {
 			return err
 		}
 		return outbox.Setup(ctx, conn)
 	},
+}
+
+// templateVersion covers both schemas in one short hash, so that template
+// names stay the length of one schema's version.
+func templateVersion() string {
+	h := sha256.Sum256([]byte(bank.SchemaVersion() + "/" + outbox.SchemaVersion()))
+	return hex.EncodeToString(h[:])[:12]
 }
 
 // ServerBanks makes fresh banks on srv. Closing one drops its database
