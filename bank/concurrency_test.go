@@ -2,18 +2,28 @@ package bank_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/banksim/bank-sim/bank"
+	"github.com/banksim/bank-sim/postgres/pgtest"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // TestCrossingTransfersDoNotDeadlock runs A→B and B→A transfers at once on a
-// real pool. Transfer locks both rows in id order, and InTx retries the
-// deadlocks it could not avoid, so no error may reach the caller.
+// real pool. Transfer locks both rows in id order, so two crossing transfers
+// queue instead of each holding the row the other needs: PostgreSQL must
+// detect no deadlock at all. That is counted twice: as it happens (InTx's
+// retry hook, which stops the test at the first one instead of letting
+// retries run out), and in pg_stat_database.deadlocks before and after.
+// deadlock_timeout is 10 ms on these connections, so a transfer that takes
+// its locks in request order fails in a fraction of a second, not after
+// minutes of one-second deadlock checks.
 func TestCrossingTransfersDoNotDeadlock(t *testing.T) {
 	t.Parallel()
 	const (
@@ -21,8 +31,23 @@ func TestCrossingTransfersDoNotDeadlock(t *testing.T) {
 		perWorker = 25
 		amount    = 1_000 // ₦10
 	)
-	pool := newBank(t, workers+2)
-	ctx := context.Background()
+	pool := pgtest.NewBankWith(t, pgtest.BankOptions{MaxConns: workers + 2, Params: map[string]string{"deadlock_timeout": "10ms"}})
+	ctx, cancel := context.WithTimeoutCause(context.Background(), time.Minute,
+		errors.New("the crossing transfers did not finish within a minute"))
+	defer cancel()
+	before, err := pgtest.Deadlocks(ctx, pool.Config().ConnConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The first deadlock ends the test: every worker stops at once.
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	var deadlocks atomic.Int64
+	ctx = bank.WithTxRetry(ctx, func(err error) {
+		deadlocks.Add(1)
+		stop(fmt.Errorf("PostgreSQL aborted a crossing transfer: %w", err))
+	})
 
 	start := make(chan struct{})
 	var wg sync.WaitGroup
@@ -40,11 +65,15 @@ func TestCrossingTransfersDoNotDeadlock(t *testing.T) {
 			}
 			<-start
 			for i := range perWorker {
+				if ctx.Err() != nil {
+					return
+				}
 				intent := fmt.Sprintf("w%d-%d", w, i)
+				ictx := bank.WithIntent(ctx, intent)
 				var resp bank.Response
-				err := bank.InTx(bank.WithIntent(ctx, intent), pool, func(tx pgx.Tx) error {
+				err := bank.InTx(ictx, pool, func(tx pgx.Tx) error {
 					var err error
-					resp, err = bank.Transfer(bank.WithIntent(ctx, intent), tx, userID, req)
+					resp, err = bank.Transfer(ictx, tx, userID, req)
 					return err
 				})
 				if err != nil {
@@ -63,11 +92,22 @@ func TestCrossingTransfersDoNotDeadlock(t *testing.T) {
 	close(start)
 	wg.Wait()
 	close(errs)
+	if cause := context.Cause(ctx); cause != nil {
+		t.Fatalf("%v (%d deadlock(s) seen; locks must be taken in id order, not in request order)", cause, deadlocks.Load())
+	}
 	for err := range errs {
 		t.Error(err)
 	}
 
 	l := ledger(t, pool)
+	pool.Close()
+	after, err := pgtest.Deadlocks(ctx, pool.Config().ConnConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after != before {
+		t.Errorf("pg_stat_database.deadlocks went from %d to %d; crossing transfers must never deadlock", before, after)
+	}
 	if got := len(l.Transfers); got != workers*perWorker {
 		t.Errorf("%d transfers, want %d", got, workers*perWorker)
 	}
@@ -85,7 +125,7 @@ func TestCrossingTransfersDoNotDeadlock(t *testing.T) {
 // in its own transaction on the pool, and returns how many were told 201.
 func drain(t *testing.T, pool *pgxpool.Pool, n int, amount int64, flaws bank.Flaws) (created int, told []bank.Told) {
 	t.Helper()
-	ctx := context.Background()
+	ctx := bounded(t, fmt.Sprintf("%d concurrent transfers of %s from one account", n, bank.Naira(amount)))
 	req := bank.TransferRequest{From: 1, To: 2, AmountKobo: amount}
 	// Every goroutine holds its connection before the start, so none waits
 	// for the pool while the others race.
@@ -116,7 +156,7 @@ func drain(t *testing.T, pool *pgxpool.Pool, n int, amount int64, flaws bank.Fla
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
-				t.Errorf("%s: %v", intent, err)
+				t.Errorf("%s: %v (%v)", intent, err, context.Cause(ctx))
 				return
 			}
 			told = append(told, bank.Told{Intent: intent, UserID: 1, Request: req, Response: resp})

@@ -53,6 +53,18 @@ func TestCheckInvariants(t *testing.T) {
 			detail: "₦10,000 vanished",
 		},
 		{
+			// The lesson's naive transfer to account 99, had it been
+			// recorded: Ada's balance agrees with the transfers, but the
+			// money left the bank.
+			name: "money vanished into an account that does not exist",
+			ledger: bank.Ledger{
+				Accounts:  accounts(4_000_000, 500_000, 2_000_000),
+				Transfers: []bank.TransferRow{{ID: 1, From: 1, To: 99, AmountKobo: 1_000_000, Intent: "tap-1"}},
+			},
+			broken: []string{bank.InvTotal},
+			detail: "₦10,000 vanished",
+		},
+		{
 			name:   "money appeared from nowhere",
 			ledger: bank.Ledger{Accounts: accounts(5_000_000, 1_500_000, 2_000_000)},
 			broken: []string{bank.InvTotal, bank.InvLedger},
@@ -141,6 +153,19 @@ func TestCheckInvariants(t *testing.T) {
 			broken: []string{bank.InvLedger},
 			detail: "Ada has ₦40,000, but the transfers say ₦50,000",
 		},
+	}
+	// Each invariant is broken alone by some case, so weakening any one of
+	// them fails that case.
+	alone := map[string]bool{}
+	for _, tt := range tests {
+		if len(tt.broken) == 1 {
+			alone[tt.broken[0]] = true
+		}
+	}
+	for _, name := range []string{bank.InvTotal, bank.InvNegative, bank.InvOnce, bank.InvTruth, bank.InvLedger} {
+		if !alone[name] {
+			t.Errorf("no case breaks %q alone", name)
+		}
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/banksim/bank-sim/bank"
+	"github.com/banksim/bank-sim/postgres/pgtest"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -87,14 +89,15 @@ func TestParseTransferRequest(t *testing.T) {
 // rules.js does.
 func transferInTx(t testing.TB, db bank.DB, userID int64, req bank.TransferRequest) bank.Response {
 	t.Helper()
+	ctx := bounded(t, fmt.Sprintf("a transfer %+v by user %d", req, userID))
 	var resp bank.Response
-	err := bank.InTx(context.Background(), db, func(tx pgx.Tx) error {
+	err := bank.InTx(ctx, db, func(tx pgx.Tx) error {
 		var err error
-		resp, err = bank.Transfer(context.Background(), tx, userID, req)
+		resp, err = bank.Transfer(ctx, tx, userID, req)
 		return err
 	})
 	if err != nil {
-		t.Fatalf("transfer %+v by user %d: %v", req, userID, err)
+		t.Fatalf("transfer %+v by user %d: %v (%v)", req, userID, err, context.Cause(ctx))
 	}
 	return resp
 }
@@ -232,4 +235,99 @@ func TestNaiveTransfer(t *testing.T) {
 		}
 		assertAllInvariants(t, l, nil)
 	})
+}
+
+// TestTransferRulesWithoutCoincidences runs the rules on a bank where no
+// account id equals its owner's user id, users own two accounts, and a
+// closed account (with money in it) sits beside a frozen one. Each case
+// names the one-line mistake it exists to catch: on the lesson's bank,
+// where account 1 is user 1's only account and nothing is closed, each of
+// those mistakes passes every rule.
+func TestTransferRulesWithoutCoincidences(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewBankWith(t, pgtest.BankOptions{Accounts: pgtest.MixedAccounts})
+	const ada, bola, chidi, dayo = 1, 2, 3, 4
+
+	refusals := []struct {
+		name    string
+		catches string
+		userID  int64
+		req     bank.TransferRequest
+		status  int
+		code    string
+	}{
+		{"Bola sends from account 2, which is Dayo's", "owner compared with the account id, not owner_id", bola,
+			bank.TransferRequest{From: 2, To: 21, AmountKobo: 100}, 404, bank.CodeAccountNotFound},
+		{"Bola sends from Ada's current account", "no owner check", bola,
+			bank.TransferRequest{From: 11, To: 21, AmountKobo: 100}, 404, bank.CodeAccountNotFound},
+		{"Ada sends from Bola's account to her own", "owner compared with the recipient's owner", ada,
+			bank.TransferRequest{From: 21, To: 11, AmountKobo: 100}, 404, bank.CodeAccountNotFound},
+		{"Bola sends from his closed account, which has ₦3,000", "a sender rule that refuses only frozen", bola,
+			bank.TransferRequest{From: 22, To: 21, AmountKobo: 100}, 422, bank.CodeAccountNotActive},
+		{"Chidi sends from his frozen account", "a sender rule that refuses only closed", chidi,
+			bank.TransferRequest{From: 31, To: 11, AmountKobo: 100}, 422, bank.CodeAccountNotActive},
+		{"Ada pays into Bola's closed account", "a recipient rule that refuses only frozen", ada,
+			bank.TransferRequest{From: 11, To: 22, AmountKobo: 100}, 422, bank.CodeRecipientUnavailable},
+		{"Ada pays into Chidi's frozen account", "a recipient rule that refuses only closed", ada,
+			bank.TransferRequest{From: 11, To: 31, AmountKobo: 100}, 422, bank.CodeRecipientUnavailable},
+		{"Ada moves savings into savings", "same-account rule missing", ada,
+			bank.TransferRequest{From: 12, To: 12, AmountKobo: 100}, 422, bank.CodeSameAccount},
+		{"Bola sends one kobo more than his ₦5,000", "balance compared with > instead of >=", bola,
+			bank.TransferRequest{From: 21, To: 11, AmountKobo: 500_001}, 422, bank.CodeInsufficientFunds},
+	}
+	for _, tt := range refusals {
+		t.Run(tt.name, func(t *testing.T) {
+			before := ledger(t, pool)
+			resp := transferInTx(t, pool, tt.userID, tt.req)
+			if resp.Status != tt.status || resp.Code() != tt.code {
+				t.Errorf("got %d %q (body %s), want %d %q; the mistake this catches: %s", resp.Status, resp.Code(), resp.Body, tt.status, tt.code, tt.catches)
+			}
+			if after := ledger(t, pool); after.Line() != before.Line() || len(after.Transfers) != len(before.Transfers) {
+				t.Errorf("a refusal wrote to the bank:\nbefore %s\nafter  %s", before.Line(), after.Line())
+			}
+		})
+	}
+
+	successes := []struct {
+		name    string
+		catches string
+		userID  int64
+		req     bank.TransferRequest
+		balance int64 // the sender's balance the receipt must report
+	}{
+		{"Ada pays Bola from her savings, her second account", "owner looked up for the user's first account only", ada,
+			bank.TransferRequest{From: 12, To: 21, AmountKobo: 150_000}, 1_850_000},
+		{"Dayo, user 4, sends from account 2", "owner compared with the account id", dayo,
+			bank.TransferRequest{From: 2, To: 11, AmountKobo: 40_000}, 60_000},
+		{"Bola sends exactly his whole balance, ₦6,500", "balance compared with > instead of >=", bola,
+			bank.TransferRequest{From: 21, To: 12, AmountKobo: 650_000}, 0},
+	}
+	for _, tt := range successes {
+		t.Run(tt.name, func(t *testing.T) {
+			resp := transferInTx(t, pool, tt.userID, tt.req)
+			rc, ok := resp.Receipt()
+			if resp.Status != 201 || !ok {
+				t.Fatalf("got %s (body %s), want 201; the mistake this catches: %s", resp.Summary(), resp.Body, tt.catches)
+			}
+			if rc.From != tt.req.From || rc.To != tt.req.To || rc.AmountKobo != tt.req.AmountKobo || rc.BalanceKobo != tt.balance {
+				t.Errorf("receipt %+v, want %+v with the sender's balance %s", rc, tt.req, bank.Naira(tt.balance))
+			}
+			if got := balance(t, ledger(t, pool), tt.req.From); got != tt.balance {
+				t.Errorf("account %d has %s, want %s", tt.req.From, bank.Naira(got), bank.Naira(tt.balance))
+			}
+		})
+	}
+
+	l := ledger(t, pool)
+	if got := l.Total(); got != pgtest.MixedTotal {
+		t.Errorf("total %s, want %s", bank.Naira(got), bank.Naira(pgtest.MixedTotal))
+	}
+	if len(l.Transfers) != len(successes) {
+		t.Errorf("%d transfers, want %d", len(l.Transfers), len(successes))
+	}
+	for _, c := range bank.CheckInvariants(pgtest.MixedAccounts, l, nil) {
+		if !c.OK {
+			t.Errorf("invariant %q broken: %s", c.Name, c.Detail)
+		}
+	}
 }

@@ -17,6 +17,16 @@ type intentKey struct{}
 
 type afterChecksKey struct{}
 
+type txRetryKey struct{}
+
+// WithTxRetry makes InTx under ctx call hook with the error each time it
+// runs a transaction again after a deadlock or serialization failure. It
+// changes nothing else: it is how a harness sees that the retry path was
+// taken, and how a test counts deadlocks as they happen.
+func WithTxRetry(ctx context.Context, hook func(err error)) context.Context {
+	return context.WithValue(ctx, txRetryKey{}, hook)
+}
+
 // WithAfterChecks makes every transfer under ctx call hook after its checks
 // and before its first write: the moment a concurrent change (a freeze, say)
 // is most dangerous. Scenarios use it to stage a race exactly, rather than
@@ -64,8 +74,11 @@ func InTx(ctx context.Context, db DB, fn func(tx pgx.Tx) error) error {
 	var err error
 	for attempt := 1; attempt <= MaxTxAttempts; attempt++ {
 		err = pgx.BeginFunc(ctx, db, fn)
-		if !Retryable(err) {
+		if !Retryable(err) || attempt == MaxTxAttempts {
 			return err
+		}
+		if hook, _ := ctx.Value(txRetryKey{}).(func(error)); hook != nil {
+			hook(err)
 		}
 		// A short, growing pause lets the transaction that won go first.
 		select {

@@ -37,6 +37,10 @@ type AuditRow struct {
 	Caught map[string]bool `json:"caught"`
 	// Why holds, for each catching column, the first thing that broke.
 	Why map[string]string `json:"why,omitempty"`
+	// Missing is what the row's chaos run never exercised (see
+	// Coverage.Missing). For the correct handler it must be empty: a chaos
+	// column that missed a defence proves nothing about it.
+	Missing []string `json:"missing,omitempty"`
 }
 
 // Any reports whether some column caught the row's bug.
@@ -67,11 +71,16 @@ func (r AuditReport) KillRatio() (caught, total int) {
 	return caught, len(r.Rows)
 }
 
-// Passed reports whether every bug was caught and the clean handler by none.
+// Passed reports whether every bug was caught, the clean handler by none,
+// and the clean handler's chaos run exercised every defence.
 func (r AuditReport) Passed() bool {
 	caught, total := r.KillRatio()
-	return caught == total && !r.Clean.Any()
+	return caught == total && !r.Clean.Any() && len(r.Clean.Missing) == 0
 }
+
+// AuditIntents is the default length of the audit's chaos runs: with
+// AuditRates, enough to take every defence path.
+const AuditIntents = 400
 
 // Audit runs the clean handler and every bug in idem.Bugs against the
 // protected phases of every scenario and a short chaos run.
@@ -80,7 +89,10 @@ func Audit(ctx context.Context, dbs scenarios.Databases, cfg AuditConfig) (Audit
 		cfg.Parallel = 4
 	}
 	if cfg.Chaos.Intents <= 0 && cfg.Chaos.Duration <= 0 {
-		cfg.Chaos.Intents = 300
+		cfg.Chaos.Intents = AuditIntents
+	}
+	if cfg.Chaos.Faults == nil {
+		cfg.Chaos.Faults = AuditRates()
 	}
 	if cfg.Chaos.Clients <= 0 {
 		cfg.Chaos.Clients = 8
@@ -126,7 +138,7 @@ func Audit(ctx context.Context, dbs scenarios.Databases, cfg AuditConfig) (Audit
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			caught, why, err := cell(ctx, dbs, cfg, bug, j.column)
+			caught, why, missing, err := cell(ctx, dbs, cfg, bug, j.column)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -136,6 +148,9 @@ func Audit(ctx context.Context, dbs scenarios.Databases, cfg AuditConfig) (Audit
 				return
 			}
 			rows[j.row].Caught[j.column] = caught
+			if j.column == ChaosColumn {
+				rows[j.row].Missing = missing
+			}
 			if caught {
 				rows[j.row].Why[j.column] = why
 			}
@@ -155,33 +170,35 @@ func Audit(ctx context.Context, dbs scenarios.Databases, cfg AuditConfig) (Audit
 	return rep, nil
 }
 
-// cell runs one check with one bug (nil: the clean handler).
-func cell(ctx context.Context, dbs scenarios.Databases, cfg AuditConfig, bug *idem.Bug, column string) (bool, string, error) {
+// cell runs one check with one bug (nil: the clean handler); for the chaos
+// column it also says what the run never exercised.
+func cell(ctx context.Context, dbs scenarios.Databases, cfg AuditConfig, bug *idem.Bug, column string) (caught bool, why string, missing []string, err error) {
 	if column == ChaosColumn {
 		c := cfg.Chaos
 		c.Seed, c.Bug = cfg.Seed, bug
 		h, err := RunOn(ctx, dbs, c, nil)
 		if err != nil {
-			return false, "", err
+			return false, "", nil, err
 		}
 		res := Check(h)
+		missing := res.Coverage.Missing()
 		if res.Valid() {
-			return false, "", nil
+			return false, "", missing, nil
 		}
-		return true, fmt.Sprintf("%s: %s", res.First.Kind, res.First.Detail), nil
+		return true, fmt.Sprintf("%s: %s", res.First.Kind, res.First.Detail), missing, nil
 	}
 	s, ok := scenarios.Get(column)
 	if !ok {
-		return false, "", fmt.Errorf("no scenario %s", column)
+		return false, "", nil, fmt.Errorf("no scenario %s", column)
 	}
 	rep, err := scenarios.ExecuteWith(ctx, s, dbs, cfg.Seed, nil, scenarios.Options{Bug: bug, SkipControls: true})
 	if err != nil {
-		return false, "", err
+		return false, "", nil, err
 	}
 	if !rep.Caught() {
-		return false, "", nil
+		return false, "", nil, nil
 	}
-	return true, rep.Verdict, nil
+	return true, rep.Verdict, nil, nil
 }
 
 // RunOn runs cfg on a fresh bank from dbs, with a pool sized for its

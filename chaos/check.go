@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/banksim/bank-sim/bank"
-	"github.com/banksim/bank-sim/idem"
 )
 
 // Violation kinds, one per check.
@@ -17,17 +16,20 @@ const (
 	KindTwice      = "moved-twice"            // one intent, more than one transfer
 	KindAckMissing = "acknowledged-missing"   // told 201, but that transfer is not its own, once
 	KindRejected   = "rejected-but-moved"     // told a final refusal, but money moved
-	KindReplay     = "replay-differs"         // a replay differs from the original answer
-	KindStuckKey   = "key-in-progress"        // a key still in progress after healing
+	KindWrong      = "wrong-answer"           // a final answer the lesson's rules do not allow for that request
+	KindFrozen     = "frozen-debited"         // an account frozen after the transfer's checks was debited anyway
+	KindReplay     = "replay-differs"         // a later answer to a key is not the first one, replayed byte for byte
+	KindAbandoned  = "key-abandoned"          // before healing, a key in progress whose holder had returned
+	KindStuckKey   = "key-in-progress"        // a key still in progress at the end
 	KindUnresolved = "unresolved"             // an intent still unknown after healing
 	KindLedger     = "balance-ledger-differs" // a balance is not opening + credits − debits
-	KindKeyLost    = "key-lost"               // an acknowledged intent's key is not completed after a crash
+	KindKeyLost    = "key-lost"               // a key that gave a final answer is not completed at the end
 )
 
 // Kinds lists every violation kind in the order Check reports them.
 func Kinds() []string {
-	return []string{KindTotal, KindNegative, KindTwice, KindAckMissing, KindRejected, KindReplay,
-		KindStuckKey, KindUnresolved, KindLedger, KindKeyLost}
+	return []string{KindTotal, KindNegative, KindTwice, KindAckMissing, KindRejected, KindWrong, KindFrozen, KindReplay,
+		KindAbandoned, KindStuckKey, KindUnresolved, KindLedger, KindKeyLost}
 }
 
 // Violation is one broken rule.
@@ -50,6 +52,31 @@ type Result struct {
 	Worst      *Violation     `json:"worst,omitempty"`
 	Stats      Stats          `json:"stats"`
 	Checks     []CheckSummary `json:"checks"`
+	// Coverage is what the run exercised: a run with no violation proves
+	// only what it exercised.
+	Coverage Coverage `json:"coverage"`
+}
+
+// Verdicts of a run.
+const (
+	// Valid: no violation, and every defence path taken, every fault fired.
+	Valid = "VALID"
+	// Invalid: a rule was broken.
+	Invalid = "INVALID"
+	// Inconclusive: no violation, but some defence was never exercised, so
+	// the run cannot vouch for it.
+	Inconclusive = "INCONCLUSIVE"
+)
+
+// Verdict is VALID, INVALID or INCONCLUSIVE.
+func (r Result) Verdict() string {
+	switch {
+	case len(r.Violations) > 0:
+		return Invalid
+	case !r.Coverage.Complete():
+		return Inconclusive
+	}
+	return Valid
 }
 
 // CheckSummary is one check and how often it failed.
@@ -58,24 +85,28 @@ type CheckSummary struct {
 	Violations int    `json:"violations"`
 }
 
-// Valid reports whether the history broke nothing.
+// Valid reports whether the history broke nothing. Whether it exercised
+// enough to vouch for anything is Verdict's question.
 func (r Result) Valid() bool { return len(r.Violations) == 0 }
 
 // Check verifies a history: it reads only the history, never the database,
 // and runs in time linear in the history's length (intents, attempts,
 // audits × accounts, transfers).
 func Check(h *History) Result {
-	c := checker{h: h, res: Result{ByKind: map[string]int{}}}
+	c := checker{h: h, f: newFacts(h), res: Result{ByKind: map[string]int{}}}
 	c.money()
 	c.intents()
+	c.freezes()
+	c.replays()
 	c.keys()
-	c.keysSurvived()
+	c.keysKept()
 	c.finish()
 	return c.res
 }
 
 type checker struct {
 	h   *History
+	f   *facts
 	res Result
 }
 
@@ -159,14 +190,19 @@ func (c *checker) intents() {
 			c.add(Violation{Kind: KindTwice, Intent: in.Index, AtNs: last, Kobo: int64(len(rows)-1) * amount,
 				Detail: fmt.Sprintf("%s moved money %d times (transfers %s)", in.Label, len(rows), transferIDs(rows))})
 		}
-		var original *Attempt
-		sawOK, sawRejected := false, false
+		x := c.f.expect(in)
+		sawOK, sawRejected, wrong := false, false, false
 		for k := range in.Attempts {
 			a := &in.Attempts[k]
 			if a.Seen == SeenUnknown {
 				continue
 			}
 			resp := a.Response()
+			if ok, allowed := x.allows(in, resp); !ok && !wrong {
+				wrong = true
+				c.add(Violation{Kind: KindWrong, Intent: in.Index, AtNs: a.EndNs, Kobo: amount,
+					Detail: fmt.Sprintf("%s was told %s (attempt %d); the lesson's rules allow %s", c.f.describe(in), resp.Summary(), a.N, allowed)})
+			}
 			if a.Seen == SeenOK {
 				sawOK = true
 				rc, _ := resp.Receipt()
@@ -186,18 +222,6 @@ func (c *checker) intents() {
 			} else {
 				sawRejected = true
 			}
-			if original == nil || original.Replayed && !a.Replayed {
-				if original != nil && !sameResponse(*original, *a) {
-					c.add(Violation{Kind: KindReplay, Intent: in.Index, AtNs: a.EndNs, Kobo: amount,
-						Detail: fmt.Sprintf("%s: attempt %d answered %s, but replay attempt %d answered %s", in.Label, a.N, a.Response().Summary(), original.N, original.Response().Summary())})
-				}
-				original = a
-				continue
-			}
-			if !sameResponse(*original, *a) {
-				c.add(Violation{Kind: KindReplay, Intent: in.Index, AtNs: a.EndNs, Kobo: amount,
-					Detail: fmt.Sprintf("%s: attempt %d answered %s, but attempt %d answered %s", in.Label, original.N, original.Response().Summary(), a.N, resp.Summary())})
-			}
 		}
 		if sawRejected && !sawOK && len(rows) > 0 {
 			c.add(Violation{Kind: KindRejected, Intent: in.Index, AtNs: last, Kobo: amount,
@@ -210,25 +234,126 @@ func (c *checker) intents() {
 	}
 }
 
-func (c *checker) keys() {
-	for _, k := range c.h.StuckKeys {
-		c.add(Violation{Kind: KindStuckKey, Intent: -1, AtNs: c.end(),
-			Detail: fmt.Sprintf("key %s is still in progress after healing", k)})
+// freezes checks that no account frozen under a transfer, after its checks
+// and before its debit, was debited by it: the transfer's row lock must make
+// the freeze wait until the transfer is done.
+func (c *checker) freezes() {
+	for _, f := range c.h.Freezes {
+		for _, t := range c.h.Final.Transfers {
+			if t.Intent == f.Intent && t.From == f.Account {
+				idx := -1
+				for k := range c.h.Intents {
+					if c.h.Intents[k].Label == f.Intent {
+						idx = c.h.Intents[k].Index
+					}
+				}
+				c.add(Violation{Kind: KindFrozen, Intent: idx, AtNs: f.AtNs, Kobo: t.AmountKobo,
+					Detail: fmt.Sprintf("account %d was frozen while %s stood between its checks and its debit, and transfer %d debited it anyway: the account's row was not locked", f.Account, f.Intent, t.ID)})
+			}
+		}
 	}
 }
 
-// keysSurvived checks, in a run where PostgreSQL was killed, that the key of
-// every acknowledged transfer is completed at the end: a crash lost no
-// stored answer, so a retry of any of them is still a replay. A server
-// that keeps its keys in memory, or unscoped, stores none in the table to
-// check; other checks catch those.
-func (c *checker) keysSurvived() {
-	if len(c.h.Crashes) == 0 {
-		return
+// replays checks that every key answers one way: the first final answer a
+// client got for a key (its user's, as the lesson scopes keys) is the only
+// one the server produced, and every later final answer is that one
+// replayed, byte for byte. A retry, a user tapping again after the final
+// answer, and a retry after the cleanup job ran all fall under it. A key
+// reused for another request is the exception: the key's stored answer
+// belongs to the first request, and each reuse is refused afresh (the
+// wrong-answer check holds it to 422).
+func (c *checker) replays() {
+	for idx := range c.h.Intents {
+		in := &c.h.Intents[idx]
+		if in.Reuse != "" {
+			continue
+		}
+		first := map[string]*Attempt{}
+		for k := range in.Attempts {
+			a := &in.Attempts[k]
+			if a.Seen == SeenUnknown {
+				continue
+			}
+			o, seen := first[a.Key]
+			if !seen {
+				first[a.Key] = a
+				continue
+			}
+			var why string
+			switch {
+			case !a.Replayed:
+				why = "it was not a replay: the request ran again"
+			case a.Status != o.Status:
+				why = fmt.Sprintf("the status differs (%d, then %d)", o.Status, a.Status)
+			case !sameBytes(*o, *a):
+				why = fmt.Sprintf("the bytes differ: %s, then %s", quote(o.Bytes()), quote(a.Bytes()))
+			default:
+				continue
+			}
+			c.add(Violation{Kind: KindReplay, Intent: in.Index, AtNs: a.EndNs, Kobo: in.Request.AmountKobo,
+				Detail: fmt.Sprintf("%s: attempt %d (%s) answered %s, but attempt %d answered %s; %s",
+					in.Label, a.N, a.Phase, a.Response().Summary(), o.N, o.Response().Summary(), why)})
+		}
 	}
-	if b := c.h.Config.Bug; b != nil && (b.MemoryKeys || b.Store.Unscoped) {
-		return
+}
+
+// sameBytes compares two answers' bodies as the client received them. A
+// GET /transfers?key= lookup (HTTP healing) is read through the client's
+// Resolve, which keeps only the bank's form of a body, so it is compared on
+// that form.
+func sameBytes(a, b Attempt) bool {
+	if a.Lookup || b.Lookup {
+		return bytes.Equal(a.Body, b.Body)
 	}
+	return bytes.Equal(a.Bytes(), b.Bytes())
+}
+
+// intentOfKey is the index of the (first) intent that sent userKey
+// ("user/key"), or -1.
+func (c *checker) intentOfKey(userKey string) int {
+	for _, in := range c.h.Intents {
+		for _, a := range in.Attempts {
+			if fmt.Sprintf("%d/%s", in.UserID, a.Key) == userKey {
+				return in.Index
+			}
+		}
+	}
+	return -1
+}
+
+// quote shows a body for a violation, cut at 120 bytes.
+func quote(b []byte) string {
+	if len(b) > 120 {
+		return fmt.Sprintf("%q…", b[:120])
+	}
+	return fmt.Sprintf("%q", b)
+}
+
+func (c *checker) keys() {
+	if b := c.h.BeforeHeal; b != nil && len(c.h.Crashes) == 0 {
+		live := make(map[string]bool, len(b.LiveLocks))
+		for _, l := range b.LiveLocks {
+			live[l] = true
+		}
+		for _, k := range b.InProgress {
+			if !live[k.LockID] {
+				c.add(Violation{Kind: KindAbandoned, Intent: c.intentOfKey(k.Key), AtNs: c.end(),
+					Detail: fmt.Sprintf("key %s was in progress (lock %s) before healing, but its holder had returned: every retry is told 409 until the lock expires", k.Key, k.LockID)})
+			}
+		}
+	}
+	for _, k := range c.h.StuckKeys {
+		c.add(Violation{Kind: KindStuckKey, Intent: -1, AtNs: c.end(),
+			Detail: fmt.Sprintf("key %s is still in progress at the end", k)})
+	}
+}
+
+// keysKept checks that the key of every final answer is completed at the
+// end: the answer was stored with the work, and neither a crash of
+// PostgreSQL, nor a late server's release, nor the cleanup job (which runs
+// before the end, when every key is younger than the retention) lost it. A
+// retry of any of them is still a replay.
+func (c *checker) keysKept() {
 	have := make(map[string]bool, len(c.h.CompletedKeys))
 	for _, k := range c.h.CompletedKeys {
 		have[k] = true
@@ -236,12 +361,16 @@ func (c *checker) keysSurvived() {
 	for idx := range c.h.Intents {
 		in := &c.h.Intents[idx]
 		for _, a := range in.Attempts {
-			if a.Seen != SeenOK || a.Lookup {
+			if a.Seen == SeenUnknown {
 				continue
 			}
 			if k := fmt.Sprintf("%d/%s", in.UserID, a.Key); !have[k] {
+				after := ""
+				if len(c.h.Crashes) > 0 {
+					after = " (PostgreSQL was killed during the run)"
+				}
 				c.add(Violation{Kind: KindKeyLost, Intent: in.Index, AtNs: a.EndNs, Kobo: in.Request.AmountKobo,
-					Detail: fmt.Sprintf("%s was told it succeeded (attempt %d, key %s), but after the crash its key is not completed", in.Label, a.N, a.Key)})
+					Detail: fmt.Sprintf("%s was told %s (attempt %d, key %s), but at the end that key is not completed%s", in.Label, a.Response().Summary(), a.N, a.Key, after)})
 				break
 			}
 		}
@@ -259,26 +388,16 @@ func (c *checker) finish() {
 		}
 	}
 	for _, k := range Kinds() {
-		if k == KindKeyLost && len(c.h.Crashes) == 0 {
-			continue // checked only across a crash
+		if k == KindAbandoned && (c.h.BeforeHeal == nil || len(c.h.Crashes) > 0) {
+			// Not checked across a crash of PostgreSQL: a holder whose
+			// release could not reach the database leaves its key to lock
+			// expiry, the defence for that case.
+			continue
 		}
 		c.res.Checks = append(c.res.Checks, CheckSummary{Kind: k, Violations: c.res.ByKind[k]})
 	}
 	c.res.Stats = Summarize(c.h)
-}
-
-// sameResponse compares two answers as JSON values: the stored body comes
-// back from jsonb with its own spacing and key order.
-func sameResponse(a, b Attempt) bool {
-	if a.Status != b.Status {
-		return false
-	}
-	if bytes.Equal(a.Body, b.Body) {
-		return true
-	}
-	ca, errA := idem.Canonical(a.Body)
-	cb, errB := idem.Canonical(b.Body)
-	return errA == nil && errB == nil && bytes.Equal(ca, cb)
+	c.res.Coverage = Cover(c.h)
 }
 
 func lastSeen(in *Intent) string {
@@ -332,6 +451,9 @@ func Timeline(h *History, index int) []string {
 	in := h.Intents[index]
 	lines := []string{fmt.Sprintf("%s: user %d sends %s from account %d to %d, key %s",
 		in.Label, in.UserID, bank.Naira(in.Request.AmountKobo), in.Request.From, in.Request.To, in.Key)}
+	if in.Reuse != "" {
+		lines[0] += fmt.Sprintf(" (a buggy client reusing intent-%d's key with another %s)", in.ReuseOf, in.Reuse)
+	}
 	for _, a := range in.Attempts {
 		fault := a.Fault
 		if fault == "" {

@@ -6,51 +6,115 @@ import (
 	"path/filepath"
 	"reflect"
 	"sort"
+	"strings"
 	"testing"
 
 	"github.com/banksim/bank-sim/bank"
 	"github.com/banksim/bank-sim/chaos"
+	"github.com/banksim/bank-sim/idem"
 )
 
-func receipt(id, from, to, amount, balance int64) json.RawMessage {
+func receipt(id, from, to, amount, balance int64) chaos.Bytes {
 	b, _ := json.Marshal(bank.Receipt{TransferID: id, From: from, To: to, AmountKobo: amount, BalanceKobo: balance})
 	return b
 }
 
-// goodHistory is a small valid history: one transfer that succeeded after a
-// lost response and a replay, and one refusal.
+func refusal(status int, code string) chaos.Bytes {
+	return chaos.Bytes(bank.Reject(status, code, "refused").Body)
+}
+
+func key(n int) string { return fmt.Sprintf("chaos-key-%010d", n) }
+
+// The good history's bank: no account id equals its owner's user id, users
+// 1 and 2 own several accounts, a frozen and a closed account, and a solo
+// account that only intent-4 touches. ₦300 in all.
+var opening = []bank.Account{
+	{ID: 2, OwnerID: 1, Holder: "Frozen", Status: "frozen", BalanceKobo: 4_000},
+	{ID: 17, OwnerID: 2, Holder: "Closed", Status: "closed", BalanceKobo: 3_000},
+	{ID: 103, OwnerID: 1, Holder: "A", Status: "active", BalanceKobo: 10_000},
+	{ID: 113, OwnerID: 1, Holder: "B", Status: "active", BalanceKobo: 5_000},
+	{ID: 123, OwnerID: 2, Holder: "C", Status: "active", BalanceKobo: 5_000},
+	{ID: 907, OwnerID: 2, Holder: "Solo", Status: "active", BalanceKobo: 3_000},
+}
+
+// goodHistory is a small valid history that takes most of the checker's
+// paths: a transfer whose answer was lost and then replayed, and replayed
+// again when its user tapped again; a refusal for want of money; a key
+// reused for another amount (422, twice); another user's account (404); the
+// whole balance of a solo account (201, ₦0 left); a frozen sender (422);
+// another user sending their own transfer under intent-0's key text; a
+// closed sender with money in its account (422); and payments to a frozen,
+// a closed and a missing account, and to the same account (422 each).
 func goodHistory() *chaos.History {
-	refusal := bank.Reject(422, bank.CodeInsufficientFunds, "The balance is too low for this transfer")
-	return &chaos.History{
-		Seed: 1,
-		Opening: []bank.Account{
-			{ID: 1, OwnerID: 1, Holder: "Acct1 Chaos", Status: "active", BalanceKobo: 10_000},
-			{ID: 2, OwnerID: 2, Holder: "Acct2 Chaos", Status: "active", BalanceKobo: 5_000},
-		},
-		Intents: []chaos.Intent{{
-			Index: 0, Label: "intent-0", UserID: 1, Key: "chaos-key-0000000000", Outcome: chaos.SeenOK,
-			Request: bank.TransferRequest{From: 1, To: 2, AmountKobo: 1_000},
-			Attempts: []chaos.Attempt{
-				{N: 1, Phase: chaos.PhaseFault, Fault: "lose-response", StartNs: 10, EndNs: 20, Error: "timed out", Seen: chaos.SeenUnknown},
-				{N: 2, Phase: chaos.PhaseFault, StartNs: 30, EndNs: 40, Status: 201, Replayed: true, Body: receipt(1, 1, 2, 1_000, 9_000), Seen: chaos.SeenOK},
-			},
-		}, {
-			Index: 1, Label: "intent-1", UserID: 2, Key: "chaos-key-0000000001", Outcome: chaos.SeenRejected,
-			Request: bank.TransferRequest{From: 2, To: 1, AmountKobo: 500},
-			Attempts: []chaos.Attempt{
-				{N: 1, Phase: chaos.PhaseFault, StartNs: 50, EndNs: 60, Status: 422, Body: refusal.Body, Seen: chaos.SeenRejected},
-			},
-		}},
-		Audits: []chaos.Snapshot{{AtNs: 5, Balances: []int64{10_000, 5_000}}, {AtNs: 45, Balances: []int64{9_000, 6_000}}},
-		Final: bank.Ledger{
-			Accounts: []bank.Account{
-				{ID: 1, OwnerID: 1, Holder: "Acct1 Chaos", Status: "active", BalanceKobo: 9_000},
-				{ID: 2, OwnerID: 2, Holder: "Acct2 Chaos", Status: "active", BalanceKobo: 6_000},
-			},
-			Transfers: []bank.TransferRow{{ID: 1, From: 1, To: 2, AmountKobo: 1_000, Intent: "intent-0"}},
-		},
-		Duration: 100,
+	ok := func(n int, body chaos.Bytes, replayed bool, phase string) chaos.Attempt {
+		return chaos.Attempt{N: n, Phase: phase, StartNs: int64(10 * n), EndNs: int64(10*n + 5), Status: 201, Replayed: replayed, Body: body, Seen: chaos.SeenOK}
 	}
+	no := func(n, status int, code string, replayed bool) chaos.Attempt {
+		return chaos.Attempt{N: n, Phase: chaos.PhaseFault, StartNs: int64(10 * n), EndNs: int64(10*n + 5), Status: status, Replayed: replayed, Body: refusal(status, code), Seen: chaos.SeenRejected}
+	}
+	intent := func(i int, user int64, k string, from, to, amount int64, outcome string, attempts ...chaos.Attempt) chaos.Intent {
+		for a := range attempts {
+			attempts[a].Key = k
+		}
+		return chaos.Intent{Index: i, Label: fmt.Sprintf("intent-%d", i), UserID: user, Key: k, Outcome: outcome,
+			Request: bank.TransferRequest{From: from, To: to, AmountKobo: amount}, Attempts: attempts}
+	}
+	r0 := receipt(1, 103, 123, 1_000, 9_000)
+	reuse := intent(2, 1, key(0), 103, 123, 2_000, chaos.SeenRejected,
+		no(1, 422, idem.CodeKeyReused, false), no(2, 422, idem.CodeKeyReused, false))
+	reuse.Reuse, reuse.ReuseOf = chaos.ReuseAmount, 0
+	h := &chaos.History{
+		Seed:    1,
+		Config:  chaos.Config{Faults: chaos.Rates{chaos.FaultLoseResponse: 0.1}},
+		Opening: opening,
+		Intents: []chaos.Intent{
+			intent(0, 1, key(0), 103, 123, 1_000, chaos.SeenOK,
+				chaos.Attempt{N: 1, Phase: chaos.PhaseFault, Fault: chaos.FaultLoseResponse, StartNs: 10, EndNs: 20, Error: "timed out", Seen: chaos.SeenUnknown},
+				ok(2, r0, true, chaos.PhaseFault),
+				ok(3, r0, true, chaos.PhaseRepeat)),
+			intent(1, 2, key(1), 123, 103, 8_000, chaos.SeenRejected, no(1, 422, bank.CodeInsufficientFunds, false)),
+			reuse,
+			intent(3, 2, key(3), 103, 113, 100, chaos.SeenRejected, no(1, 404, bank.CodeAccountNotFound, false)),
+			intent(4, 2, key(4), 907, 113, 3_000, chaos.SeenOK, ok(1, receipt(2, 907, 113, 3_000, 0), false, chaos.PhaseFault)),
+			intent(5, 1, key(5), 2, 103, 100, chaos.SeenRejected, no(1, 422, bank.CodeAccountNotActive, false)),
+			intent(6, 2, key(0), 123, 113, 500, chaos.SeenOK, ok(1, receipt(3, 123, 113, 500, 5_500), false, chaos.PhaseFault)),
+			intent(7, 2, key(7), 17, 103, 100, chaos.SeenRejected, no(1, 422, bank.CodeAccountNotActive, false)),
+			intent(8, 1, key(8), 113, 2, 100, chaos.SeenRejected, no(1, 422, bank.CodeRecipientUnavailable, false)),
+			intent(9, 1, key(9), 113, 17, 100, chaos.SeenRejected, no(1, 422, bank.CodeRecipientUnavailable, false)),
+			intent(10, 1, key(10), 113, chaos.MissingID, 100, chaos.SeenRejected, no(1, 422, bank.CodeRecipientUnavailable, false)),
+			intent(11, 1, key(11), 113, 113, 100, chaos.SeenRejected, no(1, 422, bank.CodeSameAccount, false)),
+		},
+		Audits: []chaos.Snapshot{
+			{AtNs: 5, Balances: []int64{4_000, 3_000, 10_000, 5_000, 5_000, 3_000}},
+			{AtNs: 95, Balances: []int64{4_000, 3_000, 9_000, 8_500, 5_500, 0}},
+		},
+		Final: bank.Ledger{
+			Accounts: withBalances(4_000, 3_000, 9_000, 8_500, 5_500, 0),
+			Transfers: []bank.TransferRow{
+				{ID: 1, From: 103, To: 123, AmountKobo: 1_000, Intent: "intent-0"},
+				{ID: 2, From: 907, To: 113, AmountKobo: 3_000, Intent: "intent-4"},
+				{ID: 3, From: 123, To: 113, AmountKobo: 500, Intent: "intent-6"},
+			},
+		},
+		CompletedKeys: []string{"1/" + key(0), "2/" + key(1), "2/" + key(3), "2/" + key(4), "1/" + key(5), "2/" + key(0), "2/" + key(7),
+			"1/" + key(8), "1/" + key(9), "1/" + key(10), "1/" + key(11)},
+		// Before healing one key was in progress: a server stopped after its
+		// claim held it, alive.
+		BeforeHeal: &chaos.KeyCensus{InProgress: []chaos.HeldKey{{Key: "1/" + key(0), LockID: "lock-sleeper"}}, LiveLocks: []string{"lock-sleeper"}},
+		Fired:      map[string]int{chaos.FaultLoseResponse: 1},
+		Server:     map[string]int{},
+		Duration:   100,
+	}
+	return h
+}
+
+// withBalances is the opening accounts with these balances, in id order.
+func withBalances(b ...int64) []bank.Account {
+	out := append([]bank.Account(nil), opening...)
+	for i := range out {
+		out[i].BalanceKobo = b[i]
+	}
+	return out
 }
 
 func kinds(res chaos.Result) []string {
@@ -68,63 +132,85 @@ func TestCheckerAcceptsAGoodHistory(t *testing.T) {
 	if !res.Valid() {
 		t.Fatalf("violations in a good history: %+v", res.Violations)
 	}
-	if s := res.Stats; s.OK != 1 || s.Rejected != 1 || s.Replays != 1 || s.Transfers != 1 {
+	if s := res.Stats; s.OK != 3 || s.Rejected != 9 || s.Replays != 2 || s.Transfers != 3 {
 		t.Errorf("stats %+v", s)
+	}
+	// A good history that did not exercise everything is not VALID.
+	if v := res.Verdict(); v != chaos.Inconclusive {
+		t.Errorf("verdict %s, want %s: this small history takes few of the defence paths", v, chaos.Inconclusive)
 	}
 }
 
-// Each bad history breaks exactly one rule, and the checker names it.
+// Each bad history breaks exactly one rule, and the checker names that rule
+// and no other; the same history unbroken passes (TestCheckerAcceptsAGoodHistory).
+// Each case says the one-line mistake in the checker it exists to catch.
 func TestCheckerFlagsEachViolationKind(t *testing.T) {
 	t.Parallel()
 	cases := map[string]func(h *chaos.History){
-		chaos.KindTotal: func(h *chaos.History) { h.Audits[1].Balances = []int64{9_000, 7_000} },
+		// A checker that adds up only the final ledger.
+		chaos.KindTotal: func(h *chaos.History) { h.Audits[1].Balances[3] = 9_500 },
+		// A checker that looks only at the final balances.
 		chaos.KindNegative: func(h *chaos.History) {
-			h.Audits[1].Balances = []int64{-1_000, 16_000}
+			h.Audits[1].Balances[2], h.Audits[1].Balances[3] = -1_000, 18_500
 		},
+		// A checker that counts transfers per key instead of per intent.
 		chaos.KindTwice: func(h *chaos.History) {
-			h.Final.Transfers = append(h.Final.Transfers, bank.TransferRow{ID: 2, From: 1, To: 2, AmountKobo: 1_000, Intent: "intent-0"})
-			h.Final.Accounts[0].BalanceKobo, h.Final.Accounts[1].BalanceKobo = 8_000, 7_000
+			h.Final.Transfers = append(h.Final.Transfers, bank.TransferRow{ID: 4, From: 103, To: 123, AmountKobo: 1_000, Intent: "intent-0"})
+			h.Final.Accounts = withBalances(4_000, 3_000, 8_000, 8_500, 6_500, 0)
 		},
-		chaos.KindAckMissing: func(h *chaos.History) {
-			// Told transfer 1, which belongs to someone else.
-			h.Final.Transfers[0].Intent = "intent-9"
-		},
+		// A checker that trusts a 201 without looking the transfer up.
+		chaos.KindAckMissing: func(h *chaos.History) { h.Final.Transfers[0].Intent = "intent-99" },
+		// A checker that looks only at acknowledged intents: intent-1 was
+		// told 422 insufficient_funds, yet ₦50 moved for it.
 		chaos.KindRejected: func(h *chaos.History) {
-			h.Final.Transfers = append(h.Final.Transfers, bank.TransferRow{ID: 2, From: 2, To: 1, AmountKobo: 500, Intent: "intent-1"})
-			h.Final.Accounts[0].BalanceKobo, h.Final.Accounts[1].BalanceKobo = 9_500, 5_500
+			h.Final.Transfers = append(h.Final.Transfers, bank.TransferRow{ID: 4, From: 123, To: 103, AmountKobo: 5_000, Intent: "intent-1"})
+			h.Final.Accounts = withBalances(4_000, 3_000, 14_000, 8_500, 500, 0)
 		},
+		// A checker that accepts any refusal as the truth.
+		chaos.KindWrong: func(h *chaos.History) {
+			// The frozen sender told it lacked the money.
+			h.Intents[5].Attempts[0].Body = refusal(422, bank.CodeInsufficientFunds)
+		},
+		// A checker that trusts the accounts' opening statuses: 103 was
+		// frozen under intent-0 after its checks, and debited anyway.
+		chaos.KindFrozen: func(h *chaos.History) {
+			h.Freezes = []chaos.Freeze{{Intent: "intent-0", Account: 103, AtNs: 12}}
+		},
+		// A checker that compares replays as JSON values, not bytes.
 		chaos.KindReplay: func(h *chaos.History) {
-			a := h.Intents[0].Attempts[1]
-			a.N, a.Body = 3, receipt(1, 1, 2, 1_000, 1)
-			h.Intents[0].Attempts = append(h.Intents[0].Attempts, a)
+			h.Intents[0].Attempts[2].Body = chaos.Bytes(`{"to":123,"from":103,"amountKobo":1000,"transferId":1,"balanceKobo":9000}`)
 		},
-		chaos.KindStuckKey: func(h *chaos.History) { h.StuckKeys = []string{"1/chaos-key-0000000000"} },
+		// A checker that looks at keys only after healing, when the clock
+		// has moved past every lock and a retry took the key over.
+		chaos.KindAbandoned: func(h *chaos.History) {
+			h.BeforeHeal.InProgress = append(h.BeforeHeal.InProgress, chaos.HeldKey{Key: "2/" + key(1), LockID: "lock-gone"})
+		},
+		chaos.KindStuckKey: func(h *chaos.History) { h.StuckKeys = []string{"1/" + key(99)} },
 		chaos.KindUnresolved: func(h *chaos.History) {
 			h.Intents[1].Outcome = chaos.SeenUnknown
-			h.Intents[1].Attempts[0] = chaos.Attempt{N: 1, Phase: chaos.PhaseHeal, Status: 500, Replayed: true, Seen: chaos.SeenUnknown}
+			h.Intents[1].Attempts[0] = chaos.Attempt{N: 1, Phase: chaos.PhaseHeal, Key: key(1), Status: 500, Seen: chaos.SeenUnknown}
 		},
+		// A checker that checks only the total.
 		chaos.KindLedger: func(h *chaos.History) {
-			h.Final.Accounts[0].BalanceKobo, h.Final.Accounts[1].BalanceKobo = 8_000, 7_000
+			h.Final.Accounts = withBalances(4_000, 3_000, 8_000, 9_500, 5_500, 0)
 		},
-		chaos.KindKeyLost: func(h *chaos.History) {
-			// PostgreSQL was killed; intent-0 was told 201, but its key is gone.
-			h.Crashes = []chaos.Crash{{AfterIntent: 1, AtNs: 42, UpNs: 44}}
-			h.CompletedKeys = []string{"2/chaos-key-0000000001"}
-		},
+		// A checker that checks keys only across a crash of PostgreSQL.
+		chaos.KindKeyLost: func(h *chaos.History) { h.CompletedKeys = h.CompletedKeys[:3] },
 	}
 	if len(cases) != len(chaos.Kinds()) {
 		t.Fatalf("%d cases for %d kinds", len(cases), len(chaos.Kinds()))
 	}
 	for kind, spoil := range cases {
 		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
 			h := goodHistory()
 			spoil(h)
 			res := chaos.Check(h)
 			if got := kinds(res); !reflect.DeepEqual(got, []string{kind}) {
 				t.Fatalf("kinds %v, want [%s]; %+v", got, kind, res.Violations)
 			}
-			if res.First == nil || res.Worst == nil {
-				t.Fatal("no first or worst violation")
+			if res.Verdict() != chaos.Invalid || res.First == nil || res.Worst == nil {
+				t.Fatalf("verdict %s, first %v, worst %v", res.Verdict(), res.First, res.Worst)
 			}
 			if res.First.Intent >= 0 && len(chaos.Timeline(h, res.First.Intent)) < 2 {
 				t.Error("no timeline for the intent involved")
@@ -133,21 +219,249 @@ func TestCheckerFlagsEachViolationKind(t *testing.T) {
 	}
 }
 
-// A saved history is checked again offline with the same verdict.
-func TestHistoryRoundTrip(t *testing.T) {
+// A key in progress before healing is abandoned unless a live holder (a
+// server stopped after its claim) holds it; across a crash of PostgreSQL the
+// check is off, since a holder's release may not have reached the database.
+func TestCheckerFindsAbandonedKeys(t *testing.T) {
 	t.Parallel()
 	h := goodHistory()
-	h.StuckKeys = []string{"1/k"}
-	path := filepath.Join(t.TempDir(), "history.json")
-	if err := h.Save(path); err != nil {
+	h.BeforeHeal.LiveLocks = nil
+	if got := kinds(chaos.Check(h)); !reflect.DeepEqual(got, []string{chaos.KindAbandoned}) {
+		t.Errorf("the sleeper's lock forgotten: kinds %v, want [%s]", got, chaos.KindAbandoned)
+	}
+	h.Crashes = []chaos.Crash{{AfterIntent: 1}}
+	res := chaos.Check(h)
+	if !res.Valid() {
+		t.Errorf("across a crash: %+v, want no violation", res.Violations)
+	}
+	for _, c := range res.Checks {
+		if c.Kind == chaos.KindAbandoned {
+			t.Error("across a crash the abandoned-key check is listed as made")
+		}
+	}
+}
+
+// The rules the checker judges answers by, case by case: each answer that
+// breaks them is flagged as a wrong answer, and only as that.
+func TestCheckerKnowsWhichAnswersAreRight(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name    string
+		catches string
+		spoil   func(h *chaos.History)
+		also    string // another rule the same answer breaks, if any
+	}{
+		{"another user's account answered 422 instead of 404", "404 accepted for any refusal", func(h *chaos.History) {
+			h.Intents[3].Attempts[0].Body = refusal(422, bank.CodeInsufficientFunds)
+		}, ""},
+		{"a reused key answered with the first request's replay", "a reuse allowed a replay", func(h *chaos.History) {
+			a := &h.Intents[2].Attempts[0]
+			a.Status, a.Replayed, a.Body, a.Seen = 201, true, receipt(1, 103, 123, 1_000, 9_000), chaos.SeenOK
+			h.Intents[2].Attempts = h.Intents[2].Attempts[:1]
+		}, chaos.KindAckMissing},
+		{"another user under the same key text told its key was reused", "users' keys not independent", func(h *chaos.History) {
+			a := &h.Intents[6].Attempts[0]
+			a.Status, a.Body, a.Seen = 422, refusal(422, idem.CodeKeyReused), chaos.SeenRejected
+			h.Intents[6].Outcome = chaos.SeenRejected
+			h.Final.Transfers = h.Final.Transfers[:2]
+			h.Final.Accounts = withBalances(4_000, 3_000, 9_000, 8_000, 6_000, 0)
+			h.Audits[1].Balances = []int64{4_000, 3_000, 9_000, 8_000, 6_000, 0}
+		}, ""},
+		{"the whole balance of a solo account refused", "balance >= amount written as >", func(h *chaos.History) {
+			a := &h.Intents[4].Attempts[0]
+			a.Status, a.Body, a.Seen = 422, refusal(422, bank.CodeInsufficientFunds), chaos.SeenRejected
+			h.Intents[4].Outcome = chaos.SeenRejected
+			h.Final.Transfers = []bank.TransferRow{h.Final.Transfers[0], h.Final.Transfers[2]}
+			h.Final.Accounts = withBalances(4_000, 3_000, 9_000, 5_500, 5_500, 3_000)
+			h.Audits[1].Balances = []int64{4_000, 3_000, 9_000, 5_500, 5_500, 3_000}
+		}, ""},
+		{"a solo account's receipt with the wrong balance", "receipt balances not checked", func(h *chaos.History) {
+			h.Intents[4].Attempts[0].Body = receipt(2, 907, 113, 3_000, 3_000)
+		}, ""},
+		{"a frozen sender answered as if the recipient were the problem", "the sender's status not judged", func(h *chaos.History) {
+			h.Intents[5].Attempts[0].Body = refusal(422, bank.CodeRecipientUnavailable)
+		}, ""},
+	}
+	for _, tt := range cases {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			h := goodHistory()
+			tt.spoil(h)
+			res := chaos.Check(h)
+			want := []string{chaos.KindWrong}
+			if tt.also != "" {
+				want = append(want, tt.also)
+				sort.Strings(want)
+			}
+			if got := kinds(res); !reflect.DeepEqual(got, want) {
+				t.Fatalf("kinds %v, want %v (the mistake this catches: %s); %+v", got, want, tt.catches, res.Violations)
+			}
+		})
+	}
+}
+
+// Every later answer to a key must be its first one replayed, byte for
+// byte: each way of breaking that is flagged as replay-differs, only.
+func TestCheckerDemandsReplaysOfTheFirstAnswer(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name    string
+		catches string
+		spoil   func(a *chaos.Attempt)
+	}{
+		{"the same bytes, but the request ran again", "a second original accepted", func(a *chaos.Attempt) { a.Replayed = false }},
+		{"the members in another order", "bodies compared as JSON values", func(a *chaos.Attempt) {
+			a.Body = chaos.Bytes(`{"from":103,"transferId":1,"to":123,"amountKobo":1000,"balanceKobo":9000}`)
+		}},
+		{"the same JSON with spaces", "bodies compared after compacting", func(a *chaos.Attempt) {
+			a.Body = chaos.Bytes(`{"transferId":1, "from":103, "to":123, "amountKobo":1000, "balanceKobo":9000}`)
+		}},
+		{"another status with the same body", "statuses not compared", func(a *chaos.Attempt) { a.Status = 200 }},
+		{"over HTTP, other bytes on the wire", "the wire bytes not compared", func(a *chaos.Attempt) {
+			a.Wire = chaos.Bytes(`{"transferId":1,"from":103,"to":123,"amountKobo":1000,"balanceKobo":9000} `)
+		}},
+	}
+	for _, tt := range cases {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			h := goodHistory()
+			tt.spoil(&h.Intents[0].Attempts[2]) // the repeat after the final answer
+			res := chaos.Check(h)
+			if got := kinds(res); !reflect.DeepEqual(got, []string{chaos.KindReplay}) {
+				t.Fatalf("kinds %v, want [%s] (the mistake this catches: %s); %+v", got, chaos.KindReplay, tt.catches, res.Violations)
+			}
+		})
+	}
+}
+
+// The coverage of the good history: each path it takes, counted once for
+// each time; the faults it was configured with.
+func TestCoverageCountsEachPath(t *testing.T) {
+	t.Parallel()
+	h := goodHistory()
+	h.Server = map[string]int{chaos.PathTakeover: 2, chaos.PathTxRetry: 1}
+	cov := chaos.Check(h).Coverage
+	got := map[string]int{}
+	for _, p := range cov.Paths {
+		got[p.Path] = p.Count
+	}
+	want := map[string]int{
+		chaos.PathReplay: 1, chaos.PathReplayAfterFinal: 1, chaos.PathReuseAmount: 1, chaos.PathSharedKey: 1,
+		chaos.PathExactBalance: 1, chaos.PathInsufficient: 1, chaos.PathNotOwner: 1, chaos.PathFrozenSender: 1, chaos.PathClosedSender: 1,
+		chaos.PathFrozenRecipient: 1, chaos.PathClosedRecipient: 1, chaos.PathMissingRecipient: 1, chaos.PathSameAccount: 1,
+		chaos.PathTakeover: 2, chaos.PathTxRetry: 1,
+	}
+	for _, p := range chaos.Paths() {
+		if got[p] != want[p] {
+			t.Errorf("%s: %d, want %d", p, got[p], want[p])
+		}
+	}
+	if len(cov.Faults) != len(chaos.FaultKinds()) {
+		t.Errorf("%d faults in the coverage, want every kind (%d)", len(cov.Faults), len(chaos.FaultKinds()))
+	}
+	// A rule's answer counts however it reached its client: here the
+	// whole-balance transfer's 201 was lost and then replayed.
+	h.Intents[4].Attempts = []chaos.Attempt{
+		{N: 1, Phase: chaos.PhaseFault, Key: key(4), Fault: chaos.FaultLoseResponse, Error: "timed out", Seen: chaos.SeenUnknown},
+		{N: 2, Phase: chaos.PhaseFault, Key: key(4), Status: 201, Replayed: true, Body: receipt(2, 907, 113, 3_000, 0), Seen: chaos.SeenOK},
+	}
+	for _, p := range chaos.Check(h).Coverage.Paths {
+		if p.Path == chaos.PathExactBalance && p.Count != 1 {
+			t.Errorf("%s reached through a replay: %d, want 1", p.Path, p.Count)
+		}
+	}
+	missing := strings.Join(cov.Missing(), "\n")
+	for _, m := range []string{"conflict-409 never happened", "deadlock-retry"} {
+		if strings.Contains(missing, m) != (m == "conflict-409 never happened") {
+			t.Errorf("missing list %q: %q wrongly in or out", missing, m)
+		}
+	}
+}
+
+// A run that broke nothing is VALID only if it took every defence path and
+// fired every fault it was given a rate for; otherwise INCONCLUSIVE, with
+// what it missed.
+func TestVerdictIsInconclusiveWhenAPathOrFaultIsMissing(t *testing.T) {
+	t.Parallel()
+	full := func() chaos.Coverage {
+		var c chaos.Coverage
+		for _, p := range chaos.Paths() {
+			c.Paths = append(c.Paths, chaos.PathCount{Path: p, Count: 1})
+		}
+		for _, k := range chaos.FaultKinds() {
+			c.Faults = append(c.Faults, chaos.FaultCount{Kind: k, Rate: 0.01, Fired: 1})
+		}
+		return c
+	}
+	if v := (chaos.Result{Coverage: full()}).Verdict(); v != chaos.Valid {
+		t.Fatalf("full coverage: %s, want %s", v, chaos.Valid)
+	}
+	for i, p := range chaos.Paths() {
+		c := full()
+		c.Paths[i].Count = 0
+		res := chaos.Result{Coverage: c}
+		if v := res.Verdict(); v != chaos.Inconclusive || len(c.Missing()) != 1 || !strings.Contains(c.Missing()[0], p) {
+			t.Errorf("path %s not taken: verdict %s, missing %q", p, v, c.Missing())
+		}
+	}
+	for i, k := range chaos.FaultKinds() {
+		c := full()
+		c.Faults[i].Fired = 0
+		if v := (chaos.Result{Coverage: c}).Verdict(); v != chaos.Inconclusive || !strings.Contains(strings.Join(c.Missing(), ""), k) {
+			t.Errorf("fault %s never fired: verdict %s, missing %q", k, v, c.Missing())
+		}
+		c.Faults[i].Rate = 0 // not asked for: nothing missing
+		if v := (chaos.Result{Coverage: c}).Verdict(); v != chaos.Valid {
+			t.Errorf("fault %s off and not fired: verdict %s, want %s", k, v, chaos.Valid)
+		}
+	}
+	broken := chaos.Result{Coverage: full(), Violations: []chaos.Violation{{Kind: chaos.KindTotal}}}
+	if v := broken.Verdict(); v != chaos.Invalid {
+		t.Errorf("a violation with full coverage: %s, want %s", v, chaos.Invalid)
+	}
+}
+
+// A saved history is checked again offline with the same verdict, its bodies
+// byte for byte: a replay that differs only in spacing still differs.
+func TestHistoryRoundTrip(t *testing.T) {
+	t.Parallel()
+	for _, spaced := range []bool{false, true} {
+		h := goodHistory()
+		h.StuckKeys = []string{"1/k"}
+		if spaced {
+			h.Intents[0].Attempts[2].Body = chaos.Bytes(`{"transferId": 1, "from": 103, "to": 123, "amountKobo": 1000, "balanceKobo": 9000}`)
+		}
+		path := filepath.Join(t.TempDir(), "history.json")
+		if err := h.Save(path); err != nil {
+			t.Fatal(err)
+		}
+		back, err := chaos.Load(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, b := chaos.Check(h), chaos.Check(back)
+		if !reflect.DeepEqual(a.Violations, b.Violations) || a.Verdict() != b.Verdict() {
+			t.Errorf("before %+v\nafter %+v", a.Violations, b.Violations)
+		}
+		if got := a.ByKind[chaos.KindReplay]; got != map[bool]int{false: 0, true: 1}[spaced] {
+			t.Errorf("spaced %v: %d replay violations", spaced, got)
+		}
+		if got := string(back.Intents[0].Attempts[2].Body); got != string(h.Intents[0].Attempts[2].Body) {
+			t.Errorf("body after the round trip %q, before %q", got, h.Intents[0].Attempts[2].Body)
+		}
+	}
+}
+
+// A history saved before bodies were kept as strings (a body as a JSON
+// value) still loads, with the value's bytes as its body.
+func TestLoadReadsBodiesSavedAsJSONValues(t *testing.T) {
+	t.Parallel()
+	var a chaos.Attempt
+	if err := json.Unmarshal([]byte(`{"n":1,"status":201,"body":{"transferId":1,"from":1},"seen":"ok"}`), &a); err != nil {
 		t.Fatal(err)
 	}
-	back, err := chaos.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if a, b := chaos.Check(h), chaos.Check(back); !reflect.DeepEqual(a.Violations, b.Violations) {
-		t.Errorf("before %+v\nafter %+v", a.Violations, b.Violations)
+	if string(a.Body) != `{"transferId":1,"from":1}` {
+		t.Errorf("body %q", a.Body)
 	}
 }
 
@@ -159,30 +473,33 @@ func synthetic(n int) *chaos.History {
 	bal := make([]int64, accounts)
 	for i := range bal {
 		bal[i] = 1_000_000
-		h.Opening = append(h.Opening, bank.Account{ID: int64(i + 1), OwnerID: int64(i + 1), Status: "active", BalanceKobo: bal[i]})
+		h.Opening = append(h.Opening, bank.Account{ID: int64(100 + i), OwnerID: int64(i/2 + 1), Status: "active", BalanceKobo: bal[i]})
 	}
 	var id int64
 	for i := range n {
-		from, to := int64(i%accounts+1), int64((i+3)%accounts+1)
+		fi, ti := i%accounts, (i+3)%accounts
+		from, to := int64(100+fi), int64(100+ti)
 		amount := int64(100 + i%900)
-		in := chaos.Intent{Index: i, Label: fmt.Sprintf("intent-%d", i), UserID: from, Key: fmt.Sprintf("k-%020d", i),
+		k := fmt.Sprintf("k-%020d", i)
+		in := chaos.Intent{Index: i, Label: fmt.Sprintf("intent-%d", i), UserID: int64(fi/2 + 1), Key: k,
 			Request: bank.TransferRequest{From: from, To: to, AmountKobo: amount}, Outcome: chaos.SeenOK}
-		in.Attempts = append(in.Attempts, chaos.Attempt{N: 1, Phase: chaos.PhaseFault, Fault: "lose-response", Seen: chaos.SeenUnknown, Error: "timed out"})
+		in.Attempts = append(in.Attempts, chaos.Attempt{N: 1, Phase: chaos.PhaseFault, Key: k, Fault: "lose-response", Seen: chaos.SeenUnknown, Error: "timed out"})
 		id++
-		bal[from-1] -= amount
-		bal[to-1] += amount
-		body := receipt(id, from, to, amount, bal[from-1])
+		bal[fi] -= amount
+		bal[ti] += amount
+		body := receipt(id, from, to, amount, bal[fi])
 		in.Attempts = append(in.Attempts,
-			chaos.Attempt{N: 2, Phase: chaos.PhaseFault, Status: 201, Replayed: true, Body: body, Seen: chaos.SeenOK},
-			chaos.Attempt{N: 3, Phase: chaos.PhaseFault, Status: 201, Replayed: true, Body: body, Seen: chaos.SeenOK})
+			chaos.Attempt{N: 2, Phase: chaos.PhaseFault, Key: k, Status: 201, Replayed: true, Body: body, Seen: chaos.SeenOK},
+			chaos.Attempt{N: 3, Phase: chaos.PhaseFault, Key: k, Status: 201, Replayed: true, Body: body, Seen: chaos.SeenOK})
 		h.Intents = append(h.Intents, in)
+		h.CompletedKeys = append(h.CompletedKeys, fmt.Sprintf("%d/%s", in.UserID, k))
 		h.Final.Transfers = append(h.Final.Transfers, bank.TransferRow{ID: id, From: from, To: to, AmountKobo: amount, Intent: in.Label})
 		if i%(n/200+1) == 0 {
 			h.Audits = append(h.Audits, chaos.Snapshot{AtNs: int64(i), Balances: append([]int64(nil), bal...)})
 		}
 	}
 	for i, b := range bal {
-		h.Final.Accounts = append(h.Final.Accounts, bank.Account{ID: int64(i + 1), OwnerID: int64(i + 1), Status: "active", BalanceKobo: b})
+		h.Final.Accounts = append(h.Final.Accounts, bank.Account{ID: int64(100 + i), OwnerID: int64(i/2 + 1), Status: "active", BalanceKobo: b})
 	}
 	return h
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/banksim/bank-sim/faults"
 	"github.com/banksim/bank-sim/idem"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // HealAttempts bounds how often healing retries one unknown intent.
@@ -21,6 +22,33 @@ const HealAttempts = 30
 // lateBy is how long a FaultLate request waits before it reaches the server,
 // long after its client has given up and, usually, retried.
 const lateBy = 3 * time.Millisecond
+
+// Bounds on every wait of a run, so that a handler that hangs fails the run
+// with a sentence saying what never came, instead of hanging it.
+const (
+	// attemptTimeout bounds one delivery to a server: no correct handler
+	// takes a fraction of it.
+	attemptTimeout = 30 * time.Second
+	// stageTimeout bounds the wait of a staged race for its other side (the
+	// transaction that deadlocks).
+	stageTimeout = 10 * time.Second
+	// takeoverWait bounds the wait of a holder whose lock expired mid-write
+	// for the retry to take its key over: a few statements, milliseconds for
+	// a correct handler. The holder waits holding its rows, and a handler
+	// that never takes the key over (keys in memory) queues behind them, so
+	// the bound is short: the race then simply does not happen (a stall).
+	takeoverWait = 500 * time.Millisecond
+	// drainTimeout bounds the wait, before healing, for requests still on
+	// their way (late ones, staged takeovers, deadlocking transactions).
+	drainTimeout = time.Minute
+)
+
+// The wait policy's settings on the server copy that waits instead of
+// answering 409 at once: short, since the faults need no real patience.
+const (
+	waitInterval = time.Millisecond
+	waitTimeout  = 25 * time.Millisecond
+)
 
 // Progress is told how many intents have settled their fault phase.
 type Progress func(done, total int)
@@ -54,7 +82,6 @@ func RunWith(ctx context.Context, db bank.DB, cfg Config, opts Options) (*Histor
 	if cfg.KillPostgres && opts.CrashPostgres == nil {
 		return nil, ErrNoCrash
 	}
-	progress := opts.Progress
 	e := newEngine(db, cfg)
 	e.crashPostgres = opts.CrashPostgres
 	if err := e.open(ctx); err != nil {
@@ -68,16 +95,20 @@ func RunWith(ctx context.Context, db bank.DB, cfg Config, opts Options) (*Histor
 		defer rig.close()
 		e.rig = rig
 	}
-	return e.run(ctx, progress)
+	return e.run(ctx, opts.Progress)
 }
 
 type engine struct {
 	db    bank.DB
 	cfg   Config
+	lay   *layout
 	start time.Time
 	clock *faults.Clock
-	env   *faults.Env
+	// clockStart is the simulated time of the first key.
+	clockStart time.Time
+	env        *faults.Env
 
+	store    *idem.Store
 	handlers []*idem.Handler
 	servers  []faults.Server
 	faults   map[string]faults.Fault
@@ -85,14 +116,22 @@ type engine struct {
 	// rig carries the run over real HTTP (Config.HTTP); nil in process.
 	rig *httpRig
 
-	mu      sync.Mutex
-	intents []*Intent
-	audits  []Snapshot
-	fired   map[string]int
+	mu       sync.Mutex
+	intents  []*Intent
+	audits   []Snapshot
+	fired    map[string]int
+	server   map[string]int
+	deferred []*Intent // key reuses whose first intent had no final answer yet
+	cleanup  *CleanupRun
+	stalls   []string
+	freezes  []Freeze
+	// beforeHeal is the key store as the fault phase left it.
+	beforeHeal *KeyCensus
+	done       atomic.Int64
 
-	late      sync.WaitGroup
-	takeovers atomic.Int64
-	fencing   atomic.Int64
+	// late counts the server calls that outlive their client's attempt:
+	// late requests, staged takeovers, deadlocking transactions.
+	late sync.WaitGroup
 
 	// crashPostgres kills and restarts PostgreSQL (Config.KillPostgres).
 	crashPostgres func(ctx context.Context) error
@@ -105,10 +144,11 @@ type engine struct {
 func newEngine(db bank.DB, cfg Config) *engine {
 	clock := faults.NewClock(time.Date(2026, 9, 24, 10, 0, 0, 0, time.UTC))
 	e := &engine{
-		db: db, cfg: cfg, clock: clock,
-		env:   faults.NewEnv(cfg.Seed, clock),
-		crash: &faults.CrashAfterClaim{},
-		fired: map[string]int{},
+		db: db, cfg: cfg, lay: cfg.layout(), clock: clock, clockStart: clock.Now(),
+		env:    faults.NewEnv(cfg.Seed, clock),
+		crash:  &faults.CrashAfterClaim{},
+		fired:  map[string]int{},
+		server: map[string]int{},
 	}
 	e.faults = map[string]faults.Fault{
 		FaultLoseResponse:     &faults.LoseResponse{},
@@ -120,8 +160,15 @@ func newEngine(db bank.DB, cfg Config) *engine {
 	}
 	// One store, shared by every copy of the server, as PostgreSQL is.
 	store := &idem.Store{NewLockID: idem.SeededLockIDs(cfg.Seed)}
-	for range cfg.Instances {
-		h := &idem.Handler{DB: db, Store: store, Now: clock.Now}
+	e.store = store
+	for k := range cfg.Instances {
+		skew := appClockSkew(k)
+		h := &idem.Handler{DB: db, Store: store, Now: func() time.Time { return clock.Now().Add(skew) }}
+		if k == cfg.Instances-1 && cfg.Instances > 1 {
+			// The last copy waits for a key in progress instead of
+			// answering 409: both conflict policies meet the same faults.
+			h.Conflict, h.WaitInterval, h.WaitTimeout = idem.WaitForResult, waitInterval, waitTimeout
+		}
 		if cfg.Bug != nil {
 			cfg.Bug.Apply(h)
 		}
@@ -129,12 +176,64 @@ func newEngine(db bank.DB, cfg Config) *engine {
 		e.servers = append(e.servers, func(ctx context.Context, req idem.Request) (bank.Response, error) {
 			resp, err := h.Handle(ctx, req)
 			if errors.Is(err, idem.ErrLostLock) {
-				e.fencing.Add(1)
+				e.count(PathFencing)
 			}
 			return resp, err
 		})
 	}
 	return e
+}
+
+// appClockSkew is how far server copy k's own clock is from the simulated
+// time: the first copy's is right, the second's a day and an hour behind,
+// the third's 45 s ahead. Locks and key ages are measured on the database's
+// clock, so a correct handler cannot tell; one that measures them on its own
+// clock writes keys that the cleanup job thinks are a day old, and takes
+// over locks that are still valid.
+func appClockSkew(k int) time.Duration {
+	switch k % 3 {
+	case 1:
+		return -25 * time.Hour
+	case 2:
+		return 45 * time.Second
+	}
+	return 0
+}
+
+// stall records a staged race that did not happen as planned.
+func (e *engine) stall(format string, args ...any) {
+	e.mu.Lock()
+	e.stalls = append(e.stalls, fmt.Sprintf(format, args...))
+	e.mu.Unlock()
+}
+
+// count records that a server took defence path p once.
+func (e *engine) count(p string) {
+	e.mu.Lock()
+	e.server[p]++
+	e.mu.Unlock()
+}
+
+// observe makes every request under ctx report the defence paths it takes
+// inside a server: a takeover, the wait policy's wait, a transaction run
+// again after a deadlock.
+func (e *engine) observe(ctx context.Context) context.Context {
+	h := idem.HooksFrom(ctx)
+	prev := h.AfterClaim
+	h.AfterClaim = func(ctx context.Context, c idem.Claim) {
+		if c.TookOver {
+			e.count(PathTakeover)
+		}
+		if prev != nil {
+			prev(ctx, c)
+		}
+	}
+	h.Waited = func(_ context.Context, c idem.Claim) {
+		if c.Action == idem.Replay {
+			e.count(PathWaited)
+		}
+	}
+	return bank.WithTxRetry(idem.WithHooks(ctx, h), func(error) { e.count(PathTxRetry) })
 }
 
 // open replaces the lesson's accounts with the run's own, and makes the
@@ -147,7 +246,7 @@ func (e *engine) open(ctx context.Context) error {
 		if _, err := tx.Exec(ctx, "DELETE FROM idempotency_keys; DELETE FROM transfers; DELETE FROM accounts"); err != nil {
 			return fmt.Errorf("empty the bank: %w", err)
 		}
-		for _, a := range e.cfg.Opening() {
+		for _, a := range e.lay.accounts {
 			if _, err := tx.Exec(ctx,
 				"INSERT INTO accounts (id, owner_id, holder, status, balance_kobo) VALUES ($1, $2, $3, $4, $5)",
 				a.ID, a.OwnerID, a.Holder, a.Status, a.BalanceKobo); err != nil {
@@ -159,6 +258,14 @@ func (e *engine) open(ctx context.Context) error {
 }
 
 func (e *engine) since() int64 { return int64(time.Since(e.start)) }
+
+// plan is intent i as the seed decides it.
+func (e *engine) plan(i int) Planned { return e.cfg.intentIn(e.lay, i) }
+
+func newIntent(i int, p Planned) *Intent {
+	return &Intent{Index: i, Label: p.Label, UserID: p.UserID, Key: p.Key, Request: p.Request,
+		Outcome: SeenUnknown, Reuse: p.Reuse, ReuseOf: p.ReuseOf}
+}
 
 func (e *engine) run(ctx context.Context, progress Progress) (*History, error) {
 	e.start = time.Now()
@@ -188,7 +295,19 @@ func (e *engine) run(ctx context.Context, progress Progress) (*History, error) {
 			defer t.Stop()
 		}
 	}
-	var next, done atomic.Int64
+	store := func(in *Intent) {
+		if total <= 0 {
+			e.mu.Lock()
+			e.intents = append(e.intents, in)
+			e.mu.Unlock()
+		} else {
+			e.intents[in.Index] = in
+		}
+		if progress != nil {
+			progress(int(e.done.Add(1)), total)
+		}
+	}
+	var next atomic.Int64
 	var wg sync.WaitGroup
 	for range cfg.Clients {
 		wg.Add(1)
@@ -202,55 +321,52 @@ func (e *engine) run(ctx context.Context, progress Progress) (*History, error) {
 				if i == crashAt {
 					e.killPostgres(ctx, i)
 				}
-				var in *Intent
-				if e.rig != nil {
-					in = e.rig.faultPhase(ctx, i)
-				} else {
-					in = e.faultPhase(ctx, i)
+				p := e.plan(i)
+				if p.Follower {
+					continue // the client of intent i-1 sends it
 				}
-				if total <= 0 {
+				in := e.send(ctx, i, p)
+				store(in)
+				if !cfg.head(e.lay, i) {
+					continue
+				}
+				f := e.plan(i + 1)
+				if f.Reuse != "" && in.Outcome == SeenUnknown {
+					// Its key may still be free or in progress: a reuse now
+					// would race the intent itself. It waits for healing.
+					fin := newIntent(i+1, f)
 					e.mu.Lock()
-					e.intents = append(e.intents, in)
+					e.deferred = append(e.deferred, fin)
 					e.mu.Unlock()
-				} else {
-					e.intents[i] = in
+					store(fin)
+					continue
 				}
-				n := int(done.Add(1))
-				if progress != nil {
-					progress(n, total)
-				}
+				store(e.send(ctx, i+1, f))
 			}
 		}()
 	}
 	wg.Wait()
 	// Healing starts with PostgreSQL up again.
 	e.crashOnce.Do(func() {}) // a crash timer that has not fired never will
-	e.crashWG.Wait()
+	crashErr := waitGroup(&e.crashWG, 2*time.Minute, "PostgreSQL to be killed and started again")
 	if err := ctx.Err(); err != nil {
 		e.crash.KillAll()
-		e.late.Wait()
+		_ = waitGroup(&e.late, drainTimeout, "requests still on their way to the servers")
 		stopAudit()
 		<-auditDone
 		return nil, err
+	}
+	if crashErr != nil {
+		e.crash.KillAll()
+		stopAudit()
+		<-auditDone
+		return nil, crashErr
 	}
 	if total <= 0 {
 		sort.Slice(e.intents, func(a, b int) bool { return e.intents[a].Index < e.intents[b].Index })
 	}
 
-	// Healing: no more faults. Requests still on their way arrive, the
-	// clock moves past every lock, unknown intents are retried with their
-	// key until they settle, and then the silent servers wake up.
-	if e.rig != nil {
-		e.rig.healing.Store(true)
-	}
-	e.late.Wait()
-	e.clock.Advance(idem.DefaultLockTTL + time.Second)
-	runErr := e.heal(ctx)
-	// A woken server that lost its key fails the fencing check; the
-	// servers' wrapper counts that.
-	for _, s := range e.crash.Sleepers() {
-		_, _ = s.Wake()
-	}
+	runErr := e.settle(ctx)
 	e.crash.KillAll()
 	stopAudit()
 	if err := <-auditDone; err != nil && runErr == nil {
@@ -263,8 +379,8 @@ func (e *engine) run(ctx context.Context, progress Progress) (*History, error) {
 		return nil, runErr
 	}
 
-	h := &History{Seed: cfg.Seed, Config: cfg, Opening: cfg.Opening(), Audits: e.audits, Fired: e.fired,
-		Takeovers: int(e.takeovers.Load()), FencingRollbacks: int(e.fencing.Load()), Crashes: e.crashes}
+	h := &History{Seed: cfg.Seed, Config: cfg, Opening: e.lay.accounts, Audits: e.audits, Fired: e.fired,
+		Server: e.server, Crashes: e.crashes, Cleanup: e.cleanup, Stalls: e.stalls, BeforeHeal: e.beforeHeal, Freezes: e.freezes}
 	h.Intents = make([]Intent, len(e.intents))
 	for i, in := range e.intents {
 		h.Intents[i] = *in
@@ -273,22 +389,88 @@ func (e *engine) run(ctx context.Context, progress Progress) (*History, error) {
 	if h.Final, err = bank.ReadLedger(ctx, e.db); err != nil {
 		return nil, err
 	}
-	if h.StuckKeys, err = stuckKeys(ctx, e.db); err != nil {
+	if h.StuckKeys, err = keysWithStatus(ctx, e.db, "in_progress"); err != nil {
 		return nil, err
 	}
-	if len(h.Crashes) > 0 {
-		if h.CompletedKeys, err = completedKeys(ctx, e.db); err != nil {
-			return nil, err
-		}
+	if h.CompletedKeys, err = keysWithStatus(ctx, e.db, "completed"); err != nil {
+		return nil, err
 	}
 	h.Duration = time.Since(e.start)
 	return h, nil
 }
 
+// settle ends the run, faults off. Requests still on their way arrive, the
+// clock moves past every lock, unknown intents are retried with their key
+// until they settle, the silent servers wake up, the key reuses that waited
+// for their first intent are sent, the cleanup job runs, and some intents
+// are sent once more after it.
+func (e *engine) settle(ctx context.Context) error {
+	if e.rig != nil {
+		e.rig.healing.Store(true)
+	}
+	if err := waitGroup(&e.late, drainTimeout, "requests still on their way to the servers (late ones, staged takeovers and deadlocks)"); err != nil {
+		return err
+	}
+	if e.rig != nil {
+		if err := waitGroup(&e.rig.inflight, drainTimeout, "the HTTP servers' handlers of requests whose clients had gone"); err != nil {
+			return err
+		}
+	}
+	// Before the clock moves past every lock, which would hide it: a key in
+	// progress whose holder has returned was abandoned.
+	census, err := e.census(ctx)
+	if err != nil {
+		return err
+	}
+	e.beforeHeal = census
+	e.clock.Advance(idem.DefaultLockTTL + time.Second)
+	if err := e.heal(ctx); err != nil {
+		return err
+	}
+	// A woken server that lost its key fails the fencing check; the
+	// servers' wrapper counts that.
+	for _, s := range e.crash.Sleepers() {
+		if err := e.wake(s); err != nil {
+			return err
+		}
+	}
+	if err := e.sendDeferred(ctx); err != nil {
+		return err
+	}
+	if err := e.runCleanup(ctx); err != nil {
+		return err
+	}
+	return e.repeatAfterCleanup(ctx)
+}
+
+// send runs intent i: its fault phase, then, when it has a final answer and
+// the seed says so, the same request once more (a user tapping again).
+func (e *engine) send(ctx context.Context, i int, p Planned) *Intent {
+	var in *Intent
+	if e.rig != nil {
+		in = e.rig.faultPhase(ctx, i, p)
+	} else {
+		in = e.faultPhase(ctx, i, p)
+	}
+	if p.Repeat && in.Outcome != SeenUnknown && ctx.Err() == nil {
+		e.repeat(ctx, in, p, PhaseRepeat)
+	}
+	return in
+}
+
+// repeat sends in once more with its key, no fault: the answer must be the
+// stored one, replayed.
+func (e *engine) repeat(ctx context.Context, in *Intent, p Planned, phase string) {
+	if e.rig != nil {
+		e.rig.repeat(ctx, in, p, phase)
+		return
+	}
+	in.Attempts = append(in.Attempts, e.attempt(ctx, in.Index, p, len(in.Attempts)+1, phase, ""))
+}
+
 // faultPhase runs intent i with faults on, for at most MaxAttempts.
-func (e *engine) faultPhase(ctx context.Context, i int) *Intent {
-	p := e.cfg.Intent(i)
-	in := &Intent{Index: i, Label: p.Label, UserID: p.UserID, Key: p.Key, Request: p.Request, Outcome: SeenUnknown}
+func (e *engine) faultPhase(ctx context.Context, i int, p Planned) *Intent {
+	in := newIntent(i, p)
 	for attempt := 1; attempt <= e.cfg.MaxAttempts && ctx.Err() == nil; attempt++ {
 		a := e.attempt(ctx, i, p, attempt, PhaseFault, e.cfg.Fault(i, attempt))
 		in.Attempts = append(in.Attempts, a)
@@ -305,11 +487,109 @@ func (e *engine) faultPhase(ctx context.Context, i int) *Intent {
 func (e *engine) heal(ctx context.Context) error {
 	var todo []*Intent
 	for _, in := range e.intents {
-		if in.Outcome == SeenUnknown {
+		if in.Outcome == SeenUnknown && !e.isDeferred(in) {
 			in.Healed = true
 			todo = append(todo, in)
 		}
 	}
+	return e.parallel(ctx, todo, func(in *Intent) {
+		if e.rig != nil {
+			e.rig.heal(ctx, in)
+			return
+		}
+		e.sendClean(ctx, in)
+	})
+}
+
+func (e *engine) isDeferred(in *Intent) bool {
+	for _, d := range e.deferred {
+		if d == in {
+			return true
+		}
+	}
+	return false
+}
+
+// sendClean sends in, no faults, until it has a final answer.
+func (e *engine) sendClean(ctx context.Context, in *Intent) {
+	p := e.plan(in.Index)
+	for n := 0; n < HealAttempts && in.Outcome == SeenUnknown && ctx.Err() == nil; n++ {
+		a := e.attempt(ctx, in.Index, p, len(in.Attempts)+1, PhaseHeal, "")
+		in.Attempts = append(in.Attempts, a)
+		in.Outcome = a.Seen
+		backoff(a)
+	}
+}
+
+// sendDeferred sends the key reuses whose first intent had no final answer
+// in the fault phase; healing has given it one.
+func (e *engine) sendDeferred(ctx context.Context) error {
+	return e.parallel(ctx, e.deferred, func(in *Intent) {
+		if e.rig != nil {
+			e.rig.sendClean(ctx, in)
+			return
+		}
+		e.sendClean(ctx, in)
+	})
+}
+
+// census reads the keys in progress, and the locks of the holders still
+// alive: the servers stopped after their claim, which have not returned.
+// Every other request has returned by now.
+func (e *engine) census(ctx context.Context) (*KeyCensus, error) {
+	c := &KeyCensus{InProgress: []HeldKey{}, LiveLocks: []string{}}
+	rows, err := e.db.Query(ctx, "SELECT user_id::text || '/' || key, coalesce(lock_id, '') FROM idempotency_keys WHERE status = 'in_progress' ORDER BY 1")
+	if err != nil {
+		return nil, fmt.Errorf("read the keys in progress before healing: %w", err)
+	}
+	c.InProgress, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (HeldKey, error) {
+		var k HeldKey
+		err := r.Scan(&k.Key, &k.LockID)
+		return k, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read the keys in progress before healing: %w", err)
+	}
+	for _, s := range e.crash.Sleepers() {
+		c.LiveLocks = append(c.LiveLocks, s.Claim.LockID)
+	}
+	sort.Strings(c.LiveLocks)
+	return c, nil
+}
+
+// runCleanup runs the 24 h cleanup job when the run's oldest key is a
+// minute short of the retention period: every key of the run is younger,
+// so it must delete none, and a retry of any of them is still a replay.
+func (e *engine) runCleanup(ctx context.Context) error {
+	target := e.clockStart.Add(idem.DefaultRetention - time.Minute)
+	if now := e.clock.Now(); now.Before(target) {
+		e.clock.Advance(target.Sub(now))
+	}
+	if err := e.clock.Err(); err != nil {
+		return err
+	}
+	now := e.clock.Now()
+	deleted, err := e.store.Cleanup(ctx, e.db, idem.DefaultRetention, now)
+	if err != nil {
+		return err
+	}
+	e.cleanup = &CleanupRun{AtNs: e.since(), Clock: now, Deleted: deleted}
+	return nil
+}
+
+// repeatAfterCleanup sends a seeded share of the settled intents once more.
+func (e *engine) repeatAfterCleanup(ctx context.Context) error {
+	var todo []*Intent
+	for _, in := range e.intents {
+		if in.Outcome != SeenUnknown && e.cfg.RepeatsAfterCleanup(in.Index) {
+			todo = append(todo, in)
+		}
+	}
+	return e.parallel(ctx, todo, func(in *Intent) { e.repeat(ctx, in, e.plan(in.Index), PhaseAfterCleanup) })
+}
+
+// parallel runs fn on every intent of todo, Clients at a time.
+func (e *engine) parallel(ctx context.Context, todo []*Intent, fn func(*Intent)) error {
 	work := make(chan *Intent)
 	var wg sync.WaitGroup
 	for range e.cfg.Clients {
@@ -317,16 +597,8 @@ func (e *engine) heal(ctx context.Context) error {
 		go func() {
 			defer wg.Done()
 			for in := range work {
-				if e.rig != nil {
-					e.rig.heal(ctx, in)
-					continue
-				}
-				p := e.cfg.Intent(in.Index)
-				for n := 0; n < HealAttempts && in.Outcome == SeenUnknown && ctx.Err() == nil; n++ {
-					a := e.attempt(ctx, in.Index, p, len(in.Attempts)+1, PhaseHeal, "")
-					in.Attempts = append(in.Attempts, a)
-					in.Outcome = a.Seen
-					backoff(a)
+				if ctx.Err() == nil {
+					fn(in)
 				}
 			}
 		}()
@@ -337,6 +609,38 @@ func (e *engine) heal(ctx context.Context) error {
 	close(work)
 	wg.Wait()
 	return ctx.Err()
+}
+
+// wake lets a server stopped by crash-after-claim carry on, and waits (at
+// most attemptTimeout) for it to finish.
+func (e *engine) wake(s *faults.Sleeper) error {
+	done := make(chan struct{})
+	go func() {
+		_, _ = s.Wake()
+		close(done)
+	}()
+	select {
+	case <-done:
+		e.count(PathWoken)
+		return nil
+	case <-time.After(attemptTimeout):
+		return fmt.Errorf("a server stopped after claiming a key (lock %s) was woken and did not finish within %s", s.Claim.LockID, attemptTimeout)
+	}
+}
+
+// waitGroup waits for wg at most d; the error says what it waited for.
+func waitGroup(wg *sync.WaitGroup, d time.Duration, what string) error {
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-time.After(d):
+		return fmt.Errorf("waited %s for %s; they never finished", d, what)
+	}
 }
 
 // backoff pauses before the next attempt: briefly, because in-process
@@ -361,12 +665,10 @@ func (e *engine) attempt(ctx context.Context, i int, p Planned, n int, phase, fa
 	req := idem.Request{UserID: p.UserID, Key: key, Body: p.Request.Body()}
 	server := e.servers[inst]
 
-	ctx = bank.WithIntent(ctx, p.Label)
-	ctx = idem.WithHooks(ctx, idem.Hooks{AfterClaim: func(_ context.Context, c idem.Claim) {
-		if c.TookOver {
-			e.takeovers.Add(1)
-		}
-	}})
+	ctx = e.observe(bank.WithIntent(ctx, p.Label))
+	ctx, cancel := context.WithTimeoutCause(ctx, attemptTimeout,
+		fmt.Errorf("%s attempt %d: server %d gave no answer within %s", p.Label, n, inst+1, attemptTimeout))
+	defer cancel()
 	if fault != "" {
 		e.mu.Lock()
 		e.fired[fault]++
@@ -381,14 +683,40 @@ func (e *engine) attempt(ctx context.Context, i int, p Planned, n int, phase, fa
 		e.clock.Advance(idem.DefaultLockTTL + time.Second)
 		resp, err = server(ctx, req)
 	case FaultLate:
+		// The request reaches the server only once this attempt has ended
+		// for its client (it gave up), and lateBy after that.
+		gone := make(chan struct{})
+		defer close(gone)
 		e.late.Add(1)
-		sctx := context.WithoutCancel(ctx)
+		sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), attemptTimeout)
 		go func() {
 			defer e.late.Done()
+			defer scancel()
+			<-gone
 			time.Sleep(lateBy)
 			_, _ = server(sctx, req)
 		}()
 		err = &faults.NetworkError{Message: "timed out waiting for the response"}
+	case FaultDeadlock:
+		resp, err = server(bank.WithAfterChecks(ctx, e.deadlock(ctx, key, p.Request.From)), req)
+	case FaultExpireMidWrite:
+		resp, err = server(bank.WithAfterChecks(ctx, e.expireMidWrite(ctx, req, inst)), req)
+	case FaultFreeze:
+		hook, thaw := e.freeze(ctx, p.Label, p.Request.From)
+		resp, err = server(bank.WithAfterChecks(ctx, hook), req)
+		thaw()
+	case FaultDisconnect:
+		var finished bool
+		inner := func(ctx context.Context, req idem.Request) (bank.Response, error) {
+			resp, err := server(ctx, req)
+			finished = err == nil
+			return resp, err
+		}
+		d := &faults.Disconnect{At: e.cfg.DisconnectPoint(i, n)}
+		resp, err = d.Deliver(ctx, e.env, faults.Delivery{Attempt: n, Intent: p.Label, Request: req}, inner)
+		if errors.Is(err, faults.ErrNoResponse) && finished {
+			e.count(PathDisconnectFinished)
+		}
 	default:
 		resp, err = e.faults[fault].Deliver(ctx, e.env, faults.Delivery{Attempt: n, Intent: p.Label, Request: req}, server)
 	}
@@ -405,10 +733,161 @@ func (e *engine) attempt(ctx context.Context, i int, p Planned, n int, phase, fa
 	return a
 }
 
+// deadlock returns the hook, run once by a transfer between its checks and
+// its writes, that stages a real deadlock with it: another transaction
+// locks the request's key row and then asks for the sender's row, which the
+// transfer holds. The transfer, completing its key, then waits for that
+// transaction, and PostgreSQL breaks the cycle in the transfer's backend,
+// whose deadlock check comes first (deadlock_timeout 20 ms there, 10 s in
+// the other): the transfer is aborted with 40P01, and InTx runs it again.
+func (e *engine) deadlock(ctx context.Context, key string, from int64) func() {
+	var once sync.Once
+	return func() { once.Do(func() { e.interfere(ctx, key, from) }) }
+}
+
+func (e *engine) interfere(ctx context.Context, key string, from int64) {
+	started := time.Now()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stageTimeout)
+	tx, err := e.db.Begin(ctx)
+	if err != nil {
+		e.stall("deadlock on key %s: the other transaction could not begin after %s: %v", key, time.Since(started).Round(time.Millisecond), err)
+		cancel()
+		return
+	}
+	var pid int32
+	_, err = tx.Exec(ctx, "SET LOCAL deadlock_timeout = '10s'")
+	if err == nil {
+		err = tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid)
+	}
+	if err == nil {
+		_, err = tx.Exec(ctx, "SELECT 1 FROM idempotency_keys WHERE key = $1 FOR UPDATE", key)
+	}
+	if err != nil {
+		e.stall("deadlock on key %s: the other transaction could not lock the key row: %v", key, err)
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		cancel()
+		return
+	}
+	e.late.Add(1)
+	go func() {
+		defer e.late.Done()
+		defer cancel()
+		_, _ = tx.Exec(ctx, "SELECT 1 FROM accounts WHERE id = $1 FOR UPDATE", from)
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+	}()
+	// Back to the transfer only once the other transaction waits for its
+	// row: a transfer that reached the key row first would merely queue.
+	for {
+		var waiting bool
+		err := e.db.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock')", pid).Scan(&waiting)
+		if err == nil && waiting {
+			return
+		}
+		if ctx.Err() != nil || err != nil {
+			e.stall("deadlock on key %s: the other transaction was not seen waiting for account %d after %s (%v)", key, from, time.Since(started).Round(time.Millisecond), err)
+			return
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+}
+
+// freeze returns the hook, run once by a transfer between its checks and
+// its debit, that freezes the sender's account from another transaction;
+// and thaw, to call once the attempt is over, which makes the account
+// active again if the freeze went through. A transfer that holds the
+// sender's row lock makes the freeze wait; the freeze gives up after 50 ms
+// (lock_timeout), and the hook returns. One that does not hold it lets the
+// freeze commit under it.
+func (e *engine) freeze(ctx context.Context, label string, from int64) (hook, thaw func()) {
+	var once sync.Once
+	frozen := false
+	hook = func() {
+		once.Do(func() {
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stageTimeout)
+			defer cancel()
+			tx, err := e.db.Begin(ctx)
+			if err != nil {
+				e.stall("freeze of account %d: could not begin: %v", from, err)
+				return
+			}
+			defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+			if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '50ms'"); err != nil {
+				e.stall("freeze of account %d: %v", from, err)
+				return
+			}
+			_, err = tx.Exec(ctx, "UPDATE accounts SET status = 'frozen' WHERE id = $1 AND status = 'active'", from)
+			var pg *pgconn.PgError
+			switch {
+			case errors.As(err, &pg) && pg.Code == "55P03": // lock_not_available
+				e.count(PathFreezeWaited)
+				return
+			case err != nil:
+				e.stall("freeze of account %d: %v", from, err)
+				return
+			}
+			if err := tx.Commit(ctx); err != nil {
+				e.stall("freeze of account %d: commit: %v", from, err)
+				return
+			}
+			frozen = true
+			e.mu.Lock()
+			e.freezes = append(e.freezes, Freeze{Intent: label, Account: from, AtNs: e.since()})
+			e.mu.Unlock()
+		})
+	}
+	thaw = func() {
+		if !frozen {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stageTimeout)
+		defer cancel()
+		if _, err := e.db.Exec(ctx, "UPDATE accounts SET status = 'active' WHERE id = $1", from); err != nil {
+			e.stall("account %d, frozen under a transfer, could not be made active again: %v", from, err)
+		}
+	}
+	return hook, thaw
+}
+
+// expireMidWrite returns the hook, run once by the holder of a key between
+// its checks and its writes, that lets its lock expire right then: the
+// clock jumps past the lock's TTL and a retry of the same request, on
+// another copy of the server, takes the key over while the holder still has
+// its writes to do. The holder carries on once the retry holds the key (or
+// has answered without it); its completion must then fail the fencing check
+// and roll back, and its release must leave the retry's claim alone.
+func (e *engine) expireMidWrite(ctx context.Context, req idem.Request, holder int) func() {
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			e.clock.Advance(idem.DefaultLockTTL + time.Second)
+			claimed := make(chan idem.Claim, 1)
+			done := make(chan struct{})
+			tctx := idem.WithHooks(context.WithoutCancel(ctx), idem.Hooks{AfterClaim: func(_ context.Context, c idem.Claim) { claimed <- c }})
+			tctx, cancel := context.WithTimeout(e.observe(tctx), attemptTimeout)
+			e.late.Add(1)
+			go func() {
+				defer e.late.Done()
+				defer close(done)
+				defer cancel()
+				_, _ = e.servers[(holder+1)%len(e.servers)](tctx, req)
+			}()
+			select {
+			case c := <-claimed:
+				if c.TookOver {
+					e.count(PathExpiredMidWrite)
+				}
+			case <-done:
+			case <-time.After(takeoverWait):
+				e.stall("expire-mid-write on key %s: the retry had not claimed the key after %s", req.Key, takeoverWait)
+			}
+		})
+	}
+}
+
 // answered records a response the client received, and what it tells the
 // client: ok, refused, or still unknown (409, 429, 5xx).
 func (a *Attempt) answered(resp bank.Response) {
-	a.Status, a.Replayed, a.Body = resp.Status, resp.Replayed, resp.Body
+	a.Status, a.Replayed, a.Body = resp.Status, resp.Replayed, Bytes(resp.Body)
 	switch {
 	case resp.OK():
 		a.Seen = SeenOK
@@ -456,14 +935,15 @@ func (e *engine) audit(ctx context.Context) error {
 	}
 }
 
-func stuckKeys(ctx context.Context, db bank.DB) ([]string, error) {
-	rows, err := db.Query(ctx, "SELECT user_id::text || '/' || key FROM idempotency_keys WHERE status = 'in_progress' ORDER BY 1")
+// keysWithStatus lists the keys in status, as user/key.
+func keysWithStatus(ctx context.Context, db bank.DB, status string) ([]string, error) {
+	rows, err := db.Query(ctx, "SELECT user_id::text || '/' || key FROM idempotency_keys WHERE status = $1 ORDER BY 1", status)
 	if err != nil {
-		return nil, fmt.Errorf("read keys in progress: %w", err)
+		return nil, fmt.Errorf("read the keys %s: %w", status, err)
 	}
 	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
-		return nil, fmt.Errorf("read keys in progress: %w", err)
+		return nil, fmt.Errorf("read the keys %s: %w", status, err)
 	}
 	return keys, nil
 }
@@ -491,16 +971,4 @@ func (e *engine) killPostgres(ctx context.Context, after int) {
 			e.mu.Unlock()
 		}()
 	})
-}
-
-func completedKeys(ctx context.Context, db bank.DB) ([]string, error) {
-	rows, err := db.Query(ctx, "SELECT user_id::text || '/' || key FROM idempotency_keys WHERE status = 'completed' ORDER BY 1")
-	if err != nil {
-		return nil, fmt.Errorf("read completed keys: %w", err)
-	}
-	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, fmt.Errorf("read completed keys: %w", err)
-	}
-	return keys, nil
 }

@@ -25,6 +25,12 @@ const (
 const (
 	PhaseFault = "fault" // faults on, clients retry a few times
 	PhaseHeal  = "heal"  // faults off, unknown intents retried until final
+	// PhaseRepeat is the intent sent once more, with its key, after its final
+	// answer: a user tapping again. It must be replayed byte for byte.
+	PhaseRepeat = "repeat"
+	// PhaseAfterCleanup is the same after the key cleanup job ran: the key is
+	// younger than the retention, so it must still be replayed.
+	PhaseAfterCleanup = "after-cleanup"
 )
 
 // History is everything a run did and saw: the input of the checker.
@@ -37,19 +43,67 @@ type History struct {
 	Audits []Snapshot `json:"audits"`
 	// Final is the ledger after healing.
 	Final bank.Ledger `json:"final"`
-	// StuckKeys are the keys still in progress after healing.
+	// StuckKeys are the keys still in progress at the end, as user/key.
 	StuckKeys []string `json:"stuckKeys"`
+	// CompletedKeys are the keys completed in PostgreSQL at the end, as
+	// user/key.
+	CompletedKeys []string `json:"completedKeys"`
 	// Fired counts the faults that fired, by name.
 	Fired map[string]int `json:"fired"`
-	// Takeovers and FencingRollbacks are counted on the server's side.
-	Takeovers        int           `json:"takeovers"`
-	FencingRollbacks int           `json:"fencingRollbacks"`
-	Duration         time.Duration `json:"durationNs"`
+	// Server counts the defence paths taken inside the servers, where no
+	// client can see them (takeover, fencing-rollback, deadlock-retry, …;
+	// see Paths).
+	Server   map[string]int `json:"server"`
+	Duration time.Duration  `json:"durationNs"`
+	// Freezes are the freezes of a sender's account that committed while
+	// its transfer stood between its checks and its debit (FaultFreeze): a
+	// transfer that held its row lock makes every freeze wait instead.
+	Freezes []Freeze `json:"freezes,omitempty"`
+	// BeforeHeal is the key store as the fault phase left it: read once
+	// every request had returned, and before healing moved the clock past
+	// every lock (which would let a retry take an abandoned key over, and
+	// hide it).
+	BeforeHeal *KeyCensus `json:"beforeHeal,omitempty"`
+	// Cleanup is the run of the key cleanup job, after healing.
+	Cleanup *CleanupRun `json:"cleanup,omitempty"`
+	// Stalls are the staged races whose other side never came within its
+	// bound (a retry that could not take the key over, a transaction that
+	// never queued for the row): the race did not happen as planned, and the
+	// run waited for nothing.
+	Stalls []string `json:"stalls,omitempty"`
 	// Crashes are the times PostgreSQL was killed (KillPostgres).
 	Crashes []Crash `json:"crashes,omitempty"`
-	// CompletedKeys are the keys completed in PostgreSQL after healing,
-	// as user/key; read only for a run with a crash.
-	CompletedKeys []string `json:"completedKeys,omitempty"`
+}
+
+// Freeze is an account frozen under a transfer that had checked it active.
+type Freeze struct {
+	Intent  string `json:"intent"`
+	Account int64  `json:"account"`
+	AtNs    int64  `json:"atNs"`
+}
+
+// KeyCensus is the keys in progress at one moment, and the holders alive.
+type KeyCensus struct {
+	InProgress []HeldKey `json:"inProgress"`
+	// LiveLocks are the locks of the holders still working (or stopped, but
+	// alive): the servers stopped after their claim by crash-after-claim.
+	LiveLocks []string `json:"liveLocks"`
+}
+
+// HeldKey is a key in progress and the lock on it.
+type HeldKey struct {
+	Key    string `json:"key"` // user/key
+	LockID string `json:"lockId"`
+}
+
+// CleanupRun is one run of the 24 h key cleanup job.
+type CleanupRun struct {
+	AtNs int64 `json:"atNs"`
+	// Clock is the simulated time it ran at: the run's oldest key was then
+	// a minute short of the retention period, so nothing may go.
+	Clock time.Time `json:"clock"`
+	// Deleted are the keys it deleted.
+	Deleted []string `json:"deleted"`
 }
 
 // Crash is one kill -9 of PostgreSQL and its restart on the same data.
@@ -77,6 +131,11 @@ type Intent struct {
 	Outcome string `json:"outcome"`
 	// Healed is set when the fault phase ended unknown and healing ran.
 	Healed bool `json:"healed,omitempty"`
+	// Reuse, when set, marks a buggy client's intent that sent the key of
+	// intent ReuseOf, its previous one, with a request that differs in
+	// Reuse (recipient, sender or amount).
+	Reuse   string `json:"reuse,omitempty"`
+	ReuseOf int    `json:"reuseOf,omitempty"`
 }
 
 // Attempt is one delivery of an intent.
@@ -87,13 +146,19 @@ type Attempt struct {
 	Key      string `json:"key"`
 	Instance int    `json:"instance"`
 	// StartNs and EndNs are offsets from the start of the run.
-	StartNs  int64           `json:"startNs"`
-	EndNs    int64           `json:"endNs"`
-	Status   int             `json:"status,omitempty"`
-	Replayed bool            `json:"replayed,omitempty"`
-	Body     json.RawMessage `json:"body,omitempty"`
-	Error    string          `json:"error,omitempty"`
-	Seen     string          `json:"seen"`
+	StartNs  int64 `json:"startNs"`
+	EndNs    int64 `json:"endNs"`
+	Status   int   `json:"status,omitempty"`
+	Replayed bool  `json:"replayed,omitempty"`
+	// Body is the answer's body as the handler gave it, kept byte for byte
+	// (a JSON string in the saved history, so that re-checking compares the
+	// same bytes).
+	Body Bytes `json:"body,omitempty"`
+	// Wire, over HTTP, is the body as it arrived when it differs from Body
+	// (problem details); replays are compared on it.
+	Wire  Bytes  `json:"wire,omitempty"`
+	Error string `json:"error,omitempty"`
+	Seen  string `json:"seen"`
 	// Lookup marks a GET /transfers?key= that asked for the key's stored
 	// answer (HTTP runs, healing) rather than a delivery of the transfer.
 	Lookup bool `json:"lookup,omitempty"`
@@ -101,7 +166,41 @@ type Attempt struct {
 
 // Response is what the client was told, as a bank.Response.
 func (a Attempt) Response() bank.Response {
-	return bank.Response{Status: a.Status, Body: a.Body, Replayed: a.Replayed}
+	return bank.Response{Status: a.Status, Body: json.RawMessage(a.Body), Replayed: a.Replayed}
+}
+
+// Bytes returns the answer's body as the client received it: what a replay
+// must repeat exactly.
+func (a Attempt) Bytes() []byte {
+	if a.Wire != nil {
+		return a.Wire
+	}
+	return a.Body
+}
+
+// Bytes is a body kept byte for byte. It is saved as a JSON string: a
+// json.RawMessage would be re-encoded (compacted, escaped) on the way, and a
+// replay that differs from its original only in spacing or key order must
+// differ in the saved history too.
+type Bytes []byte
+
+// MarshalJSON implements json.Marshaler.
+func (b Bytes) MarshalJSON() ([]byte, error) { return json.Marshal(string(b)) }
+
+// UnmarshalJSON implements json.Unmarshaler. It also reads a body saved as
+// a JSON value, as histories did before bodies were kept byte for byte: its
+// bytes are then the value as it was saved.
+func (b *Bytes) UnmarshalJSON(data []byte) error {
+	if len(data) > 0 && data[0] != '"' {
+		*b = Bytes(append([]byte(nil), data...))
+		return nil
+	}
+	var s string
+	if err := json.Unmarshal(data, &s); err != nil {
+		return err
+	}
+	*b = Bytes(s)
+	return nil
 }
 
 // Snapshot is one audit: every balance, read in one transaction.

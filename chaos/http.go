@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -50,14 +51,23 @@ type httpRig struct {
 	http    *http.Client
 	// healing switches every fault off.
 	healing atomic.Bool
+	// calm holds the intents being sent again after their final answer: no
+	// fault for them, whatever their attempt number.
+	calm sync.Map
+	// inflight counts the servers' handlers still running, including those
+	// of requests whose clients went away.
+	inflight sync.WaitGroup
+	// gone holds, per "intent/attempt", a channel closed when the client
+	// has finished that attempt: a late request waits for it.
+	gone sync.Map
 }
 
 func startHTTP(e *engine) (*httpRig, error) {
 	r := &httpRig{e: e, index: map[string]int{}, tokens: map[int64]string{}}
 	byToken := map[string]int64{}
-	for _, a := range e.cfg.Opening() {
-		tok := fmt.Sprintf("chaos-user-%d", a.OwnerID)
-		r.tokens[a.OwnerID], byToken[tok] = tok, a.OwnerID
+	for _, u := range e.lay.users {
+		tok := fmt.Sprintf("chaos-user-%d", u)
+		r.tokens[u], byToken[tok] = tok, u
 	}
 	r.http = &http.Client{Timeout: httpTimeout, Transport: &http.Transport{DisableKeepAlives: true}}
 	for inst, h := range e.handlers {
@@ -66,7 +76,7 @@ func startHTTP(e *engine) (*httpRig, error) {
 			r.close()
 			return nil, fmt.Errorf("listen: %w", err)
 		}
-		srv := &http.Server{Handler: r.serverFaults(h, byToken), ReadHeaderTimeout: 5 * time.Second}
+		srv := &http.Server{Handler: r.serverFaults(h, byToken, inst), ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = srv.Serve(ln) }()
 		r.servers = append(r.servers, srv)
 		p, err := faults.StartProxy(ln.Addr().String(), e.cfg.Seed+uint64(inst))
@@ -110,13 +120,23 @@ func (r *httpRig) scheduled(req *http.Request) (intent, attempt int, fault strin
 	if err != nil || n < 1 || n > r.e.cfg.MaxAttempts {
 		return 0, 0, ""
 	}
+	if _, calm := r.calm.Load(i); calm {
+		return 0, 0, ""
+	}
 	return i, n, r.e.cfg.Fault(i, n)
 }
 
 // connFault is each proxy's Select: the faults that happen on the wire.
 func (r *httpRig) connFault(_ int, req *http.Request) faults.ConnFault {
-	_, _, fault := r.scheduled(req)
+	i, n, fault := r.scheduled(req)
 	switch fault {
+	case FaultDisconnect:
+		// The client goes away once its request is sent: it resets the
+		// connection, or half-closes it and waits for the answer.
+		if r.e.cfg.DisconnectPoint(i, n)%2 == 0 {
+			return &faults.ResetAfterSend{MaxDelay: 4 * time.Millisecond}
+		}
+		return &faults.HalfClose{}
 	case FaultLoseResponse:
 		return &faults.Tunnel{} // the server commits; the connection drops
 	case FaultDropRequest:
@@ -124,7 +144,7 @@ func (r *httpRig) connFault(_ int, req *http.Request) faults.ConnFault {
 	case FaultDuplicate:
 		return &faults.DuplicateConn{Copies: 2}
 	case FaultLate:
-		return &lateConn{e: r.e}
+		return &lateConn{e: r.e, gone: r.clientGone(i, n)}
 	case FaultSlow:
 		return &faults.Latency{Latency: time.Millisecond}
 	}
@@ -133,35 +153,70 @@ func (r *httpRig) connFault(_ int, req *http.Request) faults.ConnFault {
 
 // serverFaults is one server: the api on h, wrapped so that the faults that
 // happen inside a server (it crashes after claiming the key, its transaction
-// breaks before COMMIT, its clock jumps) hit the attempts the schedule says.
-func (r *httpRig) serverFaults(h *idem.Handler, tokens map[string]int64) http.Handler {
+// breaks before COMMIT, its clock jumps, it deadlocks, its lock expires while
+// it writes) hit the attempts the schedule says.
+func (r *httpRig) serverFaults(h *idem.Handler, tokens map[string]int64, inst int) http.Handler {
 	e := r.e
 	apiH := api.NewServer(api.Config{Handler: h, Tokens: tokens, Log: func(_ string, args ...any) {
 		for _, a := range args {
 			if err, ok := a.(error); ok && errors.Is(err, idem.ErrLostLock) {
-				e.fencing.Add(1)
+				e.count(PathFencing)
 			}
 		}
 	}})
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		r.inflight.Add(1)
+		defer r.inflight.Done()
 		i, n, fault := r.scheduled(req)
-		hooks := idem.Hooks{AfterClaim: func(_ context.Context, c idem.Claim) {
-			if c.TookOver {
-				e.takeovers.Add(1)
-			}
-		}}
+		ctx := e.observe(req.Context())
+		if fault == FaultDisconnect {
+			// The server finished although its client went away: the
+			// request's context ended, and yet it answered other than 5xx.
+			sw := &statusWriter{ResponseWriter: w}
+			defer func() {
+				if req.Context().Err() != nil && sw.status != 0 && sw.status < 500 {
+					e.count(PathDisconnectFinished)
+				}
+			}()
+			w = sw
+		}
 		switch fault {
 		case FaultCrashAfterClaim:
-			r.crash(w, req, apiH, i, n)
+			r.crash(w, req.WithContext(ctx), apiH, i, n)
 			return
 		case FaultFailBeforeCommit:
 			// The handler's error becomes the api's 500, never stored.
+			hooks := idem.HooksFrom(ctx)
 			hooks.BeforeCommit = func(context.Context) error { return faults.ErrFailedBeforeCommit }
+			ctx = idem.WithHooks(ctx, hooks)
 		case FaultClockJump:
 			e.clock.Advance(idem.DefaultLockTTL + time.Second)
+		case FaultDeadlock:
+			ctx = bank.WithAfterChecks(ctx, e.deadlock(ctx, req.Header.Get(api.HeaderKey), e.plan(i).Request.From))
+		case FaultFreeze:
+			hook, thaw := e.freeze(ctx, e.plan(i).Label, e.plan(i).Request.From)
+			ctx = bank.WithAfterChecks(ctx, hook)
+			defer thaw()
+		case FaultExpireMidWrite:
+			p := e.plan(i)
+			ireq := idem.Request{UserID: p.UserID, Key: req.Header.Get(api.HeaderKey), Body: p.Request.Body()}
+			// The api labels the transfer with its intent inside; the retry
+			// that takes over is sent in process, so it is labelled here.
+			ctx = bank.WithAfterChecks(ctx, e.expireMidWrite(bank.WithIntent(ctx, p.Label), ireq, inst))
 		}
-		apiH.ServeHTTP(w, req.WithContext(idem.WithHooks(req.Context(), hooks)))
+		apiH.ServeHTTP(w, req.WithContext(ctx))
 	})
+}
+
+// statusWriter remembers the status a handler wrote.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(status int) {
+	w.status = status
+	w.ResponseWriter.WriteHeader(status)
 }
 
 // crash serves req through CrashAfterClaim: once the server has claimed the
@@ -194,8 +249,12 @@ func (r *httpRig) crash(w http.ResponseWriter, req *http.Request, apiH http.Hand
 }
 
 // lateConn is the late fault on the wire: the client's connection drops at
-// once (it gave up), and the request reaches the server lateBy later.
-type lateConn struct{ e *engine }
+// once (it gave up), and the request reaches the server only once the client
+// has recorded the end of that attempt, and lateBy after that.
+type lateConn struct {
+	e    *engine
+	gone <-chan struct{}
+}
 
 func (*lateConn) Name() string { return FaultLate }
 
@@ -205,15 +264,35 @@ func (l *lateConn) Exchange(ctx context.Context, env *faults.Env, x *faults.Exch
 	l.e.late.Add(1)
 	defer l.e.late.Done()
 	_ = x.Drop()
-	t := time.NewTimer(lateBy)
+	t := time.NewTimer(attemptTimeout)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
+	case <-l.gone:
 	case <-t.C:
+		// A client that never records its attempt: deliver anyway.
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(lateBy):
 	}
 	_, _, err := x.RoundTrip(ctx)
 	return err
+}
+
+// clientGone returns a channel closed once the client of intent i has
+// recorded the end of attempt n (markGone).
+func (r *httpRig) clientGone(i, n int) <-chan struct{} {
+	ch, _ := r.gone.LoadOrStore(fmt.Sprintf("%d/%d", i, n), make(chan struct{}))
+	return ch.(chan struct{})
+}
+
+// markGone says that the client of intent i has finished attempt n.
+func (r *httpRig) markGone(i, n int) {
+	ch, _ := r.gone.LoadOrStore(fmt.Sprintf("%d/%d", i, n), make(chan struct{}))
+	close(ch.(chan struct{}))
 }
 
 // client returns the retrying client for intent i: its attempts go to the
@@ -248,6 +327,9 @@ func (r *httpRig) client(i int, p Planned, urls []string, attempts int, record f
 func (r *httpRig) attemptOf(a client.Attempt, n int, phase, fault string, start, end int64) Attempt {
 	at := Attempt{N: n, Phase: phase, Fault: fault, Key: a.Key, Instance: r.index[a.URL], StartNs: start, EndNs: end}
 	r.see(&at, a.Response, a.Err)
+	if a.Err == nil && !bytes.Equal(a.Raw, a.Response.Body) {
+		at.Wire = Bytes(a.Raw)
+	}
 	return at
 }
 
@@ -261,10 +343,9 @@ func (r *httpRig) see(at *Attempt, resp bank.Response, err error) {
 }
 
 // faultPhase sends intent i with the retrying client, faults on.
-func (r *httpRig) faultPhase(ctx context.Context, i int) *Intent {
+func (r *httpRig) faultPhase(ctx context.Context, i int, p Planned) *Intent {
 	e, cfg := r.e, r.e.cfg
-	p := cfg.Intent(i)
-	in := &Intent{Index: i, Label: p.Label, UserID: p.UserID, Key: p.Key, Request: p.Request, Outcome: SeenUnknown}
+	in := newIntent(i, p)
 	urls := make([]string, cfg.MaxAttempts)
 	for n := range urls {
 		urls[n] = r.urls[cfg.Instance(i, n+1)]
@@ -279,6 +360,9 @@ func (r *httpRig) faultPhase(ctx context.Context, i int) *Intent {
 		}
 		end := e.since()
 		in.Attempts = append(in.Attempts, r.attemptOf(a, a.N, PhaseFault, fault, start, end))
+		if fault == FaultLate {
+			r.markGone(i, a.N)
+		}
 		start = end + int64(a.Wait)
 	})
 	out, err := c.Send(bank.WithIntent(ctx, p.Label), client.Intent{Key: p.Key, Transfer: p.Request, Label: p.Label})
@@ -288,54 +372,88 @@ func (r *httpRig) faultPhase(ctx context.Context, i int) *Intent {
 	return in
 }
 
+// sendOnce sends in once more with its key, no fault, on the server the
+// schedule picks for that attempt, and records the attempt.
+func (r *httpRig) sendOnce(ctx context.Context, in *Intent, p Planned, phase string) (Attempt, bool) {
+	e, cfg := r.e, r.e.cfg
+	r.calm.Store(in.Index, true)
+	n := len(in.Attempts) + 1
+	key := p.Key
+	if cfg.Bug != nil && cfg.Bug.NewKeyPerAttempt {
+		key = cfg.AttemptKey(p, n)
+	}
+	c := r.client(in.Index, p, []string{r.urls[cfg.Instance(in.Index, n)]}, 1, nil)
+	c.FirstAttempt = n
+	start := e.since()
+	out, err := c.Send(bank.WithIntent(ctx, p.Label), client.Intent{Key: key, Transfer: p.Request, Label: p.Label})
+	if err != nil || len(out.Attempts) == 0 {
+		return Attempt{}, false
+	}
+	a := r.attemptOf(out.Attempts[0], n, phase, "", start, e.since())
+	in.Attempts = append(in.Attempts, a)
+	return a, true
+}
+
+// repeat sends a settled intent once more: a user tapping again, or a retry
+// after the cleanup job ran.
+func (r *httpRig) repeat(ctx context.Context, in *Intent, p Planned, phase string) {
+	_, _ = r.sendOnce(ctx, in, p, phase)
+}
+
+// sendClean sends in, no faults, until it has a final answer: a key reuse
+// that waited for its first intent to settle.
+func (r *httpRig) sendClean(ctx context.Context, in *Intent) {
+	p := r.e.plan(in.Index)
+	for k := 0; k < HealAttempts && in.Outcome == SeenUnknown && ctx.Err() == nil; k++ {
+		a, ok := r.sendOnce(ctx, in, p, PhaseHeal)
+		if !ok {
+			return
+		}
+		in.Outcome = a.Seen
+		backoff(a)
+	}
+}
+
 // heal settles an unknown intent with no faults, as a client that comes
 // back later does: it asks what became of its key (GET /transfers?key=) and
 // takes the stored answer; when no request with the key arrived, or it is
 // still in progress, it sends the intent again with the same key. A client
-// with the new-key-per-attempt bug just sends again with a new key.
+// with the new-key-per-attempt bug just sends again with a new key, and a
+// client that reused another intent's key sends again too: the stored
+// answer under that key is the other intent's.
 func (r *httpRig) heal(ctx context.Context, in *Intent) {
 	e, cfg := r.e, r.e.cfg
-	p := cfg.Intent(in.Index)
-	newKeys := cfg.Bug != nil && cfg.Bug.NewKeyPerAttempt
+	p := e.plan(in.Index)
+	if cfg.Bug != nil && cfg.Bug.NewKeyPerAttempt || in.Reuse != "" {
+		r.sendClean(ctx, in)
+		return
+	}
 	for k := 0; k < HealAttempts && in.Outcome == SeenUnknown && ctx.Err() == nil; k++ {
 		n := len(in.Attempts) + 1
 		url := r.urls[cfg.Instance(in.Index, n)]
-		key := p.Key
-		if newKeys {
-			key = cfg.AttemptKey(p, n)
-		} else {
-			c := r.client(in.Index, p, []string{url}, 1, nil)
-			start := e.since()
-			resp, found, err := c.Resolve(ctx, key)
-			if ctx.Err() != nil {
+		c := r.client(in.Index, p, []string{url}, 1, nil)
+		start := e.since()
+		resp, found, err := c.Resolve(ctx, p.Key)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil || found && resp.Status != 409 {
+			at := Attempt{N: n, Phase: PhaseHeal, Key: p.Key, Instance: r.index[url], StartNs: start, EndNs: e.since(), Lookup: true}
+			r.see(&at, resp, err)
+			in.Attempts = append(in.Attempts, at)
+			in.Outcome = at.Seen
+			if in.Outcome != SeenUnknown {
 				return
 			}
-			if err != nil || found && resp.Status != 409 {
-				at := Attempt{N: n, Phase: PhaseHeal, Key: key, Instance: r.index[url], StartNs: start, EndNs: e.since(), Lookup: true}
-				r.see(&at, resp, err)
-				in.Attempts = append(in.Attempts, at)
-				in.Outcome = at.Seen
-				if in.Outcome != SeenUnknown {
-					return
-				}
-				time.Sleep(httpBaseDelay)
-				continue
-			}
-			// Never arrived (404), or still in progress (409): send it.
+			time.Sleep(httpBaseDelay)
+			continue
 		}
-		start := e.since()
-		c := r.client(in.Index, p, []string{url}, 1, func(a client.Attempt) {
-			end := e.since()
-			in.Attempts = append(in.Attempts, r.attemptOf(a, n, PhaseHeal, "", start, end))
-		})
-		_, err := c.Send(bank.WithIntent(ctx, p.Label), client.Intent{Key: key, Transfer: p.Request, Label: p.Label})
-		if err != nil {
+		// Never arrived (404), or still in progress (409): send it.
+		a, ok := r.sendOnce(ctx, in, p, PhaseHeal)
+		if !ok {
 			return
 		}
-		if last := in.Attempts[len(in.Attempts)-1]; last.Seen != SeenUnknown {
-			in.Outcome = last.Seen
-			return
-		}
-		backoff(in.Attempts[len(in.Attempts)-1])
+		in.Outcome = a.Seen
+		backoff(a)
 	}
 }

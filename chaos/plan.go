@@ -3,12 +3,14 @@ package chaos
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/banksim/bank-sim/bank"
+	"github.com/banksim/bank-sim/faults"
 	"github.com/banksim/bank-sim/idem"
 )
 
@@ -22,12 +24,35 @@ const (
 	FaultLate             = "late"               // the request is delayed past the client's timeout, then runs
 	FaultSlow             = "slow"               // the server is slow, but answers in time
 	FaultClockJump        = "clock-jump"         // the clock jumps past the lock TTL, then the request runs
+	// FaultDeadlock: another transaction locks the request's key row and
+	// then waits for the sender's row, which the transfer holds; the
+	// transfer, completing its key, waits for it in turn, and PostgreSQL
+	// aborts the transfer (40P01), which InTx runs again.
+	FaultDeadlock = "deadlock"
+	// FaultExpireMidWrite: the key's lock expires while its holder is
+	// between its checks and its writes, and a retry on another server takes
+	// the key over at that moment; the holder's completion must fail the
+	// fencing check, and its release must not undo the takeover.
+	FaultExpireMidWrite = "expire-mid-write"
+	// FaultDisconnect: the client goes away mid-request, at a point the
+	// seed picks: before the claim, while the claim's answer is on its way,
+	// just after the claim, or inside the transaction (over HTTP: the
+	// connection is reset just after the request, or half-closed). The
+	// server must finish its work or release the key, never leave it in
+	// progress with nobody working on it.
+	FaultDisconnect = "disconnect"
+	// FaultFreeze: an administrator freezes the sender's account while the
+	// transfer stands between its checks and its debit. Holding the row
+	// lock, the transfer makes the freeze wait (it gives up after 50 ms);
+	// without it, the freeze commits and a frozen account is debited. The
+	// account is made active again once the attempt is over.
+	FaultFreeze = "freeze"
 )
 
 // FaultKinds lists every fault kind, sorted.
 func FaultKinds() []string {
 	k := []string{FaultLoseResponse, FaultDropRequest, FaultDuplicate, FaultCrashAfterClaim,
-		FaultFailBeforeCommit, FaultLate, FaultSlow, FaultClockJump}
+		FaultFailBeforeCommit, FaultLate, FaultSlow, FaultClockJump, FaultDeadlock, FaultExpireMidWrite, FaultDisconnect, FaultFreeze}
 	sort.Strings(k)
 	return k
 }
@@ -37,7 +62,8 @@ func FaultKinds() []string {
 type Rates map[string]float64
 
 // DefaultRates fire on about a quarter of the attempts, every kind included,
-// so that one short run meets every failure the lesson describes.
+// so that one run of the default 1,000 intents meets every failure the
+// lesson describes, each many times over.
 func DefaultRates() Rates {
 	return Rates{
 		FaultLoseResponse:     0.05,
@@ -48,6 +74,31 @@ func DefaultRates() Rates {
 		FaultLate:             0.03,
 		FaultSlow:             0.03,
 		FaultClockJump:        0.01,
+		FaultDeadlock:         0.01,
+		FaultExpireMidWrite:   0.01,
+		FaultDisconnect:       0.03,
+		FaultFreeze:           0.01,
+	}
+}
+
+// AuditRates are the rates of the audit's short chaos runs: every fault
+// kind at 3% or more, so that a few hundred intents meet each one often and
+// take every defence path (at the default rates, 300 intents miss one now
+// and then, and a column that missed a defence proves nothing about it).
+func AuditRates() Rates {
+	return Rates{
+		FaultLoseResponse:     0.05,
+		FaultDropRequest:      0.03,
+		FaultDuplicate:        0.05,
+		FaultCrashAfterClaim:  0.03,
+		FaultFailBeforeCommit: 0.04,
+		FaultLate:             0.03,
+		FaultSlow:             0.03,
+		FaultClockJump:        0.03,
+		FaultDeadlock:         0.03,
+		FaultExpireMidWrite:   0.03,
+		FaultDisconnect:       0.04,
+		FaultFreeze:           0.03,
 	}
 }
 
@@ -164,24 +215,97 @@ const (
 	saltInstance = 0x696e7374
 	saltOpening  = 0x6f70656e
 	saltCrash    = 0x6372617368
+	saltEdge     = 0x65646765
+	saltFollow   = 0x666f6c6c6f77
+	saltRepeat   = 0x726570656174
+	saltPoint    = 0x706f696e74
 )
 
 func rng(seed uint64, salt, a, b uint64) *rand.Rand {
 	return rand.New(rand.NewPCG(seed^salt, a<<20|b))
 }
 
-// Opening is the bank the run starts with: Accounts accounts, each owned by
-// the user with its id, balances from ₦500 to ₦2,500, drawn from the seed.
-func (c Config) Opening() []bank.Account {
+// Account ids of the run's bank. None equals its owner's user id, and
+// account 2 belongs to user 1, so that a client of user 2 sending from
+// account 2 must be told 404: an ownership check that compares the account
+// id with the user id lets it through.
+const (
+	frozenID  = 2       // user 1's frozen account
+	closedID  = 17      // the last user's closed account, with money in it
+	MissingID = 999_999 // an account that does not exist
+)
+
+func hotID(k int) int64  { return 103 + 10*int64(k) }
+func soloID(e int) int64 { return 907 + 10*int64(e) }
+
+// layout is the run's bank: who owns which account, and which accounts the
+// workload uses how.
+type layout struct {
+	accounts []bank.Account // sorted by id
+	byID     map[int64]bank.Account
+	hot      []int64           // the active accounts every ordinary intent draws from
+	owned    map[int64][]int64 // user → every account they own
+	users    []int64
+	solo     []int64 // one account per edge intent, touched by nothing else
+	edges    map[int]int
+	span     int // how many slots the edges and followers are spread over
+}
+
+// layout builds the bank: Accounts hot accounts, two to each user (user 1
+// also owns the frozen one, the last user the closed one, so that with an
+// odd number of hot accounts that user too has two), and one solo account
+// per edge intent. Balances come from the seed.
+func (c Config) layout() *layout {
 	c = c.WithDefaults()
 	r := rng(c.Seed, saltOpening, 0, 0)
-	out := make([]bank.Account, c.Accounts)
-	for i := range out {
-		id := int64(i + 1)
-		out[i] = bank.Account{ID: id, OwnerID: id, Holder: fmt.Sprintf("Acct%d Chaos", id), Status: "active",
-			BalanceKobo: 50_000 + r.Int64N(200_000)}
+	users := max(2, (c.Accounts+1)/2)
+	l := &layout{byID: map[int64]bank.Account{}, owned: map[int64][]int64{}, edges: map[int]int{}}
+	for u := 1; u <= users; u++ {
+		l.users = append(l.users, int64(u))
 	}
-	return out
+	open := func(id, owner int64, holder, status string, balance int64) {
+		a := bank.Account{ID: id, OwnerID: owner, Holder: holder, Status: status, BalanceKobo: balance}
+		l.accounts = append(l.accounts, a)
+		l.byID[id] = a
+		l.owned[owner] = append(l.owned[owner], id)
+	}
+	for k := range c.Accounts {
+		id := hotID(k)
+		open(id, int64(1+k/2), fmt.Sprintf("Acct%d Chaos", id), "active", 50_000+r.Int64N(200_000))
+		l.hot = append(l.hot, id)
+	}
+	open(frozenID, 1, "Frozen Chaos", "frozen", 100_000+r.Int64N(100_000))
+	open(closedID, l.users[len(l.users)-1], "Closed Chaos", "closed", 100_000+r.Int64N(100_000))
+
+	// Edge intents: a transfer of exactly an account's balance, and one of
+	// a kobo more, each from an account no other intent touches, so that the
+	// right answer (201 leaving ₦0, or 422 insufficient_funds) is known.
+	l.span = c.Intents
+	if l.span <= 0 {
+		l.span = 200
+	}
+	n := min(4, l.span/25)
+	for e := range n {
+		id := soloID(e)
+		open(id, l.users[e%len(l.users)], fmt.Sprintf("Solo%d Chaos", id), "active", 20_000+r.Int64N(100_000))
+		l.solo = append(l.solo, id)
+		// An even slot in the e-th of n equal stretches of the run.
+		lo, width := e*l.span/n, l.span/n
+		slot := lo + r.IntN(max(width-1, 1))
+		l.edges[slot&^1] = e
+	}
+	sort.Slice(l.accounts, func(a, b int) bool { return l.accounts[a].ID < l.accounts[b].ID })
+	return l
+}
+
+// Opening is the bank the run starts with (sorted by id): Accounts active
+// accounts that ordinary intents move money between, two per user, balances
+// from ₦500 to ₦2,500; user 1's frozen account 2 and the last user's closed
+// account 17, both with money in them; and, for runs of 25 intents or more,
+// up to four solo accounts for the edge intents. Account ids never equal
+// their owners' user ids.
+func (c Config) Opening() []bank.Account {
+	return c.layout().accounts
 }
 
 // CrashIntent is the intent whose start kills PostgreSQL (KillPostgres,
@@ -199,31 +323,249 @@ func (c Config) CrashAfter() time.Duration {
 	return c.Duration/4 + time.Duration(rng(c.Seed, saltCrash, 1, 0).Int64N(max(int64(c.Duration/2), 1)))
 }
 
+// Ways a buggy client reuses the key of its previous intent.
+const (
+	ReuseRecipient = "recipient" // the same key, another recipient
+	ReuseSender    = "sender"    // the same key, another of the user's accounts as sender
+	ReuseAmount    = "amount"    // the same key, another amount
+)
+
 // Planned is an intent as the seed decides it, before anything runs.
 type Planned struct {
 	Label   string
 	UserID  int64
 	Key     string
 	Request bank.TransferRequest
+	// Follower marks an intent that the client of the intent before it
+	// (Index-1) sends once that one has its final answer: a key reuse, or
+	// another user with the same key text.
+	Follower bool
+	// Reuse, when set, makes this a buggy client's intent: it sends the key
+	// of intent ReuseOf, its own previous one, with a request that differs
+	// in Reuse. The only right answer is 422 idempotency_key_reused.
+	Reuse   string
+	ReuseOf int
+	// Repeat: once the intent has its final answer, the client sends it once
+	// more with the same key (a user tapping again, an app that missed the
+	// answer): it must be replayed, byte for byte. A key reuse always
+	// repeats, and must be refused again.
+	Repeat bool
 }
 
-// Intent returns intent i: who pays whom how much, and its key. Amounts run
-// from ₦10 to ₦1,000, so against balances of a few thousand naira both
-// transfers and insufficient-funds refusals happen.
+// Rates of the workload's shapes, per intent.
+const (
+	rateStranger     = 0.04 // from another user's account: 404
+	rateNoSender     = 0.01 // from an account that does not exist: 404
+	rateInactive     = 0.03 // from the user's own frozen or closed account: 422
+	rateSameAccount  = 0.01 // to the account it comes from: 422
+	rateToFrozen     = 0.03 // to a frozen account: 422
+	rateToClosed     = 0.03 // to a closed account: 422
+	rateToMissing    = 0.02 // to an account that does not exist: 422
+	rateRepeat       = 0.05 // sent once more after its final answer
+	rateAfterCleanup = 0.05 // sent once more after the cleanup job ran
+)
+
+// Intent returns intent i: who pays whom how much, with which key, and what
+// the client does around it.
 func (c Config) Intent(i int) Planned {
 	c = c.WithDefaults()
+	return c.intentIn(c.layout(), i)
+}
+
+func (c Config) intentIn(l *layout, i int) Planned {
+	var p Planned
+	if i%2 == 1 && c.head(l, i-1) {
+		p = c.follower(l, i)
+	} else if e, ok := l.edges[i]; ok {
+		p = c.edge(l, i, e)
+	} else {
+		p = c.ordinary(l, i)
+	}
+	// A buggy client that reused a key retries too: its retry must be
+	// refused again.
+	p.Repeat = p.Reuse != "" || rng(c.Seed, saltRepeat, uint64(i), 0).Float64() < rateRepeat
+	return p
+}
+
+// headBlock is the stretch of intents that holds one head: an intent whose
+// client then sends a follower (a key reuse, or another user with the same
+// key text). The followers' kinds take turns block by block, so every
+// 4·headBlock intents meet each of them once, whatever the seed.
+const headBlock = 16
+
+// followerKinds, in turn: a reuse with another recipient, another sender
+// account, another amount, and another user's own intent with the same key
+// text ("").
+var followerKinds = []string{ReuseRecipient, ReuseSender, ReuseAmount, ""}
+
+// head reports whether intent i is followed by a follower.
+func (c Config) head(l *layout, i int) bool {
+	if i%2 == 1 || c.Intents > 0 && i+1 >= c.Intents {
+		return false
+	}
+	return i == c.headSlot(l, i/headBlock)
+}
+
+// headSlot is the head of block b: an even intent of the block, drawn from
+// the seed, that is not an edge intent.
+func (c Config) headSlot(l *layout, b int) int {
+	k := rng(c.Seed, saltFollow, uint64(b), 0).IntN(headBlock / 2)
+	for try := range headBlock / 2 {
+		slot := b*headBlock + 2*((k+try)%(headBlock/2))
+		if _, edge := l.edges[slot]; !edge {
+			return slot
+		}
+	}
+	return -1
+}
+
+// ordinary draws intent i: mostly a transfer between hot accounts, amounts
+// from ₦10 to ₦1,000, so that against balances of a few thousand naira both
+// transfers and insufficient-funds refusals happen; sometimes one the rules
+// refuse (another user's account, an inactive one, the same account).
+func (c Config) ordinary(l *layout, i int) Planned {
 	r := rng(c.Seed, saltIntent, uint64(i), 0)
-	from := 1 + r.Int64N(int64(c.Accounts))
-	to := 1 + r.Int64N(int64(c.Accounts-1))
-	if to >= from {
-		to++
+	p := Planned{Label: fmt.Sprintf("intent-%d", i), Key: fmt.Sprintf("chaos-%016x-%08x", r.Uint64(), i)}
+	amount := 1_000 + r.Int64N(99_000)
+	from := l.hot[r.IntN(len(l.hot))]
+	user := l.byID[from].OwnerID
+	to := l.otherHot(r, from)
+	switch u := r.Float64(); {
+	case u < rateStranger:
+		user = l.users[r.IntN(len(l.users))]
+		if user == 2 && r.IntN(2) == 0 {
+			from = frozenID // account 2, user 1's: the id equals the caller's user id
+		} else if !l.hasOtherOwner(from, user) {
+			from = l.strangerAccount(r, user)
+		}
+	case u < rateStranger+rateNoSender:
+		from = MissingID
+	case u < rateStranger+rateNoSender+rateInactive:
+		from = frozenID
+		if r.IntN(2) == 0 {
+			from = closedID
+		}
+		user = l.byID[from].OwnerID
+	case u < rateStranger+rateNoSender+rateInactive+rateSameAccount:
+		to = from
+	default:
+		switch v := r.Float64(); {
+		case v < rateToFrozen:
+			to = frozenID
+		case v < rateToFrozen+rateToClosed:
+			to = closedID
+		case v < rateToFrozen+rateToClosed+rateToMissing:
+			to = MissingID
+		}
 	}
-	return Planned{
-		Label:   fmt.Sprintf("intent-%d", i),
-		UserID:  from,
+	p.UserID, p.Request = user, bank.TransferRequest{From: from, To: to, AmountKobo: amount}
+	return p
+}
+
+// edge is edge intent e: from its solo account, exactly its balance (e
+// even) or one kobo more (e odd).
+func (c Config) edge(l *layout, i, e int) Planned {
+	r := rng(c.Seed, saltEdge, uint64(i), 0)
+	a := l.byID[l.solo[e]]
+	amount := a.BalanceKobo
+	if e%2 == 1 {
+		amount++
+	}
+	return Planned{Label: fmt.Sprintf("intent-%d", i), UserID: a.OwnerID,
 		Key:     fmt.Sprintf("chaos-%016x-%08x", r.Uint64(), i),
-		Request: bank.TransferRequest{From: from, To: to, AmountKobo: 1_000 + r.Int64N(99_000)},
+		Request: bank.TransferRequest{From: a.ID, To: l.hot[r.IntN(len(l.hot))], AmountKobo: amount}}
+}
+
+// follower is intent i, sent by the client of intent i-1 right after it: a
+// buggy client that reuses i-1's key for another request, or another user
+// whose own intent happens to carry the same key text.
+func (c Config) follower(l *layout, i int) Planned {
+	h := c.ordinary(l, i-1)
+	r := rng(c.Seed, saltFollow, uint64(i), 1)
+	p := Planned{Label: fmt.Sprintf("intent-%d", i), UserID: h.UserID, Key: h.Key, Request: h.Request, Follower: true, ReuseOf: i - 1}
+	switch followerKinds[((i-1)/headBlock)%len(followerKinds)] {
+	case ReuseRecipient:
+		p.Reuse = ReuseRecipient
+		p.Request.To = l.otherHot(r, h.Request.From)
+		if p.Request.To == h.Request.To {
+			p.Request.To = closedID
+		}
+	case ReuseSender:
+		p.Reuse = ReuseSender
+		for _, id := range l.owned[h.UserID] {
+			if id != h.Request.From && !slices.Contains(l.solo, id) {
+				p.Request.From = id
+				break
+			}
+		}
+		if p.Request.From == h.Request.From {
+			p.Reuse = ReuseAmount
+			p.Request.AmountKobo++
+		}
+	case ReuseAmount:
+		p.Reuse = ReuseAmount
+		p.Request.AmountKobo += 1 + r.Int64N(1_000)
+	default:
+		// Another user, their own transfer, the same key text.
+		o := c.ordinary(l, i)
+		p.UserID, p.Request = o.UserID, o.Request
+		if p.UserID == h.UserID {
+			p.UserID, p.Request = l.otherUsersTransfer(r, h.UserID)
+		}
+		p.ReuseOf = 0
 	}
+	return p
+}
+
+// otherHot is a hot account other than from (from itself when it is the
+// only one).
+func (l *layout) otherHot(r *rand.Rand, from int64) int64 {
+	if len(l.hot) < 2 {
+		return l.hot[0]
+	}
+	for {
+		if to := l.hot[r.IntN(len(l.hot))]; to != from {
+			return to
+		}
+	}
+}
+
+func (l *layout) hasOtherOwner(id, user int64) bool {
+	a, ok := l.byID[id]
+	return ok && a.OwnerID != user
+}
+
+// strangerAccount is a hot account that user does not own.
+func (l *layout) strangerAccount(r *rand.Rand, user int64) int64 {
+	var others []int64
+	for _, id := range l.hot {
+		if l.byID[id].OwnerID != user {
+			others = append(others, id)
+		}
+	}
+	if len(others) == 0 {
+		return closedID // the last user's; only user 1 owns every hot account
+	}
+	return others[r.IntN(len(others))]
+}
+
+// otherUsersTransfer is an ordinary transfer by a user other than not.
+func (l *layout) otherUsersTransfer(r *rand.Rand, not int64) (int64, bank.TransferRequest) {
+	for _, id := range l.hot {
+		if owner := l.byID[id].OwnerID; owner != not {
+			return owner, bank.TransferRequest{From: id, To: l.otherHot(r, id), AmountKobo: 1_000 + r.Int64N(99_000)}
+		}
+	}
+	// Every hot account is not's: the closed account's owner pays from it.
+	owner := l.byID[closedID].OwnerID
+	return owner, bank.TransferRequest{From: closedID, To: l.hot[0], AmountKobo: 1_000}
+}
+
+// RepeatsAfterCleanup reports whether intent i is sent once more after the
+// key cleanup job has run (its key is younger than the retention, so it must
+// still be replayed).
+func (c Config) RepeatsAfterCleanup(i int) bool {
+	return rng(c.Seed, saltRepeat, uint64(i), 1).Float64() < rateAfterCleanup
 }
 
 // Fault returns the fault that attempt (from 1) of intent i meets in the
@@ -240,6 +582,15 @@ func (c Config) Fault(i, attempt int) string {
 		u -= c.Faults[k]
 	}
 	return ""
+}
+
+// DisconnectPoint is where in the server's work the client of attempt n of
+// intent i goes away, when that attempt meets FaultDisconnect: one of the
+// four points of faults.Disconnect, from the seed (in process); over HTTP,
+// an even point resets the connection after the request and an odd one
+// half-closes it.
+func (c Config) DisconnectPoint(i, attempt int) faults.DisconnectPoint {
+	return faults.DisconnectPoint(1 + rng(c.Seed, saltPoint, uint64(i), uint64(attempt)).IntN(4))
 }
 
 // Instance returns the server copy that attempt of intent i lands on.
@@ -268,9 +619,10 @@ type Schedule struct {
 // Plan returns the schedule of the first n intents.
 func (c Config) Plan(n int) Schedule {
 	c = c.WithDefaults()
+	l := c.layout()
 	s := Schedule{Intents: make([]Planned, n), Faults: make([][]string, n)}
 	for i := range n {
-		s.Intents[i] = c.Intent(i)
+		s.Intents[i] = c.intentIn(l, i)
 		s.Faults[i] = make([]string, c.MaxAttempts)
 		for a := range c.MaxAttempts {
 			s.Faults[i][a] = c.Fault(i, a+1)

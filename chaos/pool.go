@@ -7,14 +7,20 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// Pool opens a pool for a run of clients on the database that base reaches:
-// a connection per client plus room for duplicates, late requests and the
-// auditor. It also shortens PostgreSQL's deadlock_timeout (1 s by default):
-// a transfer with the no-row-lock bug deadlocks often, and each deadlock
-// would otherwise stall its clients for a second.
+// Pool opens a pool for a run of clients (Config's default when zero) on the
+// database that base reaches: two connections per client (a duplicate's
+// second copy, a late request, a staged deadlock's other transaction) plus
+// room for the auditor and the wait policy's polls. Starved of connections,
+// a handler cannot even release a key it failed on. It also shortens
+// PostgreSQL's deadlock_timeout (1 s by default): a transfer with the
+// no-row-lock bug deadlocks often, and each deadlock would otherwise stall
+// its clients for a second; the deadlock fault relies on it too.
 func Pool(ctx context.Context, base *pgxpool.Pool, clients int) (*pgxpool.Pool, error) {
+	if clients <= 0 {
+		clients = Config{}.WithDefaults().Clients
+	}
 	cfg := base.Config()
-	cfg.MaxConns = int32(clients)*2 + 4
+	cfg.MaxConns = int32(clients)*2 + 6
 	cfg.MinConns = 0
 	cfg.ConnConfig.RuntimeParams["deadlock_timeout"] = "20ms"
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)

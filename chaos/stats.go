@@ -30,7 +30,7 @@ type Stats struct {
 
 // Summarize counts what happened in h.
 func Summarize(h *History) Stats {
-	s := Stats{Intents: len(h.Intents), Takeovers: h.Takeovers, FencingRollbacks: h.FencingRollbacks,
+	s := Stats{Intents: len(h.Intents), Takeovers: h.Server[PathTakeover], FencingRollbacks: h.Server[PathFencing],
 		Fired: h.Fired, Transfers: len(h.Final.Transfers), Audits: len(h.Audits), Duration: h.Duration,
 		Crashes: h.Crashes}
 	for _, in := range h.Intents {

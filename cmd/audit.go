@@ -28,10 +28,13 @@ func newAuditCmd(app *App) *cobra.Command {
 --bugs') against the protected phases of every scenario and a short seeded
 chaos run, and print the matrix: bug × check, caught or missed, and the kill
 ratio. A bug is caught when a protected phase fails or the chaos checker
-finds a violation.
+finds a violation. The chaos runs use the audit's own fault rates (every
+kind at 3% or more), and the correct handler's run must be VALID: a chaos
+column that never exercised a defence proves nothing about it.
 
-Exit code 0 when every bug is caught by at least one check and the correct
-handler by none; 1 otherwise; 3 when PostgreSQL is unavailable.`,
+Exit code 0 when every bug is caught by at least one check, the correct
+handler by none, and its chaos run exercised every defence; 1 otherwise; 3
+when PostgreSQL is unavailable.`,
 		Example: `  bank-sim audit
   bank-sim audit --seed 7 --json`,
 		Args: cobra.NoArgs,
@@ -39,7 +42,7 @@ handler by none; 1 otherwise; 3 when PostgreSQL is unavailable.`,
 	}
 	f := c.Flags()
 	f.StringVar(&o.seed, "seed", "", "seed for the scenarios and the chaos runs (default: a new one)")
-	f.IntVar(&o.intents, "intents", 300, "intents in each chaos run")
+	f.IntVar(&o.intents, "intents", chaos.AuditIntents, "intents in each chaos run (at the audit's fault rates, every fault kind at 3% or more)")
 	f.IntVar(&o.clients, "clients", 8, "clients in each chaos run")
 	f.IntVar(&o.parallel, "parallel", 4, "runs at once")
 	f.BoolVar(&o.asJSON, "json", false, "print the matrix as JSON")
@@ -81,7 +84,7 @@ func runAudit(c *cobra.Command, app *App, o auditOptions) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		return &ExitError{Code: ExitDatabase, Err: err}
+		return runFailed(err)
 	}
 	if o.asJSON {
 		caught, total := rep.KillRatio()
@@ -153,6 +156,12 @@ func printAudit(out io.Writer, p *palette, rep chaos.AuditReport) {
 				fmt.Fprintf(out, "%s × %s: %s\n", p.bold.Sprint(r.Bug), c, p.dim.Sprint(firstLine(why)))
 				break
 			}
+		}
+	}
+	if len(rep.Clean.Missing) > 0 {
+		fmt.Fprintf(out, "\n%s the correct handler's chaos run never exercised:\n", p.bad.Sprint("INCONCLUSIVE chaos column:"))
+		for _, m := range rep.Clean.Missing {
+			fmt.Fprintf(out, "   - %s\n", m)
 		}
 	}
 	caught, total := rep.KillRatio()

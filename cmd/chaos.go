@@ -2,8 +2,10 @@ package cmd
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -11,7 +13,9 @@ import (
 
 	"github.com/banksim/bank-sim/chaos"
 	"github.com/banksim/bank-sim/idem"
+	"github.com/banksim/bank-sim/postgres"
 	"github.com/banksim/bank-sim/scenarios"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/spf13/cobra"
 )
 
@@ -40,36 +44,50 @@ func newChaosCmd(app *App) *cobra.Command {
 transfer handler on a real PostgreSQL pool, through a network that fails at
 random: lost responses, dropped requests, duplicate copies, servers that go
 silent after claiming a key, transactions that fail just before COMMIT,
-requests that arrive after the client gave up, slow servers and clock jumps
-that expire locks. Requests land on one of several copies of the server.
+requests that arrive after the client gave up, slow servers, clock jumps
+that expire locks, deadlocks with another transaction, locks that expire
+while their holder is still writing, clients that go away mid-request, and
+accounts frozen while a transfer from them is between its checks and its
+debit.
+Requests land on one of several copies of the server, whose own clocks
+disagree.
+
+The bank has no coincidences (account ids are not their owners' user ids,
+users own two accounts, frozen and closed accounts hold money), and the
+workload reaches every defence at its edges: another user's account,
+inactive senders and recipients, exactly the balance and a kobo more, buggy
+clients reusing a key with another recipient, sender or amount, two users
+with the same key text, and intents sent again after their final answer and
+after the cleanup job ran.
 
 With --http the same seeded intents travel over real sockets: each copy of
 the server is the HTTP API on 127.0.0.1, behind a fault proxy that fails the
 connection (drops it after the commit, resets it, duplicates the request,
-delivers it late, slows it), and each client is the lesson's retrying client
-(api/client). Healing asks GET /transfers?key= for each unknown intent and
-sends it again with the same key when the server never saw it.
+delivers it late, slows it, resets or half-closes it after the request), and
+each client is the lesson's retrying client (api/client). Healing asks GET
+/transfers?key= for each unknown intent and sends it again with the same key
+when the server never saw it.
 
 With --kill-postgres the PostgreSQL server is killed with SIGKILL once, at a
 moment the seed picks, and started again on the same data while the clients
-run: they see broken connections and 500s, the pool reconnects, healing
-settles what was left unknown, and the checker also verifies that the key of
-every acknowledged transfer is still completed. Only for the PostgreSQL that
-bank-sim starts itself, not one at --database-url.
+run. Only for the PostgreSQL that bank-sim starts itself, not one at
+--database-url.
 
 Every intent is recorded: its key, each attempt, what the client saw. An
-auditor reads every balance in one snapshot while clients run. After the
-fault phase, healing stops the faults, wakes the silent servers and retries
-every unknown intent with its own key until it settles. Then the checker
-verifies the history: money conserved at every audit and at the end, no
-negative balance, no intent moved money twice, every acknowledged transfer
-exists once, no refused intent moved money, every replay equals the original
-answer, every intent settled, no key left in progress, every balance equal to
-its opening balance plus credits minus debits.
+auditor reads every balance in one snapshot while clients run. Before
+healing, the keys in progress are counted against the holders still alive.
+Healing stops the faults, moves the clock past every lock, retries every
+unknown intent with its own key, and wakes the silent servers; then the
+cleanup job runs and some intents are sent once more. The checker verifies
+the history (money, answers against the lesson's rules, replays byte for
+byte, keys) and counts the defence paths the run took and the faults that
+fired.
 
 Every random choice comes from --seed: the same seed gives the same intents
-and the same fault on every attempt. Exit code 0 when the history is valid,
-1 on any violation, 2 for a usage error, 3 when PostgreSQL is unavailable.`,
+and the same fault on every attempt. Exit code 0 when the run is VALID (no
+rule broken, every defence exercised), 1 on any violation, 4 when it is
+INCONCLUSIVE (no rule broken, but some defence never exercised or some fault
+never fired), 2 for a usage error, 3 when PostgreSQL is unavailable.`,
 		Example: `  bank-sim chaos --seed 42
   bank-sim chaos --clients 16 --intents 10000 --accounts 3
   bank-sim chaos --duration 30s --faults lose-response=0.2,duplicate=0.1
@@ -84,7 +102,7 @@ and the same fault on every attempt. Exit code 0 when the history is valid,
 	f.IntVar(&o.clients, "clients", 8, "concurrent clients, each a goroutine on the pool")
 	f.IntVar(&o.intents, "intents", 0, "how many intents to run (default 1000, unless --duration)")
 	f.DurationVar(&o.duration, "duration", 0, "start new intents until this much time has passed, instead of --intents")
-	f.IntVar(&o.accounts, "accounts", 5, "how many accounts: a few make them hot, many spread the load")
+	f.IntVar(&o.accounts, "accounts", 5, "how many active accounts the intents move money between, two per user: a few make them hot, many spread the load (a frozen, a closed and up to four solo accounts come on top)")
 	f.StringVar(&o.faults, "faults", "default", "which faults at what rate per attempt: default, none, or kind=rate,… (kinds: "+strings.Join(chaos.FaultKinds(), ", ")+")")
 	f.StringVar(&o.bug, "bug", "", "run with one of the lesson's mistakes (see 'bank-sim list --bugs')")
 	f.StringVar(&o.history, "history", "", "write the history as JSON to `FILE` (re-check it with 'bank-sim check FILE')")
@@ -188,7 +206,7 @@ func runChaos(c *cobra.Command, app *App, o chaosOptions) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		return &ExitError{Code: ExitDatabase, Err: fmt.Errorf("chaos run (seed %d): %w", cfg.Seed, err)}
+		return runFailed(fmt.Errorf("chaos run (seed %d): %w", cfg.Seed, err))
 	}
 	if o.history != "" {
 		if err := h.Save(o.history); err != nil {
@@ -197,7 +215,7 @@ func runChaos(c *cobra.Command, app *App, o chaosOptions) error {
 	}
 	res := chaos.Check(h)
 	if o.asJSON {
-		if err := writeJSON(out, chaosJSON{Seed: cfg.Seed, Valid: res.Valid(), Result: res}); err != nil {
+		if err := writeJSON(out, newChaosJSON(cfg.Seed, res)); err != nil {
 			return err
 		}
 	} else {
@@ -206,16 +224,47 @@ func runChaos(c *cobra.Command, app *App, o chaosOptions) error {
 			fmt.Fprintf(out, "%s\n", p.dim.Sprintf("history written to %s (re-check it with: bank-sim check %s)", o.history, o.history))
 		}
 	}
-	if !res.Valid() {
+	return verdictError(res)
+}
+
+// verdictError is the exit a verdict gives: 0 VALID, 1 INVALID, 4
+// INCONCLUSIVE. The report has already said why.
+func verdictError(res chaos.Result) error {
+	switch res.Verdict() {
+	case chaos.Invalid:
 		return errFailed
+	case chaos.Inconclusive:
+		return errInconclusive
 	}
 	return nil
 }
 
+var errInconclusive = &ExitError{Code: ExitInconclusive, Err: errors.New("")}
+
+// runFailed is the exit for a run that could not finish: 3 when PostgreSQL
+// could not be reached, 1 for anything else (which the message names).
+func runFailed(err error) error {
+	var connect *pgconn.ConnectError
+	var netErr net.Error
+	if errors.Is(err, postgres.ErrUnavailable) || errors.As(err, &connect) || errors.As(err, &netErr) {
+		return &ExitError{Code: ExitDatabase, Err: err}
+	}
+	return &ExitError{Code: ExitFailed, Err: err}
+}
+
 type chaosJSON struct {
-	Seed   uint64       `json:"seed"`
-	Valid  bool         `json:"valid"`
-	Result chaos.Result `json:"result"`
+	Seed    uint64 `json:"seed"`
+	Verdict string `json:"verdict"`
+	Valid   bool   `json:"valid"`
+	// Missing lists the defences never exercised and the faults that never
+	// fired (why a run is INCONCLUSIVE).
+	Missing []string     `json:"missing"`
+	Result  chaos.Result `json:"result"`
+}
+
+func newChaosJSON(seed uint64, res chaos.Result) chaosJSON {
+	return chaosJSON{Seed: seed, Verdict: res.Verdict(), Valid: res.Verdict() == chaos.Valid,
+		Missing: append([]string{}, res.Coverage.Missing()...), Result: res}
 }
 
 func writeJSON(w io.Writer, v any) error {
@@ -254,17 +303,6 @@ func printChaosResult(out io.Writer, p *palette, h *chaos.History, res chaos.Res
 	fmt.Fprintf(tw, "intents\t%d\t(%d ok, %d rejected, %d unknown after the fault phase → %d resolved by healing)\n",
 		s.Intents, s.OK, s.Rejected, s.Healed, s.Resolved)
 	fmt.Fprintf(tw, "attempts\t%d\t(%d replays, %d × 409, %d × 5xx)\n", s.Attempts, s.Replays, s.Conflicts, s.ServerErrors)
-	fmt.Fprintf(tw, "server side\t%d takeovers\t%d fencing rollbacks\n", s.Takeovers, s.FencingRollbacks)
-	var fired []string
-	for _, k := range chaos.FaultKinds() {
-		if n := s.Fired[k]; n > 0 {
-			fired = append(fired, fmt.Sprintf("%s %d", k, n))
-		}
-	}
-	if len(fired) == 0 {
-		fired = []string{"none"}
-	}
-	fmt.Fprintf(tw, "faults fired\t%s\n", strings.Join(fired, ", "))
 	for _, c := range s.Crashes {
 		after := "on a timer"
 		if c.AfterIntent >= 0 {
@@ -278,12 +316,21 @@ func printChaosResult(out io.Writer, p *palette, h *chaos.History, res chaos.Res
 			time.Duration(c.AtNs).Round(time.Millisecond), time.Duration(c.UpNs-c.AtNs).Round(time.Millisecond))
 	}
 	fmt.Fprintf(tw, "ledger\t%d transfers\t%d audits\n", s.Transfers, s.Audits)
+	for i, st := range h.Stalls {
+		if i == 3 {
+			fmt.Fprintf(tw, "stalled\t… and %d more staged races that did not happen\n", len(h.Stalls)-3)
+			break
+		}
+		fmt.Fprintf(tw, "stalled\t%s\n", st)
+	}
 	transfersPerSecond := 0.0
 	if s.Duration > 0 {
 		transfersPerSecond = float64(s.Transfers) / s.Duration.Seconds()
 	}
 	fmt.Fprintf(tw, "speed\t%.0f intents/s\t%.0f transfers/s (%s)\n", s.IntentsPerSecond, transfersPerSecond, s.Duration.Round(time.Millisecond))
 	_ = tw.Flush()
+
+	printCoverage(out, p, res.Coverage)
 
 	fmt.Fprintln(out)
 	for _, c := range res.Checks {
@@ -293,8 +340,16 @@ func printChaosResult(out io.Writer, p *palette, h *chaos.History, res chaos.Res
 			fmt.Fprintf(out, "   %s %s: %d violation(s)\n", p.bad.Sprint("✗"), p.bad.Sprint(checkTitle(c.Kind)), c.Violations)
 		}
 	}
-	if res.Valid() {
+	switch res.Verdict() {
+	case chaos.Valid:
 		fmt.Fprintf(out, "\n%s %s\n", p.ok.Sprint("VALID"), p.dim.Sprintf("seed %d", h.Seed))
+		return
+	case chaos.Inconclusive:
+		fmt.Fprintf(out, "\n%s no rule broken, but this run cannot vouch for what it never exercised:\n", p.bad.Sprint("INCONCLUSIVE"))
+		for _, m := range res.Coverage.Missing() {
+			fmt.Fprintf(out, "   - %s\n", m)
+		}
+		fmt.Fprintf(out, "%s\n", p.dim.Sprintf("seed %d; more intents (--intents) or the default faults reach every defence", h.Seed))
 		return
 	}
 	show := func(label string, v *chaos.Violation) {
@@ -310,6 +365,33 @@ func printChaosResult(out io.Writer, p *palette, h *chaos.History, res chaos.Res
 	fmt.Fprintf(out, "\n%s %d violation(s) · seed %d (repeat with --seed %d)\n", p.bad.Sprint("INVALID"), len(res.Violations), h.Seed, h.Seed)
 }
 
+// printCoverage prints how often each defence path was taken and each fault
+// fired; what never happened is marked.
+func printCoverage(out io.Writer, p *palette, c chaos.Coverage) {
+	fmt.Fprintln(out)
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "defence path\ttaken\t\n")
+	for _, pc := range c.Paths {
+		if pc.Count == 0 {
+			fmt.Fprintf(tw, "  %s\t%s\t%s\n", pc.Path, p.bad.Sprint("0"), p.bad.Sprintf("NOT REACHED (reached by: %s)", pc.ReachedBy))
+			continue
+		}
+		fmt.Fprintf(tw, "  %s\t%d\t%s\n", pc.Path, pc.Count, p.dim.Sprint(pc.What))
+	}
+	fmt.Fprintf(tw, "fault\tfired\t\n")
+	for _, f := range c.Faults {
+		switch {
+		case f.Rate > 0 && f.Fired == 0:
+			fmt.Fprintf(tw, "  %s\t%s\t%s\n", f.Kind, p.bad.Sprint("0"), p.bad.Sprintf("NEVER FIRED (rate %g)", f.Rate))
+		case f.Rate > 0:
+			fmt.Fprintf(tw, "  %s\t%d\t%s\n", f.Kind, f.Fired, p.dim.Sprintf("rate %g", f.Rate))
+		default:
+			fmt.Fprintf(tw, "  %s\t-\t%s\n", f.Kind, p.dim.Sprint("off"))
+		}
+	}
+	_ = tw.Flush()
+}
+
 func checkTitle(kind string) string {
 	switch kind {
 	case chaos.KindTotal:
@@ -322,16 +404,22 @@ func checkTitle(kind string) string {
 		return "every acknowledged transfer exists, once, as asked"
 	case chaos.KindRejected:
 		return "no refused intent moved money"
+	case chaos.KindWrong:
+		return "every final answer is one the lesson's rules allow for that request"
+	case chaos.KindFrozen:
+		return "no account frozen under a transfer was debited by it"
 	case chaos.KindReplay:
-		return "every replay equals the original answer"
+		return "every later answer to a key is its first, replayed byte for byte"
+	case chaos.KindAbandoned:
+		return "no key in progress without a live holder before healing"
 	case chaos.KindStuckKey:
-		return "no key left in progress after healing"
+		return "no key left in progress at the end"
 	case chaos.KindUnresolved:
 		return "every intent settled after healing"
 	case chaos.KindLedger:
 		return "each balance is opening + credits − debits"
 	case chaos.KindKeyLost:
-		return "every acknowledged transfer's key still completed after the crash"
+		return "every key that gave a final answer is still completed at the end"
 	}
 	return kind
 }

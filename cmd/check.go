@@ -17,8 +17,9 @@ func newCheckCmd(app *App) *cobra.Command {
 only the history (every intent, attempt, audit snapshot and the final
 ledger), so the verdict is the same as the run's.
 
-Exit code 0 when the history is valid, 1 on any violation, 2 when the file
-cannot be read.`,
+Exit code 0 when the history is VALID, 1 on any violation, 4 when it broke
+no rule but is INCONCLUSIVE (some defence never exercised, some fault never
+fired), 2 when the file cannot be read.`,
 		Example: `  bank-sim chaos --seed 42 --history run.json
   bank-sim check run.json`,
 		Args: cobra.ExactArgs(1),
@@ -29,16 +30,13 @@ cannot be read.`,
 			}
 			res := chaos.Check(h)
 			if asJSON {
-				if err := writeJSON(app.Env.Stdout, chaosJSON{Seed: h.Seed, Valid: res.Valid(), Result: res}); err != nil {
+				if err := writeJSON(app.Env.Stdout, newChaosJSON(h.Seed, res)); err != nil {
 					return err
 				}
 			} else {
 				printChaosResult(app.Env.Stdout, app.palette(), h, res)
 			}
-			if !res.Valid() {
-				return errFailed
-			}
-			return nil
+			return verdictError(res)
 		},
 	}
 	c.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")

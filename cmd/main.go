@@ -22,12 +22,15 @@ import (
 
 // Exit codes. Scripts and CI read these, so they never change meaning.
 const (
-	ExitOK          = 0   // every expectation and invariant held
-	ExitFailed      = 1   // something broke: an invariant, an expectation, a check
-	ExitUsage       = 2   // the command line was wrong
-	ExitDatabase    = 3   // PostgreSQL could not be started or reached
-	ExitUnreachable = 3   // probe: the target could not be reached (not a failed check)
-	ExitInterrupted = 130 // stopped by Ctrl-C or SIGTERM
+	ExitOK          = 0 // every expectation and invariant held
+	ExitFailed      = 1 // something broke: an invariant, an expectation, a check
+	ExitUsage       = 2 // the command line was wrong
+	ExitDatabase    = 3 // PostgreSQL could not be started or reached
+	ExitUnreachable = 3 // probe: the target could not be reached (not a failed check)
+	// ExitInconclusive: a chaos run broke no rule but never exercised some
+	// defence (or some fault never fired), so it vouches for nothing there.
+	ExitInconclusive = 4
+	ExitInterrupted  = 130 // stopped by Ctrl-C or SIGTERM
 )
 
 // Version is set at build time with -ldflags "-X github.com/banksim/bank-sim/cmd.Version=…".
@@ -92,6 +95,10 @@ type App struct {
 
 	noColor     bool
 	databaseURL string
+	// leftAlone, set by a command that starts no PostgreSQL, says what an
+	// interrupt leaves as it is (probe: the target keeps running); the
+	// interrupt message says it instead of "nothing was left running".
+	leftAlone string
 
 	mu  sync.Mutex
 	srv *postgres.Server
@@ -126,6 +133,9 @@ func (a *App) close() string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.srv == nil {
+		if a.leftAlone != "" {
+			return a.leftAlone
+		}
 		return "nothing was left running"
 	}
 	srv := a.srv

@@ -91,6 +91,7 @@ the contract, 3 when the target cannot be reached.`,
 	f.StringVar(&o.contract.IDField, "id-field", o.contract.IDField, "the answer member with the transfer's id (a dotted path for a nested one)")
 	f.StringVar(&o.contract.BalanceField, "balance-field", o.contract.BalanceField, "the answer member with the sender's balance after the transfer ('' if the answers have none)")
 	f.StringVar(&o.contract.ReplayedHeader, "replayed-header", o.contract.ReplayedHeader, "the header that marks a replayed answer, if any (only ever evidence)")
+	f.BoolVar(&o.contract.ExactReplays, "exact-replays", false, "the target promises that a replay is its first answer byte for byte (bank-sim serve does): a replay in other bytes fails the check instead of being warned about")
 	f.StringVar(&o.lookup, "lookup", o.contract.Lookup, "the GET path, with {key}, that answers what became of a key ('none' if there is none)")
 	f.StringVar(&o.balancesURL, "balances-url", "", "read each balance with a GET of this `TEMPLATE` ({id} is the account), as the account's owner")
 	f.StringVar(&o.balancesField, "balances-field", "balanceKobo", "the member of the --balances-url answer with the balance (a dotted path for a nested one)")
@@ -251,6 +252,12 @@ func runProbe(ctx context.Context, app *App, o probeOptions, args []string) erro
 	if err != nil {
 		return err
 	}
+	// What Ctrl-C leaves as it is: not the target, which is not ours to stop.
+	target := "the target " + cfg.URLs[0] + " is"
+	if len(cfg.URLs) > 1 {
+		target = "the targets " + strings.Join(cfg.URLs, ", ") + " are"
+	}
+	app.leftAlone = "the probe started no PostgreSQL and has closed its fault proxy; " + target + " not bank-sim's and keeps running"
 	var extra []string
 	if o.balancesURL != "" {
 		extra = append(extra, o.balancesURL)
@@ -343,6 +350,7 @@ func printPlan(out io.Writer, p *palette, plan *probe.Plan, cfg *probe.Config) {
 		"users", cfg.Payer.Name, cfg.Payer.Account, cfg.Payee.Name, cfg.Payee.Account, cfg.Third.Account)
 	fmt.Fprintf(out, "%-9s %s\n", "money", plan.Money)
 	fmt.Fprintf(out, "%-9s %s\n", "balances", plan.Balances)
+	fmt.Fprintf(out, "%-9s %s\n", "replays", plan.Replays)
 	fmt.Fprintf(out, "%-9s %s\n", "restore", plan.Restore)
 	fmt.Fprintf(out, "%-9s %d:\n", "checks", len(plan.Checks))
 	for _, ch := range plan.Checks {

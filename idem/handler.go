@@ -74,6 +74,10 @@ type Hooks struct {
 	// effects, its answer): a server that dies here has moved the money
 	// and done nothing more.
 	AfterCommit func(ctx context.Context)
+	// Waited runs when a request that found its key in progress has waited
+	// for it under WaitForResult, with the claim the wait ended with. It
+	// only observes: chaos counts the wait policy's path with it.
+	Waited func(ctx context.Context, c Claim)
 }
 
 // Effects is what a successful transfer causes beyond its own rows (an SMS,
@@ -219,6 +223,9 @@ func (h *Handler) Handle(ctx context.Context, req Request) (bank.Response, error
 		claim, err = h.wait(ctx, req, hash)
 		if err != nil {
 			return bank.Response{}, err
+		}
+		if hook := hooksFrom(ctx).Waited; hook != nil {
+			hook(ctx, claim)
 		}
 	}
 	if claim.Action != Proceed {

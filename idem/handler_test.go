@@ -3,21 +3,24 @@ package idem_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/banksim/bank-sim/bank"
 	"github.com/banksim/bank-sim/idem"
+	"github.com/banksim/bank-sim/postgres/pgtest"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 func handle(t *testing.T, h *idem.Handler, userID int64, key string, b []byte) bank.Response {
 	t.Helper()
-	resp, err := h.Handle(context.Background(), idem.Request{UserID: userID, Key: key, Body: b})
+	ctx := bounded(t, fmt.Sprintf("a request of user %d with key %q", userID, key))
+	resp, err := h.Handle(ctx, idem.Request{UserID: userID, Key: key, Body: b})
 	if err != nil {
-		t.Fatalf("Handle(user %d, key %q, %s): %v", userID, key, b, err)
+		t.Fatalf("Handle(user %d, key %q, %s): %v (%v)", userID, key, b, err, context.Cause(ctx))
 	}
 	return resp
 }
@@ -247,6 +250,7 @@ func TestHandler(t *testing.T) {
 // own goroutine, and returns the answers.
 func race(t *testing.T, h *idem.Handler, n int) []bank.Response {
 	t.Helper()
+	ctx := bounded(t, fmt.Sprintf("%d copies of one request racing for its key", n))
 	start := make(chan struct{})
 	out := make([]bank.Response, n)
 	errs := make([]error, n)
@@ -256,14 +260,14 @@ func race(t *testing.T, h *idem.Handler, n int) []bank.Response {
 		go func() {
 			defer wg.Done()
 			<-start
-			out[i], errs[i] = h.Handle(context.Background(), idem.Request{UserID: 1, Key: "double-tap-0000000001", Body: body(1, 2, 1_000_000)})
+			out[i], errs[i] = h.Handle(ctx, idem.Request{UserID: 1, Key: "double-tap-0000000001", Body: body(1, 2, 1_000_000)})
 		}()
 	}
 	close(start)
 	wg.Wait()
 	for i, err := range errs {
 		if err != nil {
-			t.Errorf("copy %d: %v", i, err)
+			t.Errorf("copy %d: %v (%v)", i, err, context.Cause(ctx))
 		}
 	}
 	return out
@@ -273,11 +277,12 @@ func race(t *testing.T, h *idem.Handler, n int) []bank.Response {
 // between connection handshakes.
 func warm(t *testing.T, pool *pgxpool.Pool, n int) {
 	t.Helper()
+	ctx := bounded(t, fmt.Sprintf("opening %d connections", n))
 	conns := make([]*pgxpool.Conn, n)
 	for i := range conns {
-		c, err := pool.Acquire(context.Background())
+		c, err := pool.Acquire(ctx)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatal(err, context.Cause(ctx))
 		}
 		conns[i] = c
 	}
@@ -342,5 +347,71 @@ func TestHandlerConcurrentDuplicates(t *testing.T) {
 				t.Errorf("%d key rows, want 1", k)
 			}
 		})
+	}
+}
+
+// TestKeyMisuseWithoutCoincidences reuses one key text every way a buggy
+// client can, on a bank where users own two accounts and no account id
+// equals its owner's user id: with another recipient, another of the same
+// user's accounts as sender, another amount (each refused 422 and retried,
+// refused again, moving nothing), and by two other users, one of whom sends
+// Ada's very body. Keys are scoped per user, so each of those users gets the
+// answer to their own request and nothing of Ada's.
+func TestKeyMisuseWithoutCoincidences(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewBankWith(t, pgtest.BankOptions{Accounts: pgtest.MixedAccounts})
+	h := &idem.Handler{DB: pool, Store: &idem.Store{}}
+	const ada, bola, dayo = 1, 2, 4
+	first := handle(t, h, ada, key, body(11, 21, 100_000))
+	rc, ok := first.Receipt()
+	if first.Status != 201 || !ok {
+		t.Fatalf("Ada's first request: %s, want 201", first.Summary())
+	}
+
+	misuse := []struct {
+		name string
+		body []byte
+	}{
+		{"another recipient (account 2, Dayo's)", body(11, 2, 100_000)},
+		{"another sender: Ada's savings, account 12", body(12, 21, 100_000)},
+		{"another amount", body(11, 21, 100_001)},
+	}
+	for _, m := range misuse {
+		for try := 1; try <= 2; try++ {
+			resp := handle(t, h, ada, key, m.body)
+			if resp.Status != 422 || resp.Code() != idem.CodeKeyReused || resp.Replayed {
+				t.Errorf("%s, try %d: got %s, want 422 %s", m.name, try, resp.Summary(), idem.CodeKeyReused)
+			}
+		}
+	}
+
+	// Bola's own transfer under Ada's key text: a new transfer, not a replay.
+	bolas := handle(t, h, bola, key, body(21, 11, 50_000))
+	if brc, ok := bolas.Receipt(); bolas.Status != 201 || bolas.Replayed || !ok || brc.TransferID == rc.TransferID || brc.From != 21 {
+		t.Errorf("Bola under Ada's key text: %s %s, want a 201 of his own", bolas.Summary(), bolas.Body)
+	}
+	// Dayo sends Ada's very body with Ada's key text: judged as Dayo's request,
+	// from an account he does not own.
+	dayos := handle(t, h, dayo, key, body(11, 21, 100_000))
+	if dayos.Status != 404 || dayos.Code() != bank.CodeAccountNotFound || dayos.Replayed {
+		t.Errorf("Dayo with Ada's body and key text: %s %s, want 404 %s", dayos.Summary(), dayos.Body, bank.CodeAccountNotFound)
+	}
+
+	// Ada's key still answers Ada's first request.
+	again := handle(t, h, ada, key, body(11, 21, 100_000))
+	if arc, _ := again.Receipt(); again.Status != 201 || !again.Replayed || arc != rc {
+		t.Errorf("Ada's retry: %s %s, want her first receipt %+v replayed", again.Summary(), again.Body, rc)
+	}
+	l := ledger(t, pool)
+	if len(l.Transfers) != 2 {
+		t.Errorf("%d transfers, want 2 (Ada's and Bola's): %+v", len(l.Transfers), l.Transfers)
+	}
+	for id, want := range map[int64]int64{11: 4_950_000, 12: 2_000_000, 21: 550_000, 2: 100_000} {
+		if got, _ := l.Balance(id); got != want {
+			t.Errorf("account %d has %s, want %s", id, bank.Naira(got), bank.Naira(want))
+		}
+	}
+	if n := count(t, pool, "SELECT count(*) FROM idempotency_keys WHERE key = $1", key); n != 3 {
+		t.Errorf("%d rows for the key text, want 3 (Ada's, Bola's, Dayo's)", n)
 	}
 }

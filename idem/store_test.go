@@ -25,7 +25,7 @@ var (
 func begin(t *testing.T, s *idem.Store, db bank.Querier, userID int64, hash string, now time.Time) idem.Claim {
 	t.Helper()
 	setClock(t, db, now)
-	c, err := s.Begin(context.Background(), db, userID, key, hash, time.Time{})
+	c, err := s.Begin(bounded(t, "claiming key "+key), db, userID, key, hash, time.Time{})
 	if err != nil {
 		t.Fatalf("Begin: %v", err)
 	}
@@ -41,8 +41,9 @@ func setClock(t testing.TB, db bank.Querier, now time.Time) {
 
 func complete(t *testing.T, s *idem.Store, db bank.DB, userID int64, lockID string, resp bank.Response) error {
 	t.Helper()
-	return bank.InTx(context.Background(), db, func(tx pgx.Tx) error {
-		return s.Complete(context.Background(), tx, userID, key, lockID, resp)
+	ctx := bounded(t, "completing key "+key)
+	return bank.InTx(ctx, db, func(tx pgx.Tx) error {
+		return s.Complete(ctx, tx, userID, key, lockID, resp)
 	})
 }
 

@@ -99,8 +99,9 @@ type checkRun struct {
 	n                  int
 }
 
-// check makes one check, with the money read before and after it.
-func (r *run) check(ctx context.Context, ch Check) Result {
+// check makes one check, with the money read before and after it, and
+// returns its intents too (an interrupted run settles them).
+func (r *run) check(ctx context.Context, ch Check) (Result, []*intent) {
 	res := &Result{Name: ch.Name, Title: ch.Title}
 	c := &checkRun{run: r, check: ch, res: res}
 	for i, k := range Checks() {
@@ -136,7 +137,7 @@ func (r *run) check(ctx context.Context, ch Check) Result {
 	default:
 		res.Status, res.Proves = Pass, ch.Proves
 	}
-	return *res
+	return *res, c.intents
 }
 
 // amount is this check's amount: the base plus the check's number in kobo,

@@ -57,7 +57,7 @@ var checkDrain = Check{
 		paid := int64(len(batch))
 		switch {
 		case paid > payable:
-			c.failf("%d transfers of %s were paid from %s: only %d could be, so %s was spent that the account did not hold (an overdraft)", paid, Kobo(each), Kobo(balance), payable, Kobo(paid*each-payable*each))
+			c.failf("%d transfers of %s were paid from %s: only %d could be, so %s more was paid out than the account held: it was overdrawn, or debits were lost and the money created from nothing", paid, Kobo(each), Kobo(balance), payable, Kobo(paid*each-payable*each))
 		case paid < payable:
 			c.okf("%d of the %d payable transfers were paid (the others were refused; no money was lost)", paid, payable)
 		default:

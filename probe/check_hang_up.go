@@ -20,7 +20,11 @@ var checkHangUp = Check{
 		m := newMoments(c.typicalLatency(), rounds)
 		c.evidence("a fresh transfer takes about %s here; over %d rounds the client hangs up at moments from 0 to the end of the server's work, which the rounds find",
 			m.end.Round(10*time.Microsecond), rounds)
-		hung, abandoned := 0, 0
+		// Of the rounds hung up before any answer: finished, the retry was
+		// told a replay (the server did the work after the client left);
+		// undone, the retry made the transfer itself (the server dropped the
+		// request, or undid its work).
+		hung, finished, undone, abandoned := 0, 0, 0, 0
 		var outlived time.Duration
 		last := time.Duration(0)
 		for i := range rounds {
@@ -55,6 +59,13 @@ var checkHangUp = Check{
 			line := fmt.Sprintf("round %d: %s", i+1, saw.describe())
 			if saw.hungUp {
 				hung++
+				if out == Settled && final.Receipt() && c.caps.Replayed {
+					if final.Replayed {
+						finished++
+					} else {
+						undone++
+					}
+				}
 			}
 			// The work was done if the answer beat the hang-up, or if the
 			// retry was told it is a replay.
@@ -93,8 +104,19 @@ var checkHangUp = Check{
 				return
 			}
 		}
-		c.evidence("the client hung up before the server answered in %d of %d rounds, after it in %d; the rounds put the end of the server's work at about %s",
-			hung, rounds, rounds-hung, m.end.Round(10*time.Microsecond))
+		c.evidence("the client hung up before the server answered in %d of %d rounds, after it in %d", hung, rounds, rounds-hung)
+		switch {
+		case hung == 0:
+		case !c.caps.Replayed:
+			c.evidence("whether the server finished the work of a round whose client had left, or undid it, the answers do not say (no %s header)", c.cfg.Contract.ReplayedHeader)
+		case undone == 0:
+			c.evidence("the server finished the work of every round whose client had left (%d: each retry was told a replay): a hang-up never cut its work short", finished)
+		default:
+			// The staircase gathers at the boundary between work undone and
+			// work done: where a hang-up stops cutting the work short.
+			c.evidence("the server finished the work of %d round(s) whose client had left, and in %d made no transfer until the retry (it dropped or undid the work); "+
+				"the rounds gathered at about %s after the request, where a hang-up stops cutting the work short", finished, undone, m.end.Round(10*time.Microsecond))
+		}
 		if abandoned > 0 {
 			c.evidence("⚠ in %d round(s) the retry was told 409 (in progress) for up to %s after the request had ended, and then made the transfer itself: "+
 				"the server left the key claimed with nobody working on it until the claim expired. Money moved once, but a client less patient than that is left with an unknown outcome",
@@ -128,7 +150,11 @@ func waitedOut(as []*Attempt) bool {
 // after one whose work was done, the step halving at each turn, so that
 // they gather around the end however wrong the first estimate was (a loaded
 // machine, a cold first request). The third sweeps from 0 to the end as it
-// is known so far, densest near 0.
+// is known so far, densest near 0. A server that finishes the work of a
+// client that has left (bank-sim's, since issue 7) undoes nothing: the
+// staircase then steps down to its floor and the rounds hang up in the
+// first microseconds after the request, where a claim made on the request's
+// context would be cut off.
 type moments struct {
 	end, step time.Duration
 	dir       int

@@ -1,15 +1,20 @@
 package probe
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"reflect"
+	"strings"
 )
 
 var checkReplay = Check{
-	Name:   "replay",
-	Title:  "a retry with the same key, after the answer arrived, is the same transfer",
-	Proves: "the server recognises a retry by its key, also with the body's members written in another order, and answers with the first transfer instead of making another",
-	Moves:  func(c *Config) string { return "one transfer of " + Kobo(c.Amount+1) },
+	Name:  "replay",
+	Title: "a retry with the same key, after the answer arrived, is the same transfer",
+	Proves: "the server recognises a retry by its key, also with the body's members written in another order, and answers with the first transfer instead of making another; " +
+		"with --exact-replays, also that every replay is the first answer byte for byte",
+	Moves: func(c *Config) string { return "one transfer of " + Kobo(c.Amount+1) },
 	Run: func(ctx context.Context, c *checkRun) {
 		in := c.intent("tap", c.cfg.Payer, c.pay(c.amount()))
 		first := c.first(ctx, in, sendOpts{})
@@ -131,4 +136,60 @@ var checkOtherCopy = Check{
 			c.same(in, c.settled(ctx, in, copy), saw.answer, fmt.Sprintf("the retry on copy %d", copy+1))
 		}
 	},
+}
+
+// sameBytes compares a replay's body with the first answer's, byte for
+// byte. Equal is said as evidence. A difference fails the check when the
+// target promises exact replays (Contract.ExactReplays), and is otherwise a
+// warning: the same transfer, told in other bytes, misleads no JSON client,
+// but breaks a signature over the body and any client that compares bytes.
+func (c *checkRun) sameBytes(a, first *Answer, what string) {
+	if bytes.Equal(a.Body, first.Body) {
+		c.okf("%s is the first answer byte for byte (%d bytes)", what, len(a.Body))
+		return
+	}
+	msg := fmt.Sprintf("%s is not the first answer byte for byte: %s", what, bodyDiff(first.Body, a.Body))
+	if c.cfg.Contract.ExactReplays {
+		c.failf("%s; the target promises exact replays (--exact-replays), and a client that verifies a signature over the body, or compares it, rejects this one", msg)
+		return
+	}
+	c.evidence("⚠ %s. Harmless to a JSON client, which must not depend on the members' order; wrong if the body is signed or compared as bytes (give --exact-replays if the target promises byte-for-byte replays)", msg)
+}
+
+// bodyDiff says how replay differs from first: in its bytes only (the same
+// JSON value, its members reordered or spaced differently), or in its value
+// (which top-level members differ).
+func bodyDiff(first, replay []byte) string {
+	both := fmt.Sprintf("first %s (%d bytes), replay %s (%d bytes)", snippet(first), len(first), snippet(replay), len(replay))
+	var f, r any
+	if decode(first, &f) != nil || decode(replay, &r) != nil {
+		return both
+	}
+	if reflect.DeepEqual(f, r) {
+		return "the same JSON value in other bytes (its members reordered or spaced differently): " + both
+	}
+	fo, ok1 := f.(map[string]any)
+	ro, ok2 := r.(map[string]any)
+	if !ok1 || !ok2 {
+		return "another JSON value: " + both
+	}
+	var differ []string
+	for _, k := range sortedNames(fo) {
+		if v, ok := ro[k]; !ok || !reflect.DeepEqual(v, fo[k]) {
+			differ = append(differ, k)
+		}
+	}
+	for _, k := range sortedNames(ro) {
+		if _, ok := fo[k]; !ok {
+			differ = append(differ, k)
+		}
+	}
+	return fmt.Sprintf("another JSON value, members %s differ: %s", strings.Join(differ, ", "), both)
+}
+
+// decode reads one JSON document, numbers kept as written.
+func decode(b []byte, v *any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	return dec.Decode(v)
 }

@@ -36,11 +36,26 @@ func tap(ctx context.Context, c *checkRun, copies int) {
 		c.saw(a)
 	}
 	c.evidence("%s; answers: %s", v.describe(), statuses(v.attempts))
+	failed := 0
+	for _, a := range v.attempts {
+		if a.Answer != nil && a.Answer.Status >= 500 {
+			failed++
+		}
+	}
 	for _, a := range v.attempts {
 		if a.Answer != nil && a.Answer.Status == 409 {
 			c.okf("a copy was told 409 while another held the key: the copies overlapped at the server and the key stopped the second")
 			break
 		}
+	}
+	if failed > 0 {
+		// Not a failure: the retries settle it, and the money checks judge
+		// the outcome. But a copy that reached a server error got past the
+		// key: seen with copies whose clocks disagree (a live claim taken
+		// over, and the late holder rolled back by its fencing token).
+		c.evidence("⚠ %d cop%s answered 5xx, where a correct server answers 409 (in progress) or the replay: often a sign that a copy got past the key's claim and then failed, "+
+			"as when a claim still being worked on is taken over (servers whose clocks disagree about the lock's expiry) or the claim is not atomic; its retry settled it",
+			failed, map[bool]string{true: "ies were", false: "y was"}[failed > 1])
 	}
 	// Every copy that was not answered for good is retried with the same
 	// key, as its client would, until it is.

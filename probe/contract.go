@@ -38,6 +38,14 @@ type Contract struct {
 	// Lookup is the path, with {key}, of a GET that answers what became of
 	// a key ("/transfers?key={key}"); optional.
 	Lookup string `json:"lookup,omitempty"`
+	// ExactReplays is the target's promise that a replay is its first
+	// answer byte for byte, as bank-sim serve's is (issue 7): then a replay
+	// that differs fails the check that saw it. Without the promise the
+	// difference is only warned about: the lesson's own server stores the
+	// answer as jsonb, which reorders its members, and calls that harmless
+	// to a JSON client; it matters to one that verifies a signed body or
+	// compares bytes.
+	ExactReplays bool `json:"exactReplays,omitempty"`
 }
 
 // LessonContract is the contract of the lesson's server.js and of bank-sim

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -48,6 +49,12 @@ type paymentFlaws struct {
 	optionalKey bool
 	// noOwnerCheck lets any signed-in user pay from any account.
 	noOwnerCheck bool
+	// jsonbReplay stores the answer as PostgreSQL's jsonb would and replays
+	// that: the same JSON value, its members in jsonb's order and spaced.
+	jsonbReplay bool
+	// busyIs500 answers a copy that arrives while its key is in progress
+	// with a 500 instead of 409.
+	busyIs500 bool
 }
 
 type payment struct {
@@ -136,6 +143,8 @@ func (p *payments) pay(w http.ResponseWriter, r *http.Request, token string) {
 		switch {
 		case seen.hash != hash && !p.flaws.noFingerprint:
 			reply(w, 422, map[string]string{"error": "key_reused"})
+		case !seen.done && p.flaws.busyIs500:
+			reply(w, 500, map[string]string{"error": "internal"})
 		case !seen.done:
 			w.Header().Set("Retry-After", "1")
 			reply(w, 409, map[string]string{"error": "in_progress"})
@@ -155,8 +164,12 @@ func (p *payments) pay(w http.ResponseWriter, r *http.Request, token string) {
 	time.Sleep(p.work)
 	status, body := p.move(token, req.Source, req.Destination, req.Amount)
 
+	stored := body
+	if p.flaws.jsonbReplay {
+		stored = jsonbText(body)
+	}
 	p.mu.Lock()
-	entry.done, entry.status, entry.body = true, status, body
+	entry.done, entry.status, entry.body = true, status, stored
 	p.keys[scoped] = entry
 	p.mu.Unlock()
 	w.Header().Set("Content-Type", "application/json")
@@ -196,6 +209,49 @@ func (p *payments) total() int64 {
 		t += b
 	}
 	return t
+}
+
+// jsonbText is b as PostgreSQL prints it back from a jsonb column: an
+// object's members shortest name first (then by bytes), ", " and ": "
+// between them.
+func jsonbText(b []byte) []byte {
+	var v any
+	if json.Unmarshal(b, &v) != nil {
+		return b
+	}
+	var out strings.Builder
+	var write func(v any)
+	write = func(v any) {
+		obj, ok := v.(map[string]any)
+		if !ok {
+			e, _ := json.Marshal(v)
+			out.Write(e)
+			return
+		}
+		names := make([]string, 0, len(obj))
+		for k := range obj {
+			names = append(names, k)
+		}
+		sort.Slice(names, func(i, j int) bool {
+			if len(names[i]) != len(names[j]) {
+				return len(names[i]) < len(names[j])
+			}
+			return names[i] < names[j]
+		})
+		out.WriteByte('{')
+		for i, k := range names {
+			if i > 0 {
+				out.WriteString(", ")
+			}
+			e, _ := json.Marshal(k)
+			out.Write(e)
+			out.WriteString(": ")
+			write(obj[k])
+		}
+		out.WriteByte('}')
+	}
+	write(v)
+	return []byte(out.String())
 }
 
 func reply(w http.ResponseWriter, status int, v any) {
@@ -313,5 +369,63 @@ func TestProbePassesTheFixedServerThatIsNotBankSim(t *testing.T) {
 	defer p.mu.Unlock()
 	if p.balances["acc_ada"] != 5_000_000 || p.balances["acc_bola"] != 500_000 {
 		t.Errorf("after the restore, ada %d and bola %d; want them as they started", p.balances["acc_ada"], p.balances["acc_bola"])
+	}
+}
+
+// A replay in other bytes (jsonb's, as the lesson's server.js stores it) is
+// the same transfer to a JSON client: without the target's promise of exact
+// replays the probe warns and passes; with it (--exact-replays) it fails. A
+// server that replays its stored bytes draws neither.
+func TestReplaysInOtherBytesAreWarnedAboutUnlessExactIsPromised(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		jsonb bool
+		exact bool
+		want  probe.Status
+		says  string
+	}{
+		{"jsonb, no promise", true, false, probe.Pass, "⚠ the retry with the same key and body is not the first answer byte for byte: the same JSON value in other bytes"},
+		{"jsonb, promised", true, true, probe.Fail, "✗ the retry with the same key and body is not the first answer byte for byte: the same JSON value in other bytes"},
+		{"stored bytes, promised", false, true, probe.Pass, "✓ the retry with the same key and body is the first answer byte for byte"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, url := startPayments(t, paymentFlaws{jsonbReplay: tc.jsonb})
+			cfg := paymentsProbe(url)
+			cfg.Contract.ExactReplays = tc.exact
+			cfg.Only = []string{"replay", "lost-response"}
+			rep := runProbe(t, cfg)
+			for _, c := range rep.Checks {
+				if c.Status != tc.want {
+					t.Errorf("%s: %s, want %s: %s", c.Name, c.Status, tc.want, c.Reason)
+				}
+			}
+			c, _ := rep.Check("replay")
+			if ev := strings.Join(c.Evidence, "\n"); !strings.Contains(ev, tc.says) {
+				t.Errorf("replay's evidence does not say %q:\n%s", tc.says, ev)
+			}
+			if t.Failed() {
+				t.Log("\n" + dump(rep))
+			}
+		})
+	}
+}
+
+// A copy answered 5xx while its key was in progress is settled by its retry
+// (one transfer, a pass), and the evidence says it was not the 409 a
+// correct server gives.
+func TestA5xxToACopyInFlightIsWarnedAbout(t *testing.T) {
+	t.Parallel()
+	for _, busyIs500 := range []bool{true, false} {
+		p, url := startPayments(t, paymentFlaws{busyIs500: busyIs500})
+		p.work = 20 * time.Millisecond // the copies surely meet the key in progress
+		cfg := paymentsProbe(url)
+		cfg.Only = []string{"storm"}
+		rep := runProbe(t, cfg)
+		c, _ := rep.Check("storm")
+		warned := strings.Contains(strings.Join(c.Evidence, "\n"), "answered 5xx, where a correct server answers 409")
+		if c.Status != probe.Pass || warned != busyIs500 {
+			t.Errorf("busy is 500: %v; storm %s (%s), warned of a 5xx: %v\n%s", busyIs500, c.Status, c.Reason, warned, dump(rep))
+		}
 	}
 }

@@ -28,6 +28,7 @@ func (r *run) preflight(ctx context.Context) (Preflight, error) {
 	}
 
 	in := &intent{Label: "preflight", User: r.cfg.Payer, Key: Key(r.cfg.Seed, "preflight", 1), T: Transfer{From: r.cfg.Payer.Account, To: r.cfg.Payee.Account, Amount: r.cfg.Amount}}
+	r.cut = []*intent{in} // until it is answered: an interrupt settles it
 	a := r.send(ctx, in, sendOpts{})
 	pre.Attempt = a
 	ep := r.eps[0]
@@ -55,6 +56,7 @@ func (r *run) preflight(ctx context.Context) (Preflight, error) {
 		return pre, &UsageError{fmt.Sprintf("%s answered the probe's first key %s as a replay: the key was used before, probably by an earlier run with --seed %d. Run with another --seed", where, in.Key, r.cfg.Seed)}
 	}
 
+	r.cut = nil
 	r.noteLatency(a.waited)
 
 	// The opening balance, learnt from the first answer when nothing else

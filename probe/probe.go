@@ -23,6 +23,7 @@ import (
 	"net"
 	"net/http"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -266,6 +267,9 @@ type run struct {
 	// latencies of fresh transfers answered at once, for aiming the
 	// hang-ups.
 	latencies []time.Duration
+	// cut are the intents of the step (the preflight or a check) that an
+	// interrupt cut short: their outcome is learnt before the restore.
+	cut []*intent
 }
 
 // Capabilities is what the target was found to expose.
@@ -322,21 +326,32 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	start := time.Now()
 	pre, err := r.preflight(ctx)
-	if err != nil {
+	rep.Preflight = pre
+	if err != nil && ctx.Err() == nil {
 		return nil, err
 	}
-	rep.Preflight = pre
 	rep.Capabilities = r.caps
-	if have, ok := r.knownBalance(cfg.Payer.Account); ok && have < cfg.plannedTotal() {
-		return nil, &UsageError{fmt.Sprintf("%s's account %s holds %s, and the checks need about %s before the drain: top it up, or give a smaller --amount (now %s)",
-			cfg.Payer.Name, cfg.Payer.Account, Kobo(have), Kobo(cfg.plannedTotal()), Kobo(cfg.Amount))}
+	r.mu.Lock()
+	had, ok := r.opening[cfg.Payer.Account] // before the preflight's transfer, which plannedTotal counts
+	r.mu.Unlock()
+	if ok && ctx.Err() == nil && had < cfg.plannedTotal() {
+		msg := fmt.Sprintf("%s's account %s held %s, and the checks need about %s before the drain: top it up, or give a smaller --amount (now %s)",
+			cfg.Payer.Name, cfg.Payer.Account, Kobo(had), Kobo(cfg.plannedTotal()), Kobo(cfg.Amount))
+		if !cfg.NoRestore {
+			// The preflight's transfer goes back: the run ends before it began.
+			rctx, cancel := context.WithTimeout(ctx, cfg.Timeout+cfg.Settle)
+			msg += ". The preflight's transfer: " + r.restore(rctx).Result
+			cancel()
+		}
+		return nil, &UsageError{msg}
 	}
 	for _, ch := range cfg.selected() {
 		if ctx.Err() != nil {
 			break
 		}
-		res := r.check(ctx, ch)
+		res, ins := r.check(ctx, ch)
 		if ctx.Err() != nil {
+			r.cut = ins
 			break // a check cut short proves nothing either way
 		}
 		rep.Checks = append(rep.Checks, res)
@@ -345,11 +360,22 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}
 	if !cfg.NoRestore {
-		// Also after an interrupt: the money moved so far goes back, within
+		// Also after an interrupt: the money moved so far goes back. What
+		// the interrupted step had in flight is settled first, as its client
+		// would (the same key, until a final answer): the target may have
+		// finished a transfer whose answer the probe never read. Each within
 		// a bound of its own.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.Timeout+cfg.Settle)
+		unresolved := r.resolve(rctx, r.cut)
+		cancel()
+		rctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), cfg.Timeout+cfg.Settle)
 		rep.Restore = r.restore(rctx)
 		cancel()
+		if len(unresolved) > 0 {
+			rep.Restore.OK = false
+			rep.Restore.Result += fmt.Sprintf("; but %d transfer(s) cut short by the interrupt never got a final answer, and the restore could not count them: "+
+				"look their keys up on the target (%s)", len(unresolved), strings.Join(unresolved, ", "))
+		}
 	}
 	if ctx.Err() != nil {
 		// Interrupted: the report holds what was finished, and the restore.
@@ -361,6 +387,43 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	r.mu.Unlock()
 	rep.tally()
 	return rep, nil
+}
+
+// resolve learns the outcome of intents an interrupt cut short, and takes
+// the transfers the target made for them into the money model: a receipt
+// already answered, or, for an intent without a final answer, the answer
+// to a retry with its key. It returns the keys whose outcome stays unknown.
+// An intent that carries no key or no valid credentials moved nothing on a
+// target that passed those checks, and is not retried: without a key a retry
+// would be a new transfer.
+func (r *run) resolve(ctx context.Context, ins []*intent) []string {
+	c := &checkRun{run: r, res: &Result{}} // a scratch check: its verdicts are not reported
+	var unknown []string
+	for _, in := range ins {
+		if len(in.Attempts) == 0 || in.Key == "" || in.NoAuth || in.Token != "" {
+			continue
+		}
+		final := false
+		for _, a := range in.Attempts {
+			final = final || a.Answer != nil && a.Answer.Settled()
+		}
+		if !final {
+			a, out := r.settle(ctx, in, in.Attempts[len(in.Attempts)-1].Copy)
+			if out != Settled || a == nil {
+				unknown = append(unknown, in.Key)
+				continue
+			}
+		}
+		for _, a := range in.receipts() {
+			// The amount, not the balance the answer carries: a replay's
+			// balance is from the moment the transfer was made, which may
+			// be before transfers the model already counts.
+			b := *a
+			b.Balance = nil
+			c.debit(receipt{in, &b})
+		}
+	}
+	return unknown
 }
 
 func (r *run) close() {

@@ -99,6 +99,7 @@ type Plan struct {
 	Checks   []PlanCheck `json:"checks"`
 	Money    string      `json:"money"`
 	Balances string      `json:"balances"`
+	Replays  string      `json:"replays"`
 	Restore  string      `json:"restore"`
 }
 
@@ -125,6 +126,11 @@ func NewPlan(cfg Config) (*Plan, error) {
 		p.Balances = "exact: " + cfg.Balances.Describe()
 	} else {
 		p.Balances = "from the answers only (" + cfg.Contract.BalanceField + "); give --balances-url or --database-url with --balances-sql to check money exactly"
+	}
+	if cfg.Contract.ExactReplays {
+		p.Replays = "compared with the first answer byte for byte; a difference fails (--exact-replays)"
+	} else {
+		p.Replays = "compared with the first answer byte for byte; a difference is warned about, not failed (give --exact-replays if the target promises byte-for-byte replays)"
 	}
 	if cfg.NoRestore {
 		p.Restore = "no (--no-restore): the money stays where the checks moved it"

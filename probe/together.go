@@ -127,6 +127,7 @@ func (c *checkRun) same(in *intent, a *Answer, first *Answer, what string) bool 
 		return false // settled has said why
 	case a.Receipt() && a.TransferID == first.TransferID:
 		c.okf("%s: the same transfer %s%s", what, a.TransferID, map[bool]string{true: ", marked as a replay", false: ""}[a.Replayed])
+		c.sameBytes(a, first, what)
 		return true
 	case a.Receipt():
 		c.debit(receipt{in, a})

@@ -51,7 +51,7 @@ type Client struct {
 
 	Attempts      int           // at most this many attempts per intent; DefaultAttempts when zero
 	BaseDelay     time.Duration // the wait after attempt 1; doubled after each; DefaultBaseDelay when zero
-	MaxDelay      time.Duration // cap on one backoff wait; DefaultMaxDelay when zero
+	MaxDelay      time.Duration // cap on a backoff wait before its jitter (up to BaseDelay more); DefaultMaxDelay when zero
 	MaxRetryAfter time.Duration // cap on an honoured Retry-After; DefaultMaxRetryAfter when zero
 
 	// Rand draws the jitter; seed it to repeat a run. A fresh random one when nil.
@@ -63,6 +63,10 @@ type Client struct {
 	NewKey func() string
 	// OnAttempt, when set, hears about each attempt as it ends.
 	OnAttempt func(Attempt)
+	// FirstAttempt is the number Send gives its first attempt (sent as
+	// X-Bank-Sim-Attempt); 1 when zero. A client that resumes an intent
+	// after earlier attempts numbers on from them.
+	FirstAttempt int
 	// Flaws switches on the lesson's client-side mistakes; the zero value is
 	// the correct client.
 	Flaws Flaws
@@ -125,7 +129,11 @@ type Attempt struct {
 	Key string `json:"key"`
 	// Response is the answer; Status 0 when none came (Err says why).
 	Response bank.Response `json:"response"`
-	Err      error         `json:"-"`
+	// Raw is the body exactly as it arrived. Response.Body is the bank's
+	// form of it, rebuilt from problem details for a refusal; a replay is
+	// compared with its original byte for byte on Raw.
+	Raw []byte `json:"-"`
+	Err error  `json:"-"`
 	// RetryAfter is the server's Retry-After, if any.
 	RetryAfter time.Duration `json:"retryAfterNs,omitempty"`
 	// Retry says whether the client will try again, and Wait how long it
@@ -168,11 +176,12 @@ func (c *Client) Send(ctx context.Context, in Intent) (Outcome, error) {
 	}
 	out := Outcome{Key: in.Key}
 	attempts := c.attempts()
+	first := max(c.FirstAttempt, 1)
 	for n := 1; n <= attempts; n++ {
 		if n > 1 && c.Flaws.NewKeyPerAttempt {
 			in.Key = c.newKey()
 		}
-		a := c.try(ctx, in, n)
+		a := c.try(ctx, in, first+n-1)
 		if ctx.Err() != nil {
 			out.Attempts = append(out.Attempts, a)
 			return out, ctx.Err()
@@ -219,24 +228,24 @@ func (c *Client) try(ctx context.Context, in Intent, n int) Attempt {
 	if in.Label != "" {
 		req.Header.Set(api.HeaderIntent, in.Label)
 	}
-	a.Response, a.RetryAfter, a.Err = c.do(req)
+	a.Response, a.Raw, a.RetryAfter, a.Err = c.do(req)
 	return a
 }
 
 // do sends req and reads the answer whole. Any failure to get a complete
 // answer (refused, reset, timed out, cut short) is a network error: the
 // client cannot tell whether the server acted.
-func (c *Client) do(req *http.Request) (bank.Response, time.Duration, error) {
+func (c *Client) do(req *http.Request) (resp bank.Response, raw []byte, retryAfter time.Duration, err error) {
 	res, err := c.httpClient().Do(req)
 	if err != nil {
-		return bank.Response{}, 0, err
+		return bank.Response{}, nil, 0, err
 	}
 	defer res.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(res.Body, 1<<20))
 	if err != nil {
-		return bank.Response{}, 0, fmt.Errorf("reading the response: %w", err)
+		return bank.Response{}, nil, 0, fmt.Errorf("reading the response: %w", err)
 	}
-	resp := bank.Response{Status: res.StatusCode, Body: body, Replayed: res.Header.Get(api.HeaderReplayed) == "true"}
+	resp = bank.Response{Status: res.StatusCode, Body: body, Replayed: res.Header.Get(api.HeaderReplayed) == "true"}
 	if mt, _, _ := mime.ParseMediaType(res.Header.Get("Content-Type")); mt == api.ProblemType {
 		var p api.Problem
 		if json.Unmarshal(body, &p) == nil {
@@ -245,7 +254,7 @@ func (c *Client) do(req *http.Request) (bank.Response, time.Duration, error) {
 			resp = r
 		}
 	}
-	return resp, c.retryAfter(res.Header.Get(api.HeaderRetryAfter)), nil
+	return resp, body, c.retryAfter(res.Header.Get(api.HeaderRetryAfter)), nil
 }
 
 // retryAfter reads Retry-After in either of its forms: seconds or a date.
@@ -266,9 +275,12 @@ func (c *Client) retryAfter(h string) time.Duration {
 	return min(max(d, 0), limit)
 }
 
-// backoff is the wait after attempt n: BaseDelay·2^(n-1), plus up to one
-// BaseDelay of jitter so that clients who failed together do not come back
-// together, capped at MaxDelay; or the server's Retry-After if longer.
+// backoff is the wait after attempt n: BaseDelay·2^(n-1), capped at
+// MaxDelay, plus a jitter drawn from [0, BaseDelay) so that clients who
+// failed together do not come back together; or the server's Retry-After if
+// longer. The jitter comes on top of the cap, not under it: clipped by the
+// cap (min(d+jitter, MaxDelay)) it would vanish exactly when many clients
+// have been failing for a while, and they would all retry in lockstep.
 func (c *Client) backoff(n int, retryAfter time.Duration) time.Duration {
 	base, limit := c.BaseDelay, c.MaxDelay
 	if base <= 0 {
@@ -281,7 +293,7 @@ func (c *Client) backoff(n int, retryAfter time.Duration) time.Duration {
 	if d <= 0 || d > limit {
 		d = limit
 	}
-	d = min(d+time.Duration(c.jitter(int64(base))), limit)
+	d += time.Duration(c.jitter(int64(base)))
 	return max(d, retryAfter)
 }
 
@@ -361,7 +373,7 @@ func (c *Client) Resolve(ctx context.Context, key string) (resp bank.Response, f
 		return bank.Response{}, false, err
 	}
 	req.Header.Set("Authorization", "Bearer "+c.Token)
-	resp, _, err = c.do(req)
+	resp, _, _, err = c.do(req)
 	if err != nil {
 		return bank.Response{}, false, err
 	}

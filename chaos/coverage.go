@@ -1,0 +1,288 @@
+package chaos
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/banksim/bank-sim/bank"
+	"github.com/banksim/bank-sim/idem"
+)
+
+// Defence paths: the ways a correct handler can be made to defend the bank.
+// A run that never took one of them proved nothing about it, so it is
+// INCONCLUSIVE, not VALID. The first group is counted inside the servers
+// (History.Server), the rest from what clients were told.
+const (
+	PathTakeover        = "takeover"          // a key whose lock expired was taken over
+	PathExpiredMidWrite = "expired-mid-write" // … while its holder was still writing
+	PathFencing         = "fencing-rollback"  // a late holder's completion failed the fencing check and rolled back
+	PathWoken           = "late-server-woken" // a server stopped after claiming its key was woken and tried to finish
+	PathTxRetry         = "deadlock-retry"    // InTx ran a transaction again after a deadlock
+	PathWaited          = "wait-then-replay"  // the wait policy waited for a key in progress, then replayed it
+	// PathDisconnectFinished: the client went away mid-request and the
+	// server finished its work anyway.
+	PathDisconnectFinished = "disconnect-finished"
+	// PathFreezeWaited: a freeze of a sender's account had to wait for the
+	// transfer that held its row.
+	PathFreezeWaited = "freeze-waited"
+
+	PathReplay             = "replay"               // a retry was answered with the stored answer
+	PathReplayAfterFinal   = "replay-after-final"   // … a repeat after the final answer
+	PathReplayAfterCleanup = "replay-after-cleanup" // … a repeat after the cleanup job ran
+	PathConflict           = "conflict-409"         // 409 while another request held the key
+	PathHealed             = "healed"               // an unknown outcome was resolved by healing
+	PathReuseRecipient     = "key-reused-recipient" // 422 for a key reused with another recipient
+	PathReuseSender        = "key-reused-sender"    // … with another sender account
+	PathReuseAmount        = "key-reused-amount"    // … with another amount
+	PathSharedKey          = "shared-key"           // two users, one key text, each answered for their own request
+	PathExactBalance       = "exact-balance"        // a transfer of exactly the balance went through, leaving ₦0
+	PathOverBalance        = "over-balance"         // one kobo more than the balance was refused
+	PathInsufficient       = "insufficient-funds"   // 422 insufficient_funds
+	PathNotOwner           = "refused-not-owner"    // 404 for another user's account
+	PathFrozenSender       = "refused-frozen-sender"
+	PathClosedSender       = "refused-closed-sender"
+	PathFrozenRecipient    = "refused-frozen-recipient"
+	PathClosedRecipient    = "refused-closed-recipient"
+	PathMissingRecipient   = "refused-missing-recipient"
+	PathSameAccount        = "refused-same-account"
+	PathCrossing           = "crossing" // two transfers between the same accounts, opposite ways, at the same time
+)
+
+// pathInfo says what a path is and what reaches it.
+type pathInfo struct {
+	name, what, reachedBy string
+}
+
+var pathList = []pathInfo{
+	{PathReplay, "a retry answered with the stored answer", "lose-response, late, duplicate"},
+	{PathReplayAfterFinal, "the same intent sent again after its final answer, replayed byte for byte", "the workload's repeats"},
+	{PathReplayAfterCleanup, "… after the cleanup job ran, the key younger than the retention", "the repeats after cleanup"},
+	{PathConflict, "409 while another request held the key", "duplicate, crash-after-claim"},
+	{PathWaited, "the wait policy waited for the holder, then replayed its answer", "duplicate on the waiting copy (--servers 2 or more)"},
+	{PathTakeover, "an expired lock taken over", "clock-jump, crash-after-claim, expire-mid-write"},
+	{PathExpiredMidWrite, "the lock expired while its holder was still writing", "expire-mid-write"},
+	{PathFencing, "a late holder failed the fencing check and rolled back", "expire-mid-write, crash-after-claim"},
+	{PathWoken, "a server stopped after its claim was woken", "crash-after-claim"},
+	{PathTxRetry, "a transaction run again after a deadlock", "deadlock"},
+	{PathDisconnectFinished, "the client went away mid-request; the server finished anyway", "disconnect"},
+	{PathFreezeWaited, "a freeze of the sender waited for the transfer's row lock", "freeze"},
+	{PathHealed, "an unknown outcome resolved by healing", "any fault that leaves an intent unknown"},
+	{PathReuseRecipient, "422 for a key reused with another recipient", "the workload's buggy clients"},
+	{PathReuseSender, "422 for a key reused with another sender account", "the workload's buggy clients"},
+	{PathReuseAmount, "422 for a key reused with another amount", "the workload's buggy clients"},
+	{PathSharedKey, "two users with one key text, each answered for their own request", "the workload"},
+	{PathExactBalance, "exactly the balance sent, leaving ₦0", "the edge intents (25 intents or more)"},
+	{PathOverBalance, "one kobo more than the balance, refused", "the edge intents (50 intents or more)"},
+	{PathInsufficient, "422 insufficient_funds", "the workload"},
+	{PathNotOwner, "404 for another user's account", "the workload"},
+	{PathFrozenSender, "422 from a frozen account", "the workload"},
+	{PathClosedSender, "422 from a closed account", "the workload"},
+	{PathFrozenRecipient, "422 to a frozen account", "the workload"},
+	{PathClosedRecipient, "422 to a closed account", "the workload"},
+	{PathMissingRecipient, "422 to an account that does not exist", "the workload"},
+	{PathSameAccount, "422 to the account it comes from", "the workload"},
+	{PathCrossing, "opposite transfers between two accounts at the same time", "concurrent clients on few accounts"},
+}
+
+// Paths lists every defence path, in the order the coverage table prints
+// them.
+func Paths() []string {
+	out := make([]string, len(pathList))
+	for i, p := range pathList {
+		out[i] = p.name
+	}
+	return out
+}
+
+// PathCount is how often a run took one defence path.
+type PathCount struct {
+	Path      string `json:"path"`
+	What      string `json:"what"`
+	ReachedBy string `json:"reachedBy"`
+	Count     int    `json:"count"`
+}
+
+// FaultCount is how often a fault kind fired, against its configured rate.
+type FaultCount struct {
+	Kind  string  `json:"kind"`
+	Rate  float64 `json:"rate"`
+	Fired int     `json:"fired"`
+}
+
+// Coverage is what a run exercised: each defence path and each fault kind.
+type Coverage struct {
+	Paths  []PathCount  `json:"paths"`
+	Faults []FaultCount `json:"faults"`
+}
+
+// Missing lists what the run should have exercised and did not: every
+// defence path never taken, and every fault kind with a rate above zero that
+// never fired.
+func (c Coverage) Missing() []string {
+	var out []string
+	for _, f := range c.Faults {
+		if f.Rate > 0 && f.Fired == 0 {
+			out = append(out, fmt.Sprintf("fault %s (rate %g) never fired", f.Kind, f.Rate))
+		}
+	}
+	for _, p := range c.Paths {
+		if p.Count == 0 {
+			out = append(out, fmt.Sprintf("%s never happened (reached by: %s)", p.Path, p.ReachedBy))
+		}
+	}
+	return out
+}
+
+// Complete reports whether the run exercised everything.
+func (c Coverage) Complete() bool { return len(c.Missing()) == 0 }
+
+// Cover computes the coverage of a history.
+func Cover(h *History) Coverage {
+	counts := map[string]int{}
+	for k, n := range h.Server {
+		counts[k] += n
+	}
+	f := newFacts(h)
+	byKey := map[string][]*Intent{}
+	for idx := range h.Intents {
+		in := &h.Intents[idx]
+		byKey[in.Key] = append(byKey[in.Key], in)
+		x := f.expect(in)
+		if in.Healed && in.Outcome != SeenUnknown {
+			counts[PathHealed]++
+		}
+		reused, exact, over, rule := false, false, false, false
+		for _, a := range in.Attempts {
+			resp := a.Response()
+			switch {
+			case a.Status == 409:
+				counts[PathConflict]++
+			case a.Replayed && a.Seen != SeenUnknown && !a.Lookup:
+				switch a.Phase {
+				case PhaseRepeat:
+					counts[PathReplayAfterFinal]++
+				case PhaseAfterCleanup:
+					if h.Cleanup != nil {
+						counts[PathReplayAfterCleanup]++
+					}
+				default:
+					counts[PathReplay]++
+				}
+			}
+			if a.Seen == SeenUnknown {
+				continue
+			}
+			code := resp.Code()
+			if code == bank.CodeInsufficientFunds && !a.Replayed {
+				counts[PathInsufficient]++
+			}
+			if in.Reuse != "" && a.Status == 422 && code == idem.CodeKeyReused {
+				reused = true
+			}
+			// A rule's answer counts however it reached the client, the
+			// original or a replay of it; once per intent.
+			if ok, _ := x.allows(in, resp); !ok || x.reuse {
+				continue
+			}
+			rule = rule || x.rule != ""
+			exact = exact || x.solo && resp.OK() && in.Request.AmountKobo == x.balance
+			over = over || x.solo && !resp.OK() && in.Request.AmountKobo == x.balance+1
+		}
+		if rule {
+			counts[x.rule]++
+		}
+		if reused {
+			counts["key-reused-"+in.Reuse]++
+		}
+		if exact {
+			counts[PathExactBalance]++
+		}
+		if over {
+			counts[PathOverBalance]++
+		}
+	}
+	counts[PathSharedKey] = sharedKeys(byKey)
+	counts[PathCrossing] = crossings(h)
+
+	var c Coverage
+	for _, p := range pathList {
+		c.Paths = append(c.Paths, PathCount{Path: p.name, What: p.what, ReachedBy: p.reachedBy, Count: counts[p.name]})
+	}
+	for _, k := range FaultKinds() {
+		c.Faults = append(c.Faults, FaultCount{Kind: k, Rate: h.Config.Faults[k], Fired: h.Fired[k]})
+	}
+	return c
+}
+
+// sharedKeys counts the key texts that two or more users sent, where every
+// one of those users' own intents (not a reuse) got a final answer and none
+// was told its key had been reused.
+func sharedKeys(byKey map[string][]*Intent) int {
+	n := 0
+	for _, ins := range byKey {
+		users := map[int64]bool{}
+		ok := true
+		for _, in := range ins {
+			if in.Reuse != "" {
+				continue
+			}
+			users[in.UserID] = true
+			final := false
+			for _, a := range in.Attempts {
+				if a.Seen != SeenUnknown {
+					final = true
+					if a.Response().Code() == idem.CodeKeyReused {
+						ok = false
+					}
+				}
+			}
+			ok = ok && final
+		}
+		if ok && len(users) > 1 {
+			n++
+		}
+	}
+	return n
+}
+
+// crossings counts the transfers that ran while a transfer between the
+// same two accounts, the other way round, was running too: both were
+// answered 201 by the attempt that did the work, and those attempts
+// overlapped in time.
+func crossings(h *History) int {
+	type span struct{ start, end int64 }
+	type pair struct{ a, b int64 }
+	ways := map[pair][]span{}
+	for _, in := range h.Intents {
+		for _, a := range in.Attempts {
+			if a.Seen == SeenOK && !a.Replayed && !a.Lookup {
+				ways[pair{in.Request.From, in.Request.To}] = append(ways[pair{in.Request.From, in.Request.To}], span{a.StartNs, a.EndNs})
+				break
+			}
+		}
+	}
+	n := 0
+	for p, these := range ways {
+		other := ways[pair{p.b, p.a}]
+		if len(other) == 0 {
+			continue
+		}
+		// Sorted by start, with the latest end so far: a span [s, e] meets
+		// the other way iff some span starting by e ends at s or later.
+		sort.Slice(other, func(i, j int) bool { return other[i].start < other[j].start })
+		maxEnd := make([]int64, len(other))
+		for i, o := range other {
+			maxEnd[i] = o.end
+			if i > 0 {
+				maxEnd[i] = max(maxEnd[i], maxEnd[i-1])
+			}
+		}
+		for _, s := range these {
+			k := sort.Search(len(other), func(i int) bool { return other[i].start > s.end })
+			if k > 0 && maxEnd[k-1] >= s.start {
+				n++
+			}
+		}
+	}
+	return n / 2
+}
