@@ -424,9 +424,15 @@ func (c *checker) finish() {
 			c.res.Worst = v
 		}
 	}
+	judged := map[string]bool{} // the side effects' invariants this history was judged on
+	if c.h.SideEffects != nil {
+		for _, chk := range c.h.SideEffects.Check() {
+			judged[chk.Name] = true
+		}
+	}
 	for _, k := range Kinds() {
-		if _, side := SideEffectInvariant(k); side && c.h.SideEffects == nil {
-			continue
+		if inv, side := SideEffectInvariant(k); side && !judged[inv] {
+			continue // not recorded (an older history), or not run (no lock over HTTP)
 		}
 		if k == KindAbandoned && (c.h.BeforeHeal == nil || len(c.h.Crashes) > 0) {
 			// Not checked across a crash of PostgreSQL: a holder whose

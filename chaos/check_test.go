@@ -562,3 +562,33 @@ func BenchmarkCheck(b *testing.B) {
 		})
 	}
 }
+
+// The checks listed are the side effects' invariants the history was judged
+// on: none for a history that recorded no side effects, and not the lock's
+// for a run with no lock in front of its servers (over HTTP).
+func TestCheckerListsOnlyTheSideEffectsItJudged(t *testing.T) {
+	t.Parallel()
+	listed := func(h *chaos.History) map[string]bool {
+		out := map[string]bool{}
+		for _, c := range chaos.Check(h).Checks {
+			out[c.Kind] = true
+		}
+		return out
+	}
+	h := goodHistory()
+	if l := listed(h); !l[chaos.KindLockTwoHolder] || !l[chaos.KindSMSNotOnce] {
+		t.Errorf("a history with side effects and a lock: listed %v", l)
+	}
+	h.SideEffects.LockChecked = false
+	h.SideEffects.DoubleHolders = []string{"ignored: no lock was checked"}
+	if l := listed(h); l[chaos.KindLockTwoHolder] || !l[chaos.KindSMSNotOnce] {
+		t.Errorf("no lock: listed %v", l)
+	}
+	if res := chaos.Check(h); !res.Valid() {
+		t.Errorf("a lock that was not checked broke the history: %+v", res.Violations)
+	}
+	h.SideEffects = nil
+	if l := listed(h); l[chaos.KindSMSNotOnce] || l[chaos.KindEventLost] {
+		t.Errorf("no side effects recorded: listed %v", l)
+	}
+}
