@@ -12,6 +12,7 @@ import (
 	"github.com/banksim/bank-sim/bank"
 	"github.com/banksim/bank-sim/faults"
 	"github.com/banksim/bank-sim/idem"
+	"github.com/banksim/bank-sim/outbox"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -113,6 +114,14 @@ type engine struct {
 	servers  []faults.Server
 	faults   map[string]faults.Fault
 	crash    *faults.CrashAfterClaim
+	// sms, log and locks are the systems beyond the database: every
+	// transfer commits an SMS and an event in its outbox, which pipeline
+	// drains to sms and log while clients run; locks is the lock service in
+	// front of server copy 0 (the article's Redis).
+	sms      *outbox.Provider
+	log      *outbox.Log
+	locks    *outbox.Locks
+	pipeline *outbox.Pipeline
 	// rig carries the run over real HTTP (Config.HTTP); nil in process.
 	rig *httpRig
 
@@ -136,6 +145,7 @@ type engine struct {
 	// crashPostgres kills and restarts PostgreSQL (Config.KillPostgres).
 	crashPostgres func(ctx context.Context) error
 	crashes       []Crash
+	sideEffects   *outbox.Snapshot
 	crashErr      error
 	crashWG       sync.WaitGroup
 	crashOnce     sync.Once
@@ -161,6 +171,12 @@ func newEngine(db bank.DB, cfg Config) *engine {
 	// One store, shared by every copy of the server, as PostgreSQL is.
 	store := &idem.Store{NewLockID: idem.SeededLockIDs(cfg.Seed)}
 	e.store = store
+	e.sms, e.log, e.locks = outbox.NewProvider(cfg.Seed), outbox.NewLog(3), outbox.NewLocks(clock.Now)
+	var flaws outbox.Flaws
+	if cfg.Bug != nil {
+		flaws = cfg.Bug.Outbox
+	}
+	lockTokens := idem.SeededLockIDs(cfg.Seed ^ 0x7265646973)
 	for k := range cfg.Instances {
 		skew := appClockSkew(k)
 		h := &idem.Handler{DB: db, Store: store, Now: func() time.Time { return clock.Now().Add(skew) }}
@@ -172,16 +188,37 @@ func newEngine(db bank.DB, cfg Config) *engine {
 		if cfg.Bug != nil {
 			cfg.Bug.Apply(h)
 		}
+		h.Effects = &outbox.Effects{DB: db, SMS: e.sms, Log: e.log, Flaws: flaws}
 		e.handlers = append(e.handlers, h)
-		e.servers = append(e.servers, func(ctx context.Context, req idem.Request) (bank.Response, error) {
+		serve := func(ctx context.Context, req idem.Request) (bank.Response, error) {
 			resp, err := h.Handle(ctx, req)
 			if errors.Is(err, idem.ErrLostLock) {
 				e.count(PathFencing)
 			}
 			return resp, err
-		})
+		}
+		if k == 0 {
+			serve = e.behindLock(serve, lockTokens, flaws)
+		}
+		e.servers = append(e.servers, serve)
 	}
 	return e
+}
+
+// behindLock puts the lock outside the database in front of a server, as
+// the article's Redis: SET NX PX for the key's TTL before the work (409 when
+// another holds it), compare-and-delete after. A holder stopped by
+// crash-after-claim holds it past its expiry; the key row's fencing in
+// PostgreSQL, not the lock, is what stops its late commit.
+func (e *engine) behindLock(serve faults.Server, tokens func() string, flaws outbox.Flaws) faults.Server {
+	return func(ctx context.Context, req idem.Request) (bank.Response, error) {
+		lk, ok := e.locks.Acquire(fmt.Sprintf("idem-lock:%d:%s", req.UserID, req.Key), tokens(), idem.DefaultLockTTL)
+		if !ok {
+			return idem.InProgress(), nil
+		}
+		defer e.locks.Release(lk, flaws)
+		return serve(ctx, req)
+	}
 }
 
 // appClockSkew is how far server copy k's own clock is from the simulated
@@ -270,6 +307,15 @@ func newIntent(i int, p Planned) *Intent {
 func (e *engine) run(ctx context.Context, progress Progress) (*History, error) {
 	e.start = time.Now()
 	cfg := e.cfg
+	pipeCfg := outbox.PipelineConfig{Seed: cfg.Seed, Rates: map[string]float64{}}
+	if cfg.Bug != nil {
+		pipeCfg.Flaws = cfg.Bug.Outbox
+	}
+	for _, k := range outbox.PipelineFaults() {
+		pipeCfg.Rates[k] = cfg.Faults[k]
+	}
+	e.pipeline = outbox.StartPipeline(ctx, e.db, e.sms, e.log, pipeCfg)
+	defer e.pipeline.Stop()
 	total := cfg.Intents
 	var deadline time.Time
 	if total <= 0 {
@@ -380,7 +426,8 @@ func (e *engine) run(ctx context.Context, progress Progress) (*History, error) {
 	}
 
 	h := &History{Seed: cfg.Seed, Config: cfg, Opening: e.lay.accounts, Audits: e.audits, Fired: e.fired,
-		Server: e.server, Crashes: e.crashes, Cleanup: e.cleanup, Stalls: e.stalls, BeforeHeal: e.beforeHeal, Freezes: e.freezes}
+		Server: e.server, Crashes: e.crashes, Cleanup: e.cleanup, Stalls: e.stalls, BeforeHeal: e.beforeHeal, Freezes: e.freezes,
+		SideEffects: e.sideEffects}
 	h.Intents = make([]Intent, len(e.intents))
 	for i, in := range e.intents {
 		h.Intents[i] = *in
@@ -440,7 +487,46 @@ func (e *engine) settle(ctx context.Context) error {
 	if err := e.runCleanup(ctx); err != nil {
 		return err
 	}
-	return e.repeatAfterCleanup(ctx)
+	if err := e.repeatAfterCleanup(ctx); err != nil {
+		return err
+	}
+	return e.settleSideEffects(ctx)
+}
+
+// settleSideEffects heals the side effects once no transfer can commit any
+// more: their faults stop, the clock moves past every lease and backoff, the
+// outbox is drained and the consumer catches up. Then the faults that fired
+// and the defence paths taken join the run's, and the side effects are read
+// for the checker.
+func (e *engine) settleSideEffects(ctx context.Context) error {
+	e.pipeline.Stop()
+	if err := e.pipeline.Settle(ctx, func(d time.Duration) { e.clock.Advance(d) }); err != nil {
+		return err
+	}
+	if err := e.clock.Err(); err != nil {
+		return err
+	}
+	world := outbox.World{SMS: e.sms, Log: e.log, Consumer: outbox.DefaultConsumer, Leases: true}
+	if e.rig == nil {
+		world.Locks = e.locks // over HTTP the servers have no lock in front
+	}
+	snap, err := outbox.Read(ctx, e.db, world)
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for k, n := range e.pipeline.Fired() {
+		e.fired[k] += n
+	}
+	for k, n := range e.pipeline.Paths() {
+		e.server[k] += n
+	}
+	st := e.locks.Stats()
+	e.server[PathLockTakenAfterExpiry] += st.TakenAfterExpiry
+	e.server[PathLockReleaseRefused] += st.ReleaseRefused
+	e.sideEffects = &snap
+	return nil
 }
 
 // send runs intent i: its fault phase, then, when it has a final answer and

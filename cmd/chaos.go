@@ -394,6 +394,9 @@ func printCoverage(out io.Writer, p *palette, c chaos.Coverage) {
 }
 
 func checkTitle(kind string) string {
+	if inv, ok := chaos.SideEffectInvariant(kind); ok {
+		return inv
+	}
 	switch kind {
 	case chaos.KindTotal:
 		return "total money conserved at every audit and at the end"

@@ -3,8 +3,10 @@ package cmd_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -242,7 +244,35 @@ func TestServeCleansUpAndStopsWithExit130(t *testing.T) {
 	if res.StatusCode != 201 {
 		t.Fatalf("POST: %d", res.StatusCode)
 	}
-	cancel() // SIGTERM
+	// The transfer texts Ada once, through the outbox: GET /sms shows it
+	// once the dispatcher has run, and a replay sends nothing more.
+	req.Body = io.NopCloser(strings.NewReader(`{"from":1,"to":2,"amountKobo":1000000}`))
+	res, err = (&http.Client{Timeout: 30 * time.Second}).Do(req)
+	if err != nil || res.StatusCode != 201 || res.Header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("the retry: %v %v", res, err)
+	}
+	_ = res.Body.Close()
+	var sms struct {
+		Messages []struct {
+			Text       string `json:"text"`
+			TransferID int64  `json:"transferId"`
+		} `json:"messages"`
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		get, _ := http.NewRequest("GET", url+"/sms", nil)
+		get.Header.Set("Authorization", "Bearer token-ada")
+		res, err := http.DefaultClient.Do(get)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = json.NewDecoder(res.Body).Decode(&sms)
+		_ = res.Body.Close()
+		if err != nil || len(sms.Messages) > 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	time.Sleep(300 * time.Millisecond) // three more dispatcher rounds: a second SMS would show by now
+	cancel()                           // SIGTERM
 	select {
 	case c := <-code:
 		if c != cmd.ExitInterrupted {
@@ -250,6 +280,15 @@ func TestServeCleansUpAndStopsWithExit130(t *testing.T) {
 		}
 	case <-time.After(time.Minute):
 		t.Fatal("serve did not stop within a minute of the signal")
+	}
+	if len(sms.Messages) != 1 || sms.Messages[0].Text != "You sent ₦10,000 to Bola" || sms.Messages[0].TransferID != 1 {
+		t.Errorf("GET /sms for Ada: %+v, want one SMS \"You sent ₦10,000 to Bola\" about transfer 1", sms.Messages)
+	}
+	if n := strings.Count(errOut.String(), "SMS "); n != 1 || !strings.Contains(errOut.String(), `SMS 1 to Ada: "You sent ₦10,000 to Bola" (transfer 1)`) {
+		t.Errorf("the serve log shows %d SMS, want the one to Ada:\n%s", n, errOut.String())
+	}
+	if !strings.Contains(out.String(), "SMS sent: 1\n") {
+		t.Errorf("stdout does not count one SMS sent:\n%s", out.String())
 	}
 	const ledger = "Ada ₦40,000, Bola ₦15,000, Chidi ₦20,000 | total ₦75,000 | transfers 1"
 	if !strings.Contains(out.String(), "stopping: requests in flight have 5 s to finish") || !strings.Contains(out.String(), ledger) {

@@ -16,6 +16,7 @@ import (
 	"github.com/banksim/bank-sim/api/client"
 	"github.com/banksim/bank-sim/bank"
 	"github.com/banksim/bank-sim/idem"
+	"github.com/banksim/bank-sim/outbox"
 	"github.com/banksim/bank-sim/scenarios"
 	"github.com/spf13/cobra"
 )
@@ -39,7 +40,12 @@ errors — on a fresh copy of the lesson's bank, so that curl, your own app or
 your own retry library can be pointed at it. The bank is dropped on exit.
 
 Routes: POST /transfers, GET /transfers/{id}, GET /transfers?key=K,
-GET /accounts/{id}, GET /healthz. Stop with Ctrl-C or SIGTERM: requests in
+GET /accounts/{id}, GET /sms, GET /healthz.
+
+Each transfer texts its sender ("You sent ₦10,000 to Bola"): the SMS is an
+outbox row committed with the transfer, sent by a dispatcher to an
+in-process SMS provider with the row's id as its idempotency key. The serve
+log shows every SMS the provider accepts; GET /sms shows the caller theirs. Stop with Ctrl-C or SIGTERM: requests in
 flight get --grace to finish; those still running then are rolled back, their
 keys released, and answered 503 with Retry-After. Only then is the database
 closed; the ledger is printed, and serve exits 130 (interrupted).
@@ -91,8 +97,14 @@ func parseServeBug(name string) (*idem.Bug, error) {
 	if bug.NewKeyPerAttempt {
 		return nil, usageError("--bug %s is a client's mistake, not the server's: serve runs only the server, and your client decides its keys. See it with: bank-sim chaos --bug %s, or bank-sim scenario --all --bug %s", name, name, name)
 	}
+	if o := bug.Outbox; o.PublishInTransaction || o.PublishAfterCommit || o.NoDedup || o.OffsetBeforeEffect || o.LockReleaseWithoutToken || o.ShipReadThenWrite {
+		return nil, usageError("--bug %s is in a part serve does not run: serve sends each transfer's SMS through its outbox, and has no message log, consumer, external lock or orders. See it with: bank-sim scenario --all --bug %s", name, name)
+	}
 	return bug, nil
 }
+
+// dispatchEvery is how often serve's dispatcher drains the outbox.
+const dispatchEvery = 100 * time.Millisecond
 
 // checkAddr refuses a non-loopback address unless asked: the demo tokens
 // are printed for anyone to read, so the bank must not be reachable by
@@ -151,13 +163,23 @@ func runServe(ctx context.Context, app *App, o serveOptions) error {
 	stopping, stop := context.WithCancel(context.Background())
 	defer stop()
 	h := &idem.Handler{DB: db.Pool, Store: &idem.Store{}, Stopping: stopping}
+	var flaws outbox.Flaws
 	if bug != nil {
 		bug.Apply(h)
+		flaws = bug.Outbox
 	}
 	logf := func(format string, args ...any) {
 		fmt.Fprintf(app.Env.Stderr, "bank-sim serve: "+format+"\n", args...)
 	}
-	var handler http.Handler = api.NewServer(api.Config{Handler: h, Tokens: api.DemoTokens(), Log: logf})
+	// Each transfer commits an SMS row in its outbox; the dispatcher sends
+	// it to the in-process provider, which logs every message it accepts.
+	sms := outbox.NewProvider(0)
+	sms.OnAccept(func(m outbox.SMS) {
+		logf("SMS %d to %s: %q (transfer %d)", m.ID, holderOf(m.UserID), m.Text, m.TransferID)
+	})
+	h.Effects = &outbox.Effects{DB: db.Pool, SMS: sms, Flaws: flaws, Note: logf}
+	dispatcher := &outbox.Dispatcher{DB: db.Pool, Name: "serve", SMS: sms, Flaws: flaws}
+	var handler http.Handler = api.NewServer(api.Config{Handler: h, Tokens: api.DemoTokens(), Log: logf, SMS: sms})
 	if !o.quiet {
 		handler = api.LogRequests(handler, api.DemoTokens(), nil, requestLog(app, db.Pool))
 	}
@@ -195,6 +217,7 @@ func runServe(ctx context.Context, app *App, o serveOptions) error {
 	fmt.Fprintf(out, "    -H 'Content-Type: application/json' \\\n")
 	fmt.Fprintf(out, "    -d '{\"from\":1,\"to\":2,\"amountKobo\":1000000}'\n")
 	printLedger(ctx, app, db.Pool)
+	fmt.Fprintf(out, "%s\n", p.dim.Sprintf("each transfer texts its sender through the outbox (drained every %s); GET /sms shows you yours", dispatchEvery))
 	if o.cleanupEvery > 0 {
 		fmt.Fprintf(out, "%s\n", p.dim.Sprintf("the cleanup job runs every %s (keys older than %s)", scenarios.Dur(o.cleanupEvery), scenarios.Dur(idem.DefaultRetention)))
 	}
@@ -207,6 +230,14 @@ func runServe(ctx context.Context, app *App, o serveOptions) error {
 		cleanupLoop(cleanupCtx, h.Store, db.Pool, o.cleanupEvery, logf)
 	}()
 	defer func() { stopCleanup(); <-cleanupDone }()
+
+	dispatchCtx, stopDispatch := context.WithCancel(context.WithoutCancel(ctx))
+	dispatchDone := make(chan struct{})
+	go func() {
+		defer close(dispatchDone)
+		dispatcher.Run(dispatchCtx, dispatchEvery, func(err error) { logf("outbox: %v", err) })
+	}()
+	defer func() { stopDispatch(); <-dispatchDone }()
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- hs.Serve(ln) }()
@@ -232,9 +263,17 @@ func runServe(ctx context.Context, app *App, o serveOptions) error {
 	}
 	stopCleanup()
 	<-cleanupDone
+	stopDispatch()
+	<-dispatchDone
 	lctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	// Every transfer that committed before the stop gets its SMS: the last
+	// rows are sent now rather than left for a dispatcher that will not come.
+	if _, err := dispatcher.Drain(lctx); err != nil {
+		logf("outbox: the last drain: %v", err)
+	}
 	printLedger(lctx, app, db.Pool)
+	fmt.Fprintf(out, "SMS sent: %d\n", len(sms.Messages()))
 	fmt.Fprintln(out, "stopped; the bank is dropped and PostgreSQL stops")
 	// A signal stopped the server: exit 130, as for every command.
 	return ctx.Err()

@@ -2,18 +2,21 @@ package faults
 
 import (
 	"context"
+	"runtime"
 
 	"github.com/banksim/bank-sim/bank"
+	"github.com/banksim/bank-sim/idem"
 )
 
 func init() { Register("crash-after-commit", func() Fault { return &CrashAfterCommit{} }) }
 
-// CrashAfterCommit lets the server do its work and commit, and then kills it
-// before it can answer: the client times out on a request whose transaction
-// committed. To the client it is lose-response again (it cannot tell a dead
-// server from a lost answer); on the server's side nothing answered at all,
-// and what the transaction committed — the transfer and, on a correct
-// server, its stored answer — is all that is left of the request.
+// CrashAfterCommit kills the server the moment its transaction has
+// committed: the money has moved and the key is completed, but nothing the
+// server meant to do afterwards happens (an SMS or an event sent "after the
+// commit", its answer). To the client it looks like lose-response (it cannot
+// tell a dead server from a lost answer); on the server's side, what the
+// transaction committed is all that is left of the request. A retry is
+// replayed.
 type CrashAfterCommit struct{}
 
 // Name implements Fault.
@@ -21,11 +24,31 @@ func (*CrashAfterCommit) Name() string { return "crash-after-commit" }
 
 // Deliver implements Fault.
 func (f *CrashAfterCommit) Deliver(ctx context.Context, env *Env, d Delivery, next Server) (bank.Response, error) {
-	resp, err := next(ctx, d.Request)
-	if err == nil {
-		env.strike(f.Name(), LaneServer, "the server committed (%s) and crashed before it could answer", resp.Summary())
-	} else {
-		env.strike(f.Name(), LaneServer, "the server crashed before it could answer")
+	died := make(chan struct{})
+	h := idem.HooksFrom(ctx)
+	h.AfterCommit = func(context.Context) {
+		close(died)
+		// A process that dies runs nothing more: no side effect, no answer.
+		runtime.Goexit()
 	}
-	return bank.Response{}, &NetworkError{Message: "timed out waiting for the response"}
+	type result struct {
+		resp bank.Response
+		err  error
+	}
+	done := make(chan result, 1)
+	// The server runs in a goroutine of its own, so that it can die there.
+	go func() {
+		resp, err := next(idem.WithHooks(ctx, h), d.Request)
+		done <- result{resp, err}
+	}()
+	select {
+	case <-died:
+		env.strike(f.Name(), LaneServer, "the server committed the transfer and crashed before doing anything else: no answer, nothing it meant to do after the commit")
+		return bank.Response{}, &NetworkError{Message: "connection reset: the server crashed"}
+	case r := <-done:
+		// Nothing committed (a replay, a refusal, an error): no crash.
+		return r.resp, r.err
+	case <-ctx.Done():
+		return bank.Response{}, ctx.Err()
+	}
 }

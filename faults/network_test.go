@@ -50,10 +50,26 @@ func TestOverrideReplacesTheStorysRuleOfTheSameFault(t *testing.T) {
 	}
 }
 
-// crash-after-commit lets the server finish and commit, then the client
-// sees a timeout, and the strike is reported on the server's lane.
+// committer is a server that commits like the idempotent handler does: it
+// runs the AfterCommit hook once its transaction has committed, then does
+// what it meant to do after the commit (sends an SMS, say) and answers.
+type committer struct{ committed, after int }
+
+func (s *committer) handle(ctx context.Context, _ idem.Request) (bank.Response, error) {
+	s.committed++
+	if hook := idem.HooksFrom(ctx).AfterCommit; hook != nil {
+		hook(ctx)
+	}
+	s.after++
+	return bank.Created(bank.Receipt{TransferID: int64(s.committed)}), nil
+}
+
+// crash-after-commit lets the server commit, then kills it on the spot:
+// nothing it meant to do after the commit happens, the client sees no
+// answer, and the strike is reported on the server's lane. A request that
+// commits nothing (a replay, a refusal) is not crashed.
 func TestCrashAfterCommitCommitsAndSaysNothing(t *testing.T) {
-	s := &server{}
+	s := &committer{}
 	n := faults.NewNetwork(s.handle, 1, nil).On(&faults.CrashAfterCommit{}, 1)
 	var strikes []faults.Strike
 	n.Env.Struck = func(st faults.Strike) { strikes = append(strikes, st) }
@@ -61,11 +77,16 @@ func TestCrashAfterCommitCommitsAndSaysNothing(t *testing.T) {
 	if !errors.Is(err, faults.ErrNoResponse) || resp.Status != 0 {
 		t.Fatalf("the client should see no answer: %v %v", resp, err)
 	}
-	if s.reached != 1 {
-		t.Fatalf("the server should have done the work once, did %d", s.reached)
+	if s.committed != 1 || s.after != 0 {
+		t.Fatalf("the server should have committed once and done nothing after (committed %d, after %d)", s.committed, s.after)
 	}
 	if len(strikes) != 1 || strikes[0].Fault != "crash-after-commit" || strikes[0].Lane != faults.LaneServer {
 		t.Fatalf("strikes %+v, want one crash-after-commit on the server's lane", strikes)
+	}
+	plain := &server{}
+	m := faults.NewNetwork(plain.handle, 1, nil).On(&faults.CrashAfterCommit{}, 1)
+	if resp, err := m.Send(context.Background(), faults.Delivery{Attempt: 1}); err != nil || resp.Status != 201 {
+		t.Fatalf("a request that commits nothing must be answered, not crashed: %v %v", resp, err)
 	}
 	if _, err := faults.New("crash-after-commit"); err != nil {
 		t.Fatalf("not registered by name: %v", err)
