@@ -39,7 +39,7 @@ func init() {
 		if err != nil {
 			return err
 		}
-		r.Step("dispatcher A claims rows %s and stalls before sending them (a long GC pause)", rowIDs(stalled.Rows))
+		r.Step("dispatcher A claims rows %s and stalls before it sends them (a GC pause)", rowIDs(stalled.Rows))
 		r.ServerAt(laneDispatchers, "A's lease on rows %s: %s", rowIDs(stalled.Rows), Dur(outbox.DefaultLease))
 		clock.Advance(31 * time.Second)
 
@@ -101,7 +101,7 @@ func init() {
 				sends++
 			}
 		}
-		r.Step("B sends the rest; the provider was asked %s for 6 rows (its idempotency key kept Ada's phone at %s)",
+		r.Step("B sends the rest: the provider is asked %s for 6 rows; Ada gets %s",
 			plural(sends, "time", "times"), plural(len(w.SMS.MessagesTo(1)), "SMS", "SMS"))
 		if protected {
 			r.Expect(!cWaited && len(cBatch.Rows) == 2 && cBatch.Rows[0].ID > bBatch.Rows[len(bBatch.Rows)-1].ID,

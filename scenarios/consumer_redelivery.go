@@ -23,7 +23,7 @@ func init() {
 	const group = "notifier"
 	story := func(ctx context.Context, r *Run, w *World) (first, second [2]int, err error) {
 		net := r.Network(w.Handler(nil, false, true), nil)
-		r.Step("Ada sends Bola ₦1,000, ₦2,000 and ₦3,000; the dispatcher publishes the three events")
+		r.Step("Ada sends Bola ₦1,000, ₦2,000 and ₦3,000; a dispatcher publishes 3 events")
 		for i, naira := range []int64{1_000, 2_000, 3_000} {
 			in := Intent{Label: fmt.Sprintf("ada-pays-bola-%d", i+1), UserID: 1, Key: r.Key(),
 				Request: bank.TransferRequest{From: 1, To: 2, AmountKobo: naira * 100}}
@@ -53,7 +53,7 @@ func init() {
 			return first, second, fmt.Errorf("the notifier should have crashed on %s, got %v", crashOn, err)
 		}
 		first = [2]int{applied, skipped}
-		r.Step("the notifier notifies Bola of the first two, and crashes before committing the second's offset")
+		r.Step("the notifier applies events 1 and 2, and dies before it commits 2's offset")
 		r.ServerAt(group, "%s; the group's committed offset is %d", errConsumerCrashed, w.Log.Committed(group, outbox.TransfersTopic)[recs[1].Partition])
 
 		c.Between = nil
@@ -62,13 +62,12 @@ func init() {
 			return first, second, err
 		}
 		second = [2]int{applied, skipped}
-		// The crash was staged on the second event: the log owes the
-		// second again, and the third.
+		// The crash was staged on event 2: the log owes it again, and 3.
 		switch second {
 		case [2]int{1, 1}:
-			r.Step("restarted, it is delivered the second event again, and the third: it skips the second, already processed")
+			r.Step("restarted, it gets events 2 and 3: it skips 2, already processed, applies 3")
 		case [2]int{2, 0}:
-			r.Step("restarted, it is delivered the second event again, and the third: it applies both")
+			r.Step("restarted, it gets events 2 and 3, and applies both")
 		default:
 			r.Step("restarted, it applies %s and skips %s", plural(applied, "event", "events"), plural(skipped, "event", "events"))
 		}

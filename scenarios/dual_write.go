@@ -22,7 +22,7 @@ func init() {
 		for _, rule := range rules {
 			rule(net)
 		}
-		r.Step("Ada sends %s to Bola; %s", bank.Naira(r.Amount()), how)
+		r.Step("Ada sends %s; %s", bank.Naira(r.Amount()), how)
 		return r.SendWithRetries(ctx, net, r.AdaTap("ada-pays-bola"), 3)
 	}
 	crashFirst := func(n *faults.Network) { n.On(&faults.CrashAfterCommit{}, 1) }
@@ -58,7 +58,7 @@ func init() {
 			Control: true,
 			Run: func(ctx context.Context, r *Run) error {
 				w := r.World().With(outbox.Flaws{PublishAfterCommit: true})
-				resp, err := story(ctx, r, w, "the event is to be published after the COMMIT, and the server crashes first", crashFirst)
+				resp, err := story(ctx, r, w, "the event would follow COMMIT, but the server dies first", crashFirst)
 				r.Expect(err == nil && resp.Status == 201 && resp.Replayed, "the retry is replayed: the transfer had committed")
 				r.Expect(len(w.Topic()) == 0, "no event: other services never hear of the transfer")
 				w.Check(ctx, outbox.World{Log: w.Log})
@@ -69,7 +69,7 @@ func init() {
 			Control: true,
 			Run: func(ctx context.Context, r *Run) error {
 				w := r.World().With(outbox.Flaws{PublishInTransaction: true})
-				resp, err := story(ctx, r, w, "the event is published inside the transaction, then its COMMIT fails", failFirst)
+				resp, err := story(ctx, r, w, "the event leaves inside the transaction, then COMMIT fails", failFirst)
 				r.Expect(err == nil && resp.Status == 201, "the retry transfers: 201")
 				r.Expect(len(w.Topic()) == 2, "two events: one of them is about a transfer that rolled back")
 				w.Check(ctx, outbox.World{Log: w.Log})
@@ -79,7 +79,7 @@ func init() {
 			Title: "with protection: an outbox row in the transfer's transaction, published by a dispatcher",
 			Run: func(ctx context.Context, r *Run) error {
 				w := r.World()
-				resp, err := story(ctx, r, w, "its first COMMIT fails, and the server crashes after the second", failFirst, crashSecond)
+				resp, err := story(ctx, r, w, "the first COMMIT fails, the server dies after the second", failFirst, crashSecond)
 				r.Expect(err == nil && resp.Status == 201 && resp.Replayed, "attempt 3 is replayed: attempt 2 had committed")
 				r.Step("the dispatcher publishes what the outbox holds")
 				if _, err := w.Dispatcher("dispatcher").Drain(ctx); err != nil {

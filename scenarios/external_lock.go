@@ -52,12 +52,12 @@ func init() {
 		net.Env.Note = r.Server
 		in := r.AdaTap("ada-pays-bola")
 
-		r.Step("Ada sends %s: server A takes the lock (SET NX PX 30000) and the key, then stalls", bank.Naira(r.Amount()))
+		r.Step("Ada sends %s: server A takes the Redis lock and the key, then stalls", bank.Naira(r.Amount()))
 		if _, err := r.Send(ctx, net, in, 1, ""); err == nil {
 			return nil, third, last, errors.New("server A should have stalled")
 		}
 		clock.Advance(31 * time.Second)
-		r.Step("31 s later her retry reaches server B: A's lock and claim have expired; B takes both, and stalls too")
+		r.Step("31 s later both have expired: her retry's server B takes them, and stalls too")
 		if _, err := r.Send(ctx, net, in, 2, ""); err == nil {
 			return nil, third, last, errors.New("server B should have stalled")
 		}
@@ -68,17 +68,21 @@ func init() {
 		_, aErr = sleepers[0].Wake()
 		switch {
 		case errors.Is(aErr, idem.ErrLostLock):
-			r.Step("server A wakes up and carries on: the fencing check in PostgreSQL fails, and it rolls back")
+			r.Step("server A wakes up: the fencing check in PostgreSQL fails, and it rolls back")
 		case aErr != nil:
-			r.Step("server A wakes up and carries on: %v", errors.Unwrap(aErr))
+			r.Step("server A wakes up and fails: %v", errors.Unwrap(aErr))
 		default:
-			r.Step("server A wakes up and carries on: nothing stops it, and it commits its transfer")
+			r.Step("server A wakes up: nothing stops it, and it commits its transfer")
 		}
 		r.Step("Ada taps again while B is still working")
 		third, _ = r.Send(ctx, net, in, 3, "")
-		r.Step("server B wakes up and commits; Ada taps once more")
-		if _, err := sleepers[1].Wake(); err != nil {
-			r.Server("server B: %v", errors.Unwrap(err))
+		switch bResp, err := sleepers[1].Wake(); {
+		case err != nil:
+			r.Step("server B wakes up and fails: %v; Ada taps once more", errors.Unwrap(err))
+		case bResp.Status == 201:
+			r.Step("server B wakes up and commits; Ada taps once more")
+		default:
+			r.Step("server B wakes up and answers %s; Ada taps once more", Describe(bResp))
 		}
 		last, _ = r.Send(ctx, net, in, 4, "")
 		w.Check(ctx, outbox.World{Locks: locks})

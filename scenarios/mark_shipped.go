@@ -29,7 +29,7 @@ func init() {
 			return nil, fmt.Errorf("seed the orders: %w", err)
 		}
 		ship := &outbox.Shipping{DB: r.DB, Flaws: w.Flaws}
-		r.Step("orders 1 and 4 are paid, 2 is cancelled, 3 is missing; the lesson's ship.js calls:")
+		r.Step("orders 1 and 4 paid, 2 cancelled, 3 missing; the lesson's ship.js calls:")
 		for _, call := range []struct {
 			id   int
 			want string

@@ -18,7 +18,7 @@ func init() {
 	story := func(ctx context.Context, r *Run, w *World, protected bool) error {
 		clock := r.Clock(t0)
 		net := r.Network(w.Handler(clock, true, false), clock)
-		r.Step("Ada sends ₦10,000 to Bola: the transfer commits with its SMS row in the outbox")
+		r.Step("Ada sends ₦10,000 to Bola: the transfer and its SMS row commit")
 		if _, err := r.SendSetup(ctx, net, r.AdaTap("ada-pays-bola"), 1, "₦10,000"); err != nil {
 			return err
 		}

@@ -20,7 +20,7 @@ func init() {
 		for _, rule := range rules {
 			rule(net)
 		}
-		r.Step("Ada sends %s to Bola; %s", bank.Naira(r.Amount()), how)
+		r.Step("Ada sends %s; %s", bank.Naira(r.Amount()), how)
 		return r.SendWithRetries(ctx, net, r.AdaTap("ada-pays-bola"), 3)
 	}
 	failFirst := func(n *faults.Network) { n.On(&faults.FailBeforeCommit{}, 1) }
@@ -59,7 +59,7 @@ func init() {
 			Control: true,
 			Run: func(ctx context.Context, r *Run) error {
 				w := r.World().With(outbox.Flaws{SMSInTransaction: true})
-				resp, err := story(ctx, r, w, "the SMS leaves inside the transaction, then its COMMIT fails", failFirst)
+				resp, err := story(ctx, r, w, "the SMS leaves inside the transaction, then COMMIT fails", failFirst)
 				r.Expect(err == nil && resp.Status == 201, "the retry transfers: 201")
 				msgs := w.Phone(1)
 				rc, _ := resp.Receipt()
@@ -74,7 +74,7 @@ func init() {
 			Control: true,
 			Run: func(ctx context.Context, r *Run) error {
 				w := r.World().With(outbox.Flaws{SMSAfterCommit: true})
-				resp, err := story(ctx, r, w, "the SMS is to leave after the COMMIT, and the server crashes first", crashFirst)
+				resp, err := story(ctx, r, w, "the SMS would follow COMMIT, but the server crashes first", crashFirst)
 				r.Expect(err == nil && resp.Status == 201 && resp.Replayed, "the retry is replayed: the transfer had committed")
 				r.Lesson().Expect(len(w.Phone(1)) == 0, "no SMS is ever sent")
 				r.ExpectTransfers(ctx, 1)
@@ -85,7 +85,7 @@ func init() {
 			Title: "with protection: an outbox row in the transfer's transaction, sent by a dispatcher",
 			Run: func(ctx context.Context, r *Run) error {
 				w := r.World()
-				resp, err := story(ctx, r, w, "its first COMMIT fails, and the server crashes after the second", failFirst, crashSecond)
+				resp, err := story(ctx, r, w, "the first COMMIT fails, the server dies after the second", failFirst, crashSecond)
 				r.Expect(err == nil && resp.Status == 201 && resp.Replayed, "attempt 3 is replayed: attempt 2 had committed")
 				r.Expect(len(w.SMS.Messages()) == 0, "no SMS has left yet: the transaction only wrote one down in the outbox")
 				rc, _ := resp.Receipt()
@@ -95,7 +95,7 @@ func init() {
 				}
 				r.Lesson().Expect(len(rows) == 1 && rows[0] == rc.TransferID,
 					"the outbox row exists only for the transfer that committed (transfer %d)", rc.TransferID)
-				r.Step("the outbox holds %s, for transfer %s; the dispatcher sends it and marks it done",
+				r.Step("the outbox has %s, for transfer %s; a dispatcher sends it, marks it done",
 					plural(len(rows), "row", "rows"), joinIDs(rows))
 				if _, derr := w.Dispatcher("dispatcher").Drain(ctx); derr != nil {
 					return derr
