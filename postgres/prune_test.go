@@ -104,7 +104,7 @@ func (r *externalRun) kill(t *testing.T, admin *pgx.Conn) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the server still shows the killed run's lock %s after 10 s", r.Owner)
+			t.Fatalf("the server still shows the killed run's lock %s after 30 s", r.Owner)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
