@@ -270,8 +270,11 @@ func (e *engine) observe(ctx context.Context) context.Context {
 			e.count(PathWaited)
 		}
 	}
-	return bank.WithTxRetry(idem.WithHooks(ctx, h), func(error) { e.count(PathTxRetry) })
+	return bank.WithTxRetry(idem.WithHooks(ctx, h), e.txRetried)
 }
+
+// txRetried counts a transaction that InTx runs again.
+func (e *engine) txRetried(error) { e.count(PathTxRetry) }
 
 // open replaces the lesson's accounts with the run's own, and makes the
 // database's clock (on which locks expire) follow the run's.
@@ -784,7 +787,7 @@ func (e *engine) attempt(ctx context.Context, i int, p Planned, n int, phase, fa
 		}()
 		err = &faults.NetworkError{Message: "timed out waiting for the response"}
 	case FaultDeadlock:
-		resp, err = server(bank.WithAfterChecks(ctx, e.deadlock(ctx, key, p.Request.From)), req)
+		resp, err = server(e.deadlock(ctx, key, p.Request.From), req)
 	case FaultExpireMidWrite:
 		resp, err = server(bank.WithAfterChecks(ctx, e.expireMidWrite(ctx, req, inst)), req)
 	case FaultFreeze:
@@ -819,25 +822,44 @@ func (e *engine) attempt(ctx context.Context, i int, p Planned, n int, phase, fa
 	return a
 }
 
-// deadlock returns the hook, run once by a transfer between its checks and
-// its writes, that stages a real deadlock with it: another transaction
-// locks the request's key row and then asks for the sender's row, which the
-// transfer holds. The transfer, completing its key, then waits for that
-// transaction, and PostgreSQL breaks the cycle in the transfer's backend,
-// whose deadlock check comes first (deadlock_timeout 20 ms there, 10 s in
-// the other): the transfer is aborted with 40P01, and InTx runs it again.
-func (e *engine) deadlock(ctx context.Context, key string, from int64) func() {
+// deadlock returns ctx with the hook, run once by a transfer between its
+// checks and its writes, that stages a real deadlock with it: another
+// transaction locks the request's key row and then asks for the sender's
+// row, which the transfer holds. The transfer, completing its key, then
+// waits for that transaction, and PostgreSQL breaks the cycle in the
+// transfer's backend, whose deadlock check comes first (deadlock_timeout
+// 20 ms there, 10 s in the other): the transfer is aborted with 40P01, and
+// InTx runs it again — once the other transaction has ended. InTx's own
+// pause before a retry (a millisecond) does not wait for it: on a loaded
+// machine the retry could lock the sender's row before the other
+// transaction, woken by the abort, was granted it, and deadlock a second
+// time with a transaction that still held the key row.
+func (e *engine) deadlock(ctx context.Context, key string, from int64) context.Context {
 	var once sync.Once
-	return func() { once.Do(func() { e.interfere(ctx, key, from) }) }
+	ended := make(chan struct{})
+	hook := func() { once.Do(func() { e.interfere(ctx, key, from, ended) }) }
+	retry := func(err error) {
+		e.txRetried(err)
+		once.Do(func() { close(ended) }) // no hook ran: no other transaction
+		select {
+		case <-ended:
+		case <-time.After(stageTimeout):
+			e.stall("deadlock on key %s: the other transaction had not ended %s after the transfer was aborted", key, stageTimeout)
+		}
+	}
+	return bank.WithTxRetry(bank.WithAfterChecks(ctx, hook), retry)
 }
 
-func (e *engine) interfere(ctx context.Context, key string, from int64) {
+// interfere runs the other transaction of a staged deadlock, and closes
+// ended once it has ended (at once if it could not start).
+func (e *engine) interfere(ctx context.Context, key string, from int64, ended chan<- struct{}) {
 	started := time.Now()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stageTimeout)
 	tx, err := e.db.Begin(ctx)
 	if err != nil {
 		e.stall("deadlock on key %s: the other transaction could not begin after %s: %v", key, time.Since(started).Round(time.Millisecond), err)
 		cancel()
+		close(ended)
 		return
 	}
 	var pid int32
@@ -852,11 +874,13 @@ func (e *engine) interfere(ctx context.Context, key string, from int64) {
 		e.stall("deadlock on key %s: the other transaction could not lock the key row: %v", key, err)
 		_ = tx.Rollback(context.WithoutCancel(ctx))
 		cancel()
+		close(ended)
 		return
 	}
 	e.late.Add(1)
 	go func() {
 		defer e.late.Done()
+		defer close(ended)
 		defer cancel()
 		_, _ = tx.Exec(ctx, "SELECT 1 FROM accounts WHERE id = $1 FOR UPDATE", from)
 		_ = tx.Rollback(context.WithoutCancel(ctx))

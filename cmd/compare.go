@@ -80,6 +80,7 @@ func runCompare(c *cobra.Command, app *App, s scenarios.Scenario, seed uint64) e
 // attemptRow is one attempt of one phase, as compare shows it.
 type attemptRow struct {
 	label, answer, moved, after string
+	setup                       bool // Run.SendSetup: it only sets the story up
 }
 
 // attemptRows lists the attempts of a phase that the story tells, with the
@@ -99,6 +100,10 @@ func attemptRows(pr scenarios.PhaseReport) []attemptRow {
 		case scenarios.KindDatabase:
 			moved[e.Delivery] += e.Moved
 			transfers[e.Delivery] = append(transfers[e.Delivery], e.Transfers...)
+		case scenarios.KindArrive:
+			// A server that dies after its commit never answers, but the
+			// request reached it and its transfer stands.
+			reached[e.Delivery] = true
 		case scenarios.KindAnswer:
 			reached[e.Delivery] = true
 			if e.Ledger != "" {
@@ -118,8 +123,12 @@ func attemptRows(pr scenarios.PhaseReport) []attemptRow {
 			label, answer = "", h.text(e.Text)
 		}
 		answer = receiptTail.ReplaceAllString(answer, "$1")
-		row := attemptRow{label: strings.TrimSpace(label), answer: answer, moved: "—", after: "—"}
-		if reached[e.Delivery] {
+		row := attemptRow{label: strings.TrimSpace(label), answer: answer, moved: "—", after: "—", setup: e.Setup}
+		if e.Delivery == 0 {
+			// An answer that is not a transfer's (Run.Answered): no money
+			// to show.
+			row.moved, row.after = "", ""
+		} else if reached[e.Delivery] {
 			row.moved = "moved nothing"
 			if m := moved[e.Delivery]; m > 0 {
 				row.moved = fmt.Sprintf("moved %s (transfer %s)", bank.Naira(m), joinInts(transfers[e.Delivery]))
@@ -175,6 +184,56 @@ func phaseName(title string) string {
 	return name
 }
 
+// phaseNames names each phase for compare's columns: its title up to the
+// colon, numbered when two phases share it ("without protection 1").
+func phaseNames(phases []scenarios.PhaseReport) []string {
+	count := map[string]int{}
+	for _, pr := range phases {
+		count[phaseName(pr.Title)]++
+	}
+	seen := map[string]int{}
+	names := make([]string, len(phases))
+	for i, pr := range phases {
+		n := phaseName(pr.Title)
+		if count[n] > 1 {
+			seen[n]++
+			n = fmt.Sprintf("%s %d", n, seen[n])
+		}
+		names[i] = n
+	}
+	return names
+}
+
+// setupEverywhere reports whether the attempt called label only sets the
+// story up and went the same way in every run: the table leaves it out.
+func setupEverywhere(byLabel []map[string]attemptRow, label string) bool {
+	first, ok := byLabel[0][label]
+	if !ok || !first.setup {
+		return false
+	}
+	for _, rows := range byLabel[1:] {
+		if r, ok := rows[label]; !ok || r != first {
+			return false
+		}
+	}
+	return true
+}
+
+// ledgerInvariant are the invariants every phase is judged on, read from the
+// ledger and the clients' answers, which compare's table shows already.
+var ledgerInvariant = map[string]bool{
+	bank.InvTotal: true, bank.InvNegative: true, bank.InvOnce: true, bank.InvTruth: true, bank.InvLedger: true,
+}
+
+// outcome is what an attempt got, and the money it moved if it was a
+// transfer's.
+func (r attemptRow) outcome() string {
+	if r.moved == "" {
+		return r.answer
+	}
+	return r.answer + " and " + r.moved
+}
+
 // compareTable prints the story's phases side by side.
 func compareTable(out io.Writer, p *palette, s scenarios.Scenario, rep scenarios.Report, cols int) {
 	fmt.Fprintf(out, "\n%s\n", p.head.Sprintf("━━ compare %s · %s", s.Name, s.DisplayTitle()))
@@ -207,21 +266,25 @@ func compareTable(out io.Writer, p *palette, s scenarios.Scenario, rep scenarios
 		}
 	}
 	labelW := 14
-	for i := range phases {
-		for _, r := range rows[i] {
-			labelW = max(labelW, min(width(r.label), 20))
-		}
+	for _, label := range order {
+		labelW = max(labelW, min(width(label), 20))
 	}
 	colW := max((cols-labelW-2*len(phases))/len(phases), 16)
 	t := &table{out: out, p: p, label: labelW, col: colW}
 
+	names := phaseNames(phases)
 	var head [][]string
-	for _, pr := range phases {
-		head = append(head, []string{phaseName(pr.Title)})
+	for _, n := range names {
+		head = append(head, []string{n})
 	}
 	t.multiStyled("", head, p.bold)
 	t.rule(len(phases))
+	same := 0
 	for _, label := range order {
+		if setupEverywhere(byLabel, label) {
+			same++
+			continue
+		}
 		cells := make([][]string, len(phases))
 		for j := range phases {
 			r, ok := byLabel[j][label]
@@ -229,9 +292,18 @@ func compareTable(out io.Writer, p *palette, s scenarios.Scenario, rep scenarios
 				cells[j] = []string{"—"}
 				continue
 			}
-			cells[j] = []string{r.answer, r.moved, r.after}
+			cells[j] = []string{r.answer}
+			for _, more := range []string{r.moved, r.after} {
+				if more != "" {
+					cells[j] = append(cells[j], more)
+				}
+			}
 		}
 		t.multi(label, cells)
+	}
+	if same > 0 {
+		fmt.Fprintln(out, p.dim.Sprintf("(%s that only set the story up, the same in every run, left out)",
+			countOf(same, "request", "requests")))
 	}
 	t.rule(len(phases))
 	var end, inv [][]string
@@ -254,49 +326,70 @@ func compareTable(out io.Writer, p *palette, s scenarios.Scenario, rep scenarios
 	t.multi("invariants", inv)
 
 	fmt.Fprintf(out, "\n%s\n", p.bold.Sprint("what differed"))
-	control := -1
+	var controls, protected []int
 	for i, pr := range phases {
 		if pr.Control {
-			control = i
-			break
+			controls = append(controls, i)
+		} else {
+			protected = append(protected, i)
 		}
 	}
-	for j, pr := range phases {
-		if j == control || control < 0 {
-			continue
-		}
-		other := phaseName(pr.Title)
-		if len(phases) > 2 {
-			fmt.Fprintf(out, "%s\n", p.dim.Sprintf("%s, against %s:", other, phaseName(phases[control].Title)))
-		}
-		said := false
-		bullet := func(text string) {
-			said = true
-			for i, l := range wrap(text, cols-4) {
-				lead := "  • "
-				if i > 0 {
-					lead = "    "
+	for _, j := range protected {
+		for _, c := range controls {
+			if len(controls)*len(protected) > 1 {
+				fmt.Fprintf(out, "%s\n", p.dim.Sprintf("%s, against %s:", names[j], names[c]))
+			}
+			said := false
+			bullet := func(text string) {
+				said = true
+				for i, l := range wrap(text, cols-4) {
+					lead := "  • "
+					if i > 0 {
+						lead = "    "
+					}
+					fmt.Fprintf(out, "%s%s\n", lead, l)
 				}
-				fmt.Fprintf(out, "%s%s\n", lead, l)
 			}
-		}
-		for _, label := range order {
-			a, inA := byLabel[control][label]
-			b, inB := byLabel[j][label]
-			switch {
-			case inA && inB && (a.answer != b.answer || a.moved != b.moved):
-				bullet(fmt.Sprintf("%s: %s and %s without protection; %s and %s with it", label, a.answer, a.moved, b.answer, b.moved))
-			case inA && !inB:
-				bullet(fmt.Sprintf("%s: only without protection (%s)", label, a.answer))
-			case inB && !inA:
-				bullet(fmt.Sprintf("%s: only with protection (%s)", label, b.answer))
+			for _, label := range order {
+				a, inA := byLabel[c][label]
+				b, inB := byLabel[j][label]
+				switch {
+				case inA && inB && (a.answer != b.answer || a.moved != b.moved):
+					bullet(fmt.Sprintf("%s: %s without protection; %s with it", label, a.outcome(), b.outcome()))
+				case inA && !inB:
+					bullet(fmt.Sprintf("%s: only without protection (%s)", label, a.answer))
+				case inB && !inA:
+					bullet(fmt.Sprintf("%s: only with protection (%s)", label, b.answer))
+				}
 			}
-		}
-		if phases[control].Balances != pr.Balances {
-			bullet("in the end: " + endDiff(phases[control].Balances, pr.Balances))
-		}
-		if !said {
-			fmt.Fprintln(out, "  • nothing the clients or the ledger can see")
+			if phases[c].Balances != phases[j].Balances {
+				bullet("in the end: " + endDiff(phases[c].Balances, phases[j].Balances))
+			}
+			// What the clients were told and the ledger do not show (an
+			// SMS, an event, a parcel) the invariants say; those of the
+			// ledger only when nothing else differed.
+			if !said {
+				fmt.Fprintln(out, "  • nothing the clients or the ledger can see; beyond them:")
+			}
+			kept := map[string]string{}
+			for _, inv := range phases[j].Invariants {
+				if inv.OK {
+					kept[inv.Name] = inv.Detail
+				}
+			}
+			for _, inv := range phases[c].Invariants {
+				detail, ok := kept[inv.Name]
+				if !ok || inv.OK || (said && ledgerInvariant[inv.Name]) {
+					continue
+				}
+				bullet(inv.Name)
+				for _, l := range wrap("without protection: "+fewCases(newHumanizer(phases[c].Labels).text(inv.Detail), ""), cols-6) {
+					fmt.Fprintf(out, "      %s\n", l)
+				}
+				for _, l := range wrap("with it: "+newHumanizer(phases[j].Labels).text(detail), cols-6) {
+					fmt.Fprintf(out, "      %s\n", l)
+				}
+			}
 		}
 	}
 	status := p.ok.Sprint("PASS")

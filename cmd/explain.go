@@ -19,8 +19,9 @@ func newExplainCmd(app *App) *cobra.Command {
 		Long: `Explain one or more stories in a few paragraphs of Markdown: what the story
 shows, why the bank breaks without protection, which defence fixes it, and
 the SQL that carries the defence. explain --all prints the whole handout: the
-lesson's stories in the lesson's order, then bank-sim's own, the invariants
-bank-sim checks and the known mistakes.
+lesson's stories in the lesson's order, then the article's (Redis, Kafka and
+the outbox) in its order, then bank-sim's own, the invariants bank-sim
+checks and the known mistakes.
 
 Nothing is run and PostgreSQL is not started; run the story itself with
 'bank-sim scenario NAME'.`,
@@ -79,9 +80,12 @@ func (w *paragraphs) blank()                          { fmt.Fprintln(w.out) }
 func explain(w *paragraphs, s scenarios.Scenario, level string) {
 	w.line("%s %s (`%s`)", level, s.DisplayTitle(), s.Name)
 	w.blank()
-	if s.Lesson != "" {
+	switch groupOf(s) {
+	case groupLesson:
 		w.para("*From the lesson: " + s.Lesson + ".*")
-	} else {
+	case groupArticle:
+		w.para("*From the article " + articleRef + ", " + s.Article + ". The lesson does not tell it.*")
+	default:
 		w.para("*A story of bank-sim's own: the lesson does not tell it.*")
 	}
 	e := s.Explain
@@ -108,6 +112,9 @@ func explain(w *paragraphs, s scenarios.Scenario, level string) {
 	w.para(see + ".")
 }
 
+// articleRef names the article the stories with an Article follow.
+const articleRef = "“" + scenarios.ArticleTitle + "” (Manuj Dixit)"
+
 func hasControl(s scenarios.Scenario) bool {
 	controls, protected := 0, 0
 	for _, p := range s.Phases {
@@ -129,15 +136,20 @@ func handout(w *paragraphs, list []scenarios.Scenario) {
 		"Chidi ₦20,000 (frozen). Every story runs twice: first without protection, where the fault must " +
 		"break the bank (a fault that breaks nothing proves nothing), then with protection, where every " +
 		"invariant must hold. Run any of them with `bank-sim scenario NAME`.")
-	lessonDone := false
-	w.line("## The lesson's stories, in its order")
-	w.blank()
+	group := -1
 	for _, s := range list {
-		if s.Lesson == "" && !lessonDone {
-			lessonDone = true
-			w.line("## bank-sim's own stories")
+		if g := groupOf(s); g != group {
+			group = g
+			w.line("## %s", groupHeads[g])
 			w.blank()
-			w.para("Failures the lesson's code would meet in production, which the lesson does not tell.")
+			switch g {
+			case groupArticle:
+				w.para("The article " + articleRef + " carries the lesson's keys into a system of several " +
+					"parts: a lock outside the database, a message log, an outbox and its dispatchers, " +
+					"consumers. Each story is one of its failures, on the same bank.")
+			case groupOwn:
+				w.para("Failures the lesson's code would meet in production, which the lesson does not tell.")
+			}
 		}
 		explain(w, s, "###")
 	}

@@ -24,11 +24,12 @@ func newListCmd(app *App) *cobra.Command {
 					Name    string `json:"name"`
 					Title   string `json:"title"`
 					Lesson  string `json:"lesson,omitempty"`
+					Article string `json:"article,omitempty"`
 					Summary string `json:"summary"`
 				}
 				items := []item{}
 				for _, s := range scenarios.List() {
-					items = append(items, item{s.Name, s.DisplayTitle(), s.Lesson, s.Summary})
+					items = append(items, item{s.Name, s.DisplayTitle(), s.Lesson, s.Article, s.Summary})
 				}
 				return writeJSON(out, items)
 			}
@@ -42,12 +43,14 @@ func newListCmd(app *App) *cobra.Command {
 			if app.Env.Width > 0 {
 				textW = max(app.Env.Width-nameW-4, 30)
 			}
-			own := false
-			fmt.Fprintln(out, p.bold.Sprint("The lesson's stories, in its order:"))
+			group := -1
 			for _, s := range list {
-				if s.Lesson == "" && !own {
-					own = true
-					fmt.Fprintln(out, p.bold.Sprint("\nbank-sim's own stories:"))
+				if g := groupOf(s); g != group {
+					if group >= 0 {
+						fmt.Fprintln(out)
+					}
+					group = g
+					fmt.Fprintln(out, p.bold.Sprint(groupHeads[g]+":"))
 				}
 				lines := wrap(s.Summary, textW)
 				fmt.Fprintf(out, "  %s  %s\n", p.ok.Sprint(pad(s.Name, nameW)), lines[0])
@@ -62,4 +65,29 @@ func newListCmd(app *App) *cobra.Command {
 	c.Flags().BoolVar(&asJSON, "json", false, "print the list as JSON")
 	c.Flags().BoolVar(&bugs, "bugs", false, "list the lesson's mistakes that --bug NAME switches on, and what each costs")
 	return c
+}
+
+// The groups of stories, in the order list, explain --all and --all show
+// them: the lesson's, the article's (the lesson does not tell them, but they
+// are not bank-sim's invention either), and bank-sim's own.
+const (
+	groupLesson = iota
+	groupArticle
+	groupOwn
+)
+
+var groupHeads = [...]string{
+	groupLesson:  "The lesson's stories, in its order",
+	groupArticle: "From the article on Redis, Kafka and the outbox, in its order",
+	groupOwn:     "bank-sim's own stories",
+}
+
+func groupOf(s scenarios.Scenario) int {
+	switch {
+	case s.FromLesson():
+		return groupLesson
+	case s.FromArticle():
+		return groupArticle
+	}
+	return groupOwn
 }

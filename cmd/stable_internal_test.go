@@ -14,7 +14,8 @@ import (
 )
 
 // The concurrent stories are staged with hooks, not left to timing: with one
-// seed they tell the same story, word for word, run after run. (Before,
+// seed they tell the same story, word for word, run after run (the outbox's
+// competing dispatchers and mark-shipped's two copies too). (Before,
 // double-tap's 409 showed in 2 runs of 6, and the copies' answers came in
 // either order.) The runs share one server and its template, as the
 // scenarios of one --all do, so that 20 of them take seconds.
@@ -27,7 +28,7 @@ func TestStagedStoriesTellTheSameStoryEveryRun(t *testing.T) {
 	}
 	defer srv.Close()
 	var list []scenarios.Scenario
-	for _, name := range []string{"double-tap", "double-spend", "freeze-race"} {
+	for _, name := range []string{"double-tap", "double-spend", "freeze-race", "competing-dispatchers", "mark-shipped"} {
 		s, ok := scenarios.Get(name)
 		if !ok {
 			t.Fatalf("no scenario %s", name)
@@ -52,7 +53,8 @@ func TestStagedStoriesTellTheSameStoryEveryRun(t *testing.T) {
 			}
 		}
 		story := elapsed.ReplaceAllString(out.String(), "(<dur>)")
-		for _, want := range []string{"copy 2: 409 request_in_progress", "copy 2: 201 replayed", "laptop: 422 insufficient_funds"} {
+		for _, want := range []string{"copy 2: 409 request_in_progress", "copy 2: 201 replayed", "laptop: 422 insufficient_funds",
+			"C waits for B's row locks", "C skips the rows B has locked", "the other: already shipped (ok)"} {
 			if !strings.Contains(story, want) {
 				t.Fatalf("run %d: the story lacks %q:\n%s", run, want, story)
 			}

@@ -57,9 +57,12 @@ func (t *storyObserver) header() {
 	fmt.Fprintf(t.out, "\n%s\n", title)
 	if t.verbose {
 		t.wrapped("   ", "", t.s.Summary, t.p.dim)
-		if t.s.Lesson != "" {
+		switch groupOf(t.s) {
+		case groupLesson:
 			t.wrapped("   ", "", "from the lesson: "+t.s.Lesson, t.p.dim)
-		} else {
+		case groupArticle:
+			t.wrapped("   ", "", "from the article “"+scenarios.ArticleTitle+"”, "+t.s.Article+" (not in the lesson)", t.p.dim)
+		default:
 			t.wrapped("   ", "", "a story of bank-sim's own (not in the lesson)", t.p.dim)
 		}
 	}
@@ -272,7 +275,7 @@ func (t *storyObserver) verdict(r scenarios.PhaseReport) {
 			if i > 0 {
 				lead = "and: "
 			}
-			parts := strings.Split(t.human.text(c.Detail), "; ")
+			parts := strings.Split(fewCases(t.human.text(c.Detail), " (--verbose lists them)"), "; ")
 			t.wrapped("   ", t.p.warn.Sprint("⇒"), lead+c.Name+" — "+parts[0], t.p.warn)
 			for _, more := range parts[1:] {
 				t.wrapped("     ", "", more, t.p.warn)
@@ -285,6 +288,21 @@ func (t *storyObserver) verdict(r scenarios.PhaseReport) {
 		}
 		t.wrapped("   ", t.p.ok.Sprint("✓"), text, t.p.ok)
 	}
+}
+
+// maxCases is how many cases of one broken invariant a story's verdict
+// and compare show: a few make the point; --verbose lists every one.
+const maxCases = 3
+
+// fewCases is an invariant's detail, whose cases are joined with "; ",
+// cut to maxCases; hint follows the count of those left out.
+func fewCases(detail, hint string) string {
+	parts := strings.Split(detail, "; ")
+	if len(parts) <= maxCases {
+		return detail
+	}
+	parts = append(parts[:maxCases-1], fmt.Sprintf("and %d more like these%s", len(parts)-maxCases+1, hint))
+	return strings.Join(parts, "; ")
 }
 
 // countBy says how many of the story's own expectations were checked, and

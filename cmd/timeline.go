@@ -66,6 +66,7 @@ func items(r scenarios.PhaseReport, h humanizer) []item {
 		}
 		out = append(out, it)
 	}
+	out = collapseSetup(out, setupDeliveries(r.Events))
 	// Join client → network → server, and server → network → client, when
 	// nothing happened on the network in between.
 	var joined []item
@@ -87,6 +88,51 @@ func items(r scenarios.PhaseReport, h humanizer) []item {
 		joined = append(joined, a)
 	}
 	return joined
+}
+
+// setupDeliveries are the requests that only set the story up
+// (Run.SendSetup).
+func setupDeliveries(events []scenarios.Event) map[int]bool {
+	setup := map[int]bool{}
+	for _, e := range events {
+		if e.Kind == scenarios.KindAttempt && e.Setup && e.Delivery != 0 {
+			setup[e.Delivery] = true
+		}
+	}
+	return setup
+}
+
+// collapseSetup draws a run of three or more requests that only set the
+// story up (six transfers to fill an outbox) as its first request and one
+// line for the rest: their pictures are alike, and not the story's point.
+func collapseSetup(its []item, setup map[int]bool) []item {
+	var out []item
+	for i := 0; i < len(its); {
+		if its[i].delivery == 0 || !setup[its[i].delivery] {
+			out = append(out, its[i])
+			i++
+			continue
+		}
+		j, n := i, 0
+		for ; j < len(its) && its[j].delivery != 0 && setup[its[j].delivery]; j++ {
+			if j == i || its[j].delivery != its[j-1].delivery {
+				n++
+			}
+		}
+		if n < 3 {
+			out = append(out, its[i:j]...)
+			i = j
+			continue
+		}
+		k := i
+		for ; k < j && its[k].delivery == its[i].delivery; k++ {
+			out = append(out, its[k])
+		}
+		out = append(out, item{kind: "text", when: its[j-1].when,
+			label: fmt.Sprintf("… %d more requests like it (--verbose shows each)", n-1)})
+		i = j
+	}
+	return out
 }
 
 // lanesOf orders the lanes: clients, the network, servers, the database.

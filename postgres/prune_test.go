@@ -95,7 +95,7 @@ func (r *externalRun) kill(t *testing.T, admin *pgx.Conn) {
 	r.cmd.Wait()
 	key, _ := ownerOf(r.Names[0])
 	ctx := context.Background()
-	for deadline := time.Now().Add(10 * time.Second); ; {
+	for deadline := time.Now().Add(30 * time.Second); ; {
 		held, err := heldKeys(ctx, admin)
 		if err != nil {
 			t.Fatal(err)
@@ -104,7 +104,7 @@ func (r *externalRun) kill(t *testing.T, admin *pgx.Conn) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the server still shows the killed run's lock %s after 10 s", r.Owner)
+			t.Fatalf("the server still shows the killed run's lock %s after 30 s", r.Owner)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -321,7 +321,16 @@ func TestInterruptedCreateLeavesNothing(t *testing.T) {
 	for _, e := range s.tpls {
 		tpl = e.name
 	}
-	blocker, err := admin.Begin(ctx)
+	// The blocker gets a connection of its own: on admin, its open
+	// transaction would freeze what waitFor sees, for pg_stat_activity is
+	// read once per transaction (the test then failed whenever the CREATE
+	// below had not reached its lock by waitFor's first look).
+	blockConn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer blockConn.Close(ctx)
+	blocker, err := blockConn.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -408,10 +417,11 @@ func cancelDroppingProxy(t *testing.T, url string) string {
 	return strings.Replace(url, target, ln.Addr().String(), 1)
 }
 
-// waitFor polls query, a count, until it returns want, for at most 10 s.
+// waitFor polls query, a count, until it returns want, for at most 30 s.
+// conn must not be in a transaction: pg_stat_activity would not change.
 func waitFor(t *testing.T, conn *pgx.Conn, what, query string, want int) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; {
+	for deadline := time.Now().Add(30 * time.Second); ; {
 		var n int
 		if err := conn.QueryRow(context.Background(), query).Scan(&n); err != nil {
 			t.Fatal(err)
@@ -428,7 +438,7 @@ func waitFor(t *testing.T, conn *pgx.Conn, what, query string, want int) {
 				activity = append(activity, fmt.Sprint(a))
 			}
 			rows.Close()
-			t.Fatalf("waited 10 s for %s; sessions: %v", what, activity)
+			t.Fatalf("waited 30 s for %s; sessions: %v", what, activity)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

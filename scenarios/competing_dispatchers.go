@@ -22,11 +22,11 @@ func init() {
 	story := func(ctx context.Context, r *Run, w *World, protected bool) error {
 		clock := r.Clock(t0)
 		net := r.Network(w.Handler(clock, true, false), clock)
-		r.Step("Ada makes six transfers of ₦1,000 to Bola; each commits an SMS row in the outbox")
+		r.Step("Ada makes six transfers of ₦1,000 to Bola: six SMS rows in the outbox")
 		for i := 1; i <= 6; i++ {
 			in := Intent{Label: fmt.Sprintf("ada-pays-bola-%d", i), UserID: 1, Key: r.Key(),
 				Request: bank.TransferRequest{From: 1, To: 2, AmountKobo: 100_000}}
-			if _, err := r.SendWithRetries(ctx, net, in, 1); err != nil {
+			if _, err := r.SendSetup(ctx, net, in, 1, fmt.Sprintf("transfer %d", i)); err != nil {
 				return err
 			}
 		}
@@ -35,27 +35,27 @@ func init() {
 			d.Batch = 2
 		}
 
-		r.Step("dispatcher A claims a batch and stalls before sending it (a long GC pause)")
 		stalled, err := a.Claim(ctx)
 		if err != nil {
 			return err
 		}
-		r.Server("A holds rows %s, its lease %s", rowIDs(stalled.Rows), outbox.DefaultLease)
+		r.Step("dispatcher A claims rows %s and stalls before it sends them (a GC pause)", rowIDs(stalled.Rows))
+		r.ServerAt(laneDispatchers, "A's lease on rows %s: %s", rowIDs(stalled.Rows), Dur(outbox.DefaultLease))
 		clock.Advance(31 * time.Second)
 
-		r.Step("31 s later A's lease has expired; B and C poll the outbox at the same moment")
+		r.Step("31 s later A's lease has expired; B and C claim at the same moment")
 		bBatch, cBatch, cWaited, err := claimTogether(ctx, r, b, c)
 		if err != nil {
 			return err
 		}
 		if cWaited {
-			r.Server("C's claim waited for B's row locks, then took the rows it had read as free")
+			r.Step("B claims rows %s; C waits for B's row locks, then claims rows %s too", rowIDs(bBatch.Rows), rowIDs(cBatch.Rows))
 		} else {
-			r.Server("C's claim did not wait: SKIP LOCKED passed over the rows B was claiming")
+			r.Step("B claims rows %s; C skips the rows B has locked and claims rows %s", rowIDs(bBatch.Rows), rowIDs(cBatch.Rows))
 		}
-		r.Server("B holds rows %s, C holds rows %s", rowIDs(bBatch.Rows), rowIDs(cBatch.Rows))
 
-		r.Step("B and C start sending; the provider is slow to answer their first SMS")
+		// B and C are held at their first send (a slow provider) while A
+		// wakes up: A's rows are B's now, and A must find that out.
 		bRun, bRelease := deliverHeld(ctx, b, bBatch)
 		cRun, cRelease := deliverHeld(ctx, c, cBatch)
 		for _, held := range []<-chan struct{}{bRun.held, cRun.held} {
@@ -63,21 +63,35 @@ func init() {
 				return err
 			}
 		}
-		r.Step("A wakes up and carries on with its batch")
+		r.Step("while B and C send, A wakes up and carries on with rows %s", rowIDs(stalled.Rows))
+		var aSent []outbox.Row
 		for _, row := range stalled.Rows {
-			if _, err := a.Deliver(ctx, stalled.Token, row); err != nil {
+			out, err := a.Deliver(ctx, stalled.Token, row)
+			if err != nil {
 				return err
 			}
+			if out != outbox.LostClaim {
+				aSent = append(aSent, row)
+			}
 		}
-		bRelease()
-		cRelease()
-		for _, done := range []<-chan error{bRun.done, cRun.done} {
-			derr, err := waitFor(ctx, done, 10*time.Second, "B and C to finish their batches")
+		if len(aSent) == 0 {
+			r.Step("A finds they are no longer its own, and sends nothing")
+		} else {
+			r.Step("A sends rows %s anyway", rowIDs(aSent))
+		}
+		// One after the other, so that the story is told in one order.
+		for _, d := range []struct {
+			release func()
+			done    <-chan error
+		}{{bRelease, bRun.done}, {cRelease, cRun.done}} {
+			d.release()
+			derr, err := waitFor(ctx, d.done, 10*time.Second, "B and C to finish their batches")
 			if err = errors.Join(err, derr); err != nil {
+				bRelease()
+				cRelease()
 				return err
 			}
 		}
-		r.Step("B drains what is left")
 		if _, err := b.Drain(ctx); err != nil {
 			return err
 		}
@@ -87,11 +101,13 @@ func init() {
 				sends++
 			}
 		}
-		r.Server("the provider was asked %d times; Ada's phone has %d SMS", sends, len(w.SMS.Messages()))
+		r.Step("B sends the rest: the provider is asked %s for 6 rows; Ada gets %s",
+			plural(sends, "time", "times"), plural(len(w.SMS.MessagesTo(1)), "SMS", "SMS"))
 		if protected {
-			r.Expect(len(cBatch.Rows) == 2 && cBatch.Rows[0].ID > bBatch.Rows[len(bBatch.Rows)-1].ID,
-				"B and C claimed different rows")
-			r.Expect(sends == 6, "six sends for six rows: A sent nothing that was B's")
+			r.Expect(!cWaited && len(cBatch.Rows) == 2 && cBatch.Rows[0].ID > bBatch.Rows[len(bBatch.Rows)-1].ID,
+				"C did not wait for B's locks, and B and C claimed different rows")
+			r.Expect(len(aSent) == 0, "A, woken up, sent none of the rows B took over")
+			r.Expect(sends == 6, "six sends for six rows")
 			r.ExpectBalances(ctx, 4_400_000, 1_100_000, 2_000_000)
 		} else {
 			r.Expect(sends > 6, "more sends than rows: rows were sent twice")
@@ -102,7 +118,35 @@ func init() {
 
 	Register(Scenario{
 		Name:    "competing-dispatchers",
+		Title:   "Three dispatchers, one outbox",
+		Article: "Phase 4, “Build the outbox dispatcher”",
+		Order:   OrderArticleOutbox,
 		Summary: "three dispatchers on one outbox, one paused past its lease: SKIP LOCKED and the claim token keep every row sent once, none lost",
+		Explain: Explanation{
+			Shows: "Three dispatchers drain one outbox. A claims two rows and stalls (a long GC pause) " +
+				"past its lease; then B and C poll at the same moment, and while they send, A wakes up " +
+				"and carries on with the rows it claimed.",
+			Breaks: "A plain SELECT sees the rows B is claiming as free until B commits, so C claims " +
+				"them too; and A, which does not know its lease has expired, sends rows that are B's " +
+				"now. Each row goes to the provider two or three times. The provider's idempotency " +
+				"key may save Ada's phone, but every duplicate is a call that should not happen — and " +
+				"for an event on the log, a duplicate delivered.",
+			Defence: "Claim with FOR UPDATE SKIP LOCKED: a concurrent claim passes over the rows another " +
+				"is locking instead of taking them too. Give each claim a lease, so rows of a " +
+				"dispatcher that died are taken over, and a claim token; before each send and at the " +
+				"mark a dispatcher checks the row still carries its token, and finds out it lost it.",
+			SQL: "WITH candidates AS (\n" +
+				"  SELECT id FROM outbox\n" +
+				"   WHERE done_at IS NULL\n" +
+				"     AND (claimed_until IS NULL OR claimed_until < now())\n" +
+				"   ORDER BY id LIMIT 20\n" +
+				"     FOR UPDATE SKIP LOCKED)\n" +
+				"UPDATE outbox o SET claim_token = $1,\n" +
+				"       claimed_until = now() + interval '30 seconds'\n" +
+				"  FROM candidates WHERE o.id = candidates.id\n" +
+				"RETURNING o.id;\n" +
+				"-- every later write to a row: ... WHERE id = $2 AND claim_token = $1",
+		},
 		Phases: []Phase{{
 			Title:   "without protection: claims without SKIP LOCKED, sends and marks without the claim token",
 			Control: true,

@@ -78,7 +78,7 @@ func (r *Run) answeredHTTP(lane string, h *idem.Handler) func(api.Access) {
 			r.emit(Event{Kind: KindAnswer, From: lane, To: "network", Delivery: id, Text: resp.Summary()})
 			return
 		}
-		r.served(context.Background(), lane, id, h, a.Intent, resp, err)
+		r.served(context.Background(), lane, id, h, a.Intent, resp, err, false)
 	}
 }
 

@@ -2,10 +2,12 @@ package scenarios
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/banksim/bank-sim/outbox"
@@ -22,23 +24,22 @@ const InvCourierOnce = "every shipped order handed to the courier once"
 // hands the parcel to the courier. Checked in Go on a status read before an
 // unconditional write, both copies read 'paid' and both answer "shipped".
 func init() {
-	story := func(ctx context.Context, r *Run, w *World) error {
+	story := func(ctx context.Context, r *Run, w *World) (copies []string, err error) {
 		if _, err := r.DB.Exec(ctx, "INSERT INTO orders (id, status) VALUES (1, 'paid'), (2, 'cancelled'), (4, 'paid')"); err != nil {
-			return fmt.Errorf("seed the orders: %w", err)
+			return nil, fmt.Errorf("seed the orders: %w", err)
 		}
-		r.Step("orders: 1 paid, 2 cancelled, 3 missing, 4 paid")
 		ship := &outbox.Shipping{DB: r.DB, Flaws: w.Flaws}
-		r.Step("the lesson's ship.js: markShipped(1), markShipped(1), markShipped(2), markShipped(3)")
+		r.Step("orders 1 and 4 paid, 2 cancelled, 3 missing; the lesson's ship.js calls:")
 		for _, call := range []struct {
 			id   int
 			want string
 		}{{1, "shipped"}, {1, "already shipped (ok)"}, {2, "error: order is cancelled"}, {3, "error: order is missing"}} {
 			got, err := ship.MarkShipped(ctx, call.id)
 			if err != nil {
-				return err
+				return nil, err
 			}
-			r.Server("%s", got)
-			r.Expect(got == call.want, "markShipped(%d) prints %q", call.id, call.want)
+			r.Answered("ship.js", "database", fmt.Sprintf("markShipped(%d)", call.id), got)
+			r.Lesson().Expect(got == call.want, "markShipped(%d) prints %q", call.id, call.want)
 		}
 
 		r.Step("the courier app's request to ship order 4 arrives twice at the same moment")
@@ -49,11 +50,13 @@ func init() {
 		arrived.Add(2)
 		allRead := make(chan struct{})
 		go func() { arrived.Wait(); close(allRead) }()
+		var stalled atomic.Bool
 		ship.AfterRead = func() {
 			arrived.Done()
 			select {
 			case <-allRead:
-			case <-time.After(5 * time.Second):
+			case <-time.After(30 * time.Second):
+				stalled.Store(true)
 			}
 		}
 		answers := make([]string, 2)
@@ -67,13 +70,18 @@ func init() {
 			}()
 		}
 		wg.Wait()
-		for _, err := range errs {
-			if err != nil {
-				return err
-			}
+		if err := errors.Join(errs...); err != nil {
+			return nil, err
 		}
+		if stalled.Load() {
+			return nil, errors.New("waited 30s for both copies of \"ship order 4\" to read the order")
+		}
+		// Which copy got which answer is the scheduler's choice: the story
+		// tells "shipped" first.
 		slices.Sort(answers)
-		r.Server("the two copies answered: %s", strings.Join(answers, ", "))
+		slices.Reverse(answers)
+		r.Answered("courier app", "database", "one copy", answers[0])
+		r.Answered("courier app", "database", "the other", answers[1])
 		courier := map[int]int{1: 1} // order 1 went to the courier on its "shipped" above
 		for _, a := range answers {
 			if a == outbox.Shipped {
@@ -92,22 +100,49 @@ func init() {
 		} else {
 			r.Invariant(InvCourierOnce, false, strings.Join(bad, "; "))
 		}
-		return nil
+		return answers, nil
 	}
 
 	Register(Scenario{
 		Name:    "mark-shipped",
+		Title:   "Naturally idempotent: mark an order shipped",
+		Lesson:  "Practice: Naturally idempotent: mark an order shipped",
+		Order:   OrderPractice,
 		Summary: "the lesson's practice: markShipped made naturally idempotent with a conditional UPDATE … RETURNING, under duplicated and concurrent delivery",
+		Explain: Explanation{
+			Shows: "The lesson's exercise: markShipped(orderId) on a table orders (id, status), called " +
+				"twice for order 1, then for a cancelled and a missing order, as the lesson's ship.js " +
+				"does. Then the courier app's request to ship order 4 arrives twice at the same moment, " +
+				"and every \"shipped\" hands a parcel to the courier.",
+			Breaks: "Checked in code, the status is read first and 'shipped' written after: called one " +
+				"at a time this prints the lesson's four lines, but two calls at once both read 'paid', " +
+				"both write, and both answer \"shipped\": the parcel goes to the courier twice.",
+			Defence: "No key table is needed, because the target state says everything: make the change " +
+				"conditional on the current state. The UPDATE's RETURNING tells whether this call made " +
+				"the change; only when it did not does a second query find out why (already shipped is " +
+				"a success, cancelled or missing an error). Of two calls at once, PostgreSQL's row lock " +
+				"lets exactly one change the row.",
+			SQL: "UPDATE orders SET status = 'shipped'\n" +
+				" WHERE id = $1 AND status = 'paid'\n" +
+				"RETURNING id;\n" +
+				"-- one row: \"shipped\"; none: ask why\n" +
+				"SELECT status FROM orders WHERE id = $1;\n" +
+				"-- 'shipped': \"already shipped (ok)\"; else \"error: order is …\"",
+		},
 		Phases: []Phase{{
 			Title:   "without protection: the status read, checked in code, then 'shipped' written unconditionally",
 			Control: true,
 			Run: func(ctx context.Context, r *Run) error {
-				return story(ctx, r, r.World().With(outbox.Flaws{ShipReadThenWrite: true}))
+				_, err := story(ctx, r, r.World().With(outbox.Flaws{ShipReadThenWrite: true}))
+				return err
 			},
 		}, {
 			Title: "with protection: UPDATE … WHERE status = 'paid' RETURNING id, and a second query only to say why not",
 			Run: func(ctx context.Context, r *Run) error {
-				return story(ctx, r, r.World())
+				copies, err := story(ctx, r, r.World())
+				r.Expect(slices.Equal(copies, []string{outbox.Shipped, outbox.AlreadyShipped}),
+					"of the two copies one ships the order, the other is told %q", outbox.AlreadyShipped)
+				return err
 			},
 		}},
 	})

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/banksim/bank-sim/bank"
 	"github.com/banksim/bank-sim/scenarios"
@@ -33,21 +34,43 @@ func TestParseFault(t *testing.T) {
 	}
 }
 
-// List follows the lesson's order, then bank-sim's own stories by name.
+// List follows the lesson's order, then the article's, then bank-sim's own
+// stories by name; every story has its teaching material.
 func TestListFollowsTheLesson(t *testing.T) {
 	names := scenarios.Names()
 	if names[0] != "partial-failure" || names[1] != "rules" {
 		t.Errorf("the lesson starts with partial failure and the rules: %v", names)
 	}
-	own := false
-	for _, s := range scenarios.List() {
-		if s.Lesson == "" {
-			own = true
-		} else if own {
-			t.Errorf("%s, from the lesson, comes after bank-sim's own stories: %v", s.Name, names)
+	group := func(s scenarios.Scenario) int {
+		switch {
+		case s.FromLesson():
+			return 0
+		case s.FromArticle():
+			return 1
 		}
-		if s.Explain.Shows == "" || s.Explain.Defence == "" {
-			t.Errorf("%s has no explanation", s.Name)
+		return 2
+	}
+	last := 0
+	for _, s := range scenarios.List() {
+		if g := group(s); g < last {
+			t.Errorf("%s (group %d) comes after a story of group %d: %v", s.Name, g, last, names)
+		} else {
+			last = g
+		}
+		if !s.Own() && s.Order == 0 {
+			t.Errorf("%s follows the lesson or the article but has no Order", s.Name)
+		}
+		if s.Title == "" {
+			t.Errorf("%s has no title", s.Name)
+		}
+		e := s.Explain
+		if e.Shows == "" || e.Breaks == "" || e.Defence == "" || e.SQL == "" {
+			t.Errorf("%s has no full explanation (shows, breaks, defence, SQL)", s.Name)
+		}
+		for _, l := range strings.Split(e.SQL, "\n") {
+			if n := utf8.RuneCountInString(l); n > 78 {
+				t.Errorf("%s: an SQL line of %d columns (at most 78): %s", s.Name, n, l)
+			}
 		}
 	}
 }

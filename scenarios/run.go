@@ -204,6 +204,15 @@ func (r *Run) Told(t bank.Told) {
 	r.mu.Unlock()
 }
 
+// Answered records an answer that is not a transfer's (mark-shipped's
+// markShipped): the caller's lane, the call ("markShipped(1)") and what it
+// returned. The story tells it like an attempt, and compare lines it up with
+// the other run's; the transfer invariants do not judge it (a story whose
+// answers need judging adds an Invariant of its own).
+func (r *Run) Answered(caller, from, call, answer string) {
+	r.emit(Event{Kind: KindAttempt, From: from, To: caller, Text: call + ": " + answer})
+}
+
 // Label names an intent for people: the output says human instead of the
 // intent's label (which the ledger and --json keep).
 func (r *Run) Label(intent, human string) {
@@ -341,21 +350,43 @@ func (r *Run) traced(lane string, h *idem.Handler) faults.Server {
 				after(hctx, c)
 			}
 		}
+		// A fault that ends the server right after its commit
+		// (crash-after-commit) leaves no answer to tell: what it committed
+		// is told at the commit, or never.
+		told := false
+		if crash := hooks.AfterCommit; crash != nil {
+			hooks.AfterCommit = func(hctx context.Context) {
+				qctx, cancel := context.WithTimeout(context.WithoutCancel(hctx), 5*time.Second)
+				ids, moved := r.committed(qctx, bank.IntentFrom(ctx), bank.Response{}, errCommitted)
+				cancel()
+				if len(ids) > 0 {
+					told = true
+					r.emit(Event{Kind: KindDatabase, From: lane, To: "database", Delivery: id,
+						Text: databaseText(h, bank.Response{}, nil, ids), Moved: moved, Transfers: ids})
+				}
+				crash(hctx)
+			}
+		}
 		resp, err := h.Handle(idem.WithHooks(ctx, hooks), req)
-		r.served(ctx, lane, id, h, bank.IntentFrom(ctx), resp, err)
+		r.served(ctx, lane, id, h, bank.IntentFrom(ctx), resp, err, told)
 		return resp, err
 	}
 }
+
+// errCommitted makes committed read a request's transfers from the ledger:
+// its answer is not there yet.
+var errCommitted = errors.New("committed, not yet answered")
 
 // served tells the pictures what a server did in the database for one
 // request and what it answered. The transfers the request committed are
 // read from the ledger (by its intent), not guessed from the answer: a
 // server that fails after its commit answers 500 for money that moved.
-func (r *Run) served(ctx context.Context, lane string, id int, h *idem.Handler, intent string, resp bank.Response, err error) {
+// told says the request's commit was told already (traced).
+func (r *Run) served(ctx context.Context, lane string, id int, h *idem.Handler, intent string, resp bank.Response, err error, told bool) {
 	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	ids, moved := r.committed(qctx, intent, resp, err)
-	if what := databaseText(h, resp, err, ids); what != "" {
+	if what := databaseText(h, resp, err, ids); what != "" && !told {
 		r.emit(Event{Kind: KindDatabase, From: lane, To: "database", Delivery: id, Text: what, Moved: moved, Transfers: ids})
 	}
 	answer := "500 internal_error"

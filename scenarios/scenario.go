@@ -33,9 +33,16 @@ type Scenario struct {
 	// of bank-sim's own): list and explain show it, and only a story from the
 	// lesson is told "as the lesson says".
 	Lesson string
-	// Order is the story's place in the lesson (see the Order… constants):
-	// list, --all and the reports follow it. Zero puts the story after the
-	// lesson's, with bank-sim's own stories, by name.
+	// Article is, for a story that follows the seed article on event-driven
+	// idempotency (ArticleTitle) rather than the lesson, the article's
+	// section. Such a story is listed and explained in a group of its own,
+	// between the lesson's and bank-sim's own: the lesson does not tell it,
+	// so none of its checks is "as the lesson says", but bank-sim did not
+	// make it up either, and a learner can read where it comes from.
+	Article string
+	// Order is the story's place in the lesson, or in the article (see the
+	// Order… constants): list, --all and the reports follow it. Zero puts
+	// the story after the others, with bank-sim's own stories, by name.
 	Order int
 	// Amount is the story's transfer amount in kobo, which `scenario
 	// --amount` may change (read it with Run.Amount); zero when the story has
@@ -71,6 +78,20 @@ const (
 	OrderPractice       = 1000 // "Practice": the exercises
 )
 
+// ArticleTitle is the seed article that the stories with an Article follow:
+// Manuj Dixit's practical guide, which grows an order API from PostgreSQL
+// keys to a Redis lock, Kafka, an outbox and idempotent consumers.
+const ArticleTitle = "Idempotency: From a Simple API to Reliable Event-Driven Systems"
+
+// The article's order, after the lesson's stories: its phases, with room
+// between.
+const (
+	OrderArticleLock      = 2200 // "Phase 2: Add Redis only when there is a reason"
+	OrderArticleDualWrite = 2300 // "Phase 3: Introduce Kafka": the dual-write problem
+	OrderArticleOutbox    = 2400 // "Phase 4: Add the transactional outbox": the dispatcher
+	OrderArticleConsumer  = 2500 // "Phase 5: Make Kafka consumers idempotent"
+)
+
 // DisplayTitle is the story's title, or its name.
 func (s Scenario) DisplayTitle() string {
 	if s.Title != "" {
@@ -81,6 +102,14 @@ func (s Scenario) DisplayTitle() string {
 
 // FromLesson reports whether the story follows a section of the lesson.
 func (s Scenario) FromLesson() bool { return s.Lesson != "" }
+
+// FromArticle reports whether the story follows a section of the seed
+// article (ArticleTitle) and not the lesson.
+func (s Scenario) FromArticle() bool { return s.Lesson == "" && s.Article != "" }
+
+// Own reports whether the story is bank-sim's own: neither the lesson nor
+// the article tells it.
+func (s Scenario) Own() bool { return s.Lesson == "" && s.Article == "" }
 
 // Phase is one run of a story on a fresh bank.
 type Phase struct {
@@ -112,8 +141,8 @@ func Register(s Scenario) (unregister func()) {
 	}
 }
 
-// List returns every scenario in the lesson's order (Order), then bank-sim's
-// own stories by name.
+// List returns every scenario in the lesson's order (Order), then the
+// article's in its order, then bank-sim's own stories by name.
 func List() []Scenario {
 	mu.Lock()
 	defer mu.Unlock()

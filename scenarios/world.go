@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"strings"
 	"sync"
 	"time"
 
@@ -65,16 +66,22 @@ func (w *World) Handler(clock *faults.Clock, sms, events bool) *idem.Handler {
 	return h
 }
 
+// laneDispatchers is the lane of the outbox's dispatchers in pictures of a
+// run: they work beside the servers, on the same database.
+const laneDispatchers = "dispatchers"
+
 // Dispatcher returns a dispatcher called name on the phase's outbox, with
 // seeded claim tokens, telling the story of each row.
 func (w *World) Dispatcher(name string) *outbox.Dispatcher {
 	return &outbox.Dispatcher{DB: w.r.DB, Name: name, SMS: w.SMS, Log: w.Log, Flaws: w.Flaws,
-		NewToken: func() string { return w.Token("claim") }, Note: w.r.Server}
+		NewToken: func() string { return w.Token("claim") },
+		Note:     func(format string, args ...any) { w.r.ServerAt(laneDispatchers, format, args...) }}
 }
 
 // Consumer returns a consumer of the transfers topic in group name.
 func (w *World) Consumer(name string) *outbox.Consumer {
-	return &outbox.Consumer{DB: w.r.DB, Name: name, Flaws: w.Flaws, Note: w.r.Server}
+	return &outbox.Consumer{DB: w.r.DB, Name: name, Flaws: w.Flaws,
+		Note: func(format string, args ...any) { w.r.ServerAt(name, format, args...) }}
 }
 
 // Check adds the side effects' invariants, as world selects them, to the
@@ -92,19 +99,41 @@ func (w *World) Check(ctx context.Context, world outbox.World) {
 	}
 }
 
-// DescribeSMS is how the story prints the provider's record.
-func DescribeSMS(msgs []outbox.SMS) string {
+// Phone tells the story what the user's phone shows, from the provider's
+// record, and returns those messages.
+func (w *World) Phone(user int64) []outbox.SMS {
+	msgs := w.SMS.MessagesTo(user)
+	w.r.Step("%s's phone: %s", userName(user), describeSMS(msgs))
+	return msgs
+}
+
+// describeSMS is how the story prints messages: each text with its
+// transfer, a repeat counted ("twice").
+func describeSMS(msgs []outbox.SMS) string {
 	if len(msgs) == 0 {
 		return "no SMS"
 	}
-	s := ""
-	for i, m := range msgs {
-		if i > 0 {
-			s += ", "
+	var parts []string
+	for i := 0; i < len(msgs); {
+		j := i + 1
+		for j < len(msgs) && msgs[j].Text == msgs[i].Text && msgs[j].TransferID == msgs[i].TransferID {
+			j++
 		}
-		s += fmt.Sprintf("SMS %d %q (transfer %d)", m.ID, m.Text, m.TransferID)
+		parts = append(parts, fmt.Sprintf("%q (transfer %d)%s", msgs[i].Text, msgs[i].TransferID, times(j-i)))
+		i = j
 	}
-	return s
+	return strings.Join(parts, ", ")
+}
+
+// times says how often something happened, when more than once.
+func times(n int) string {
+	switch n {
+	case 1:
+		return ""
+	case 2:
+		return " twice"
+	}
+	return fmt.Sprintf(" %d times", n)
 }
 
 // waitFor waits for ch to close or deliver, at most d, and says what it was
