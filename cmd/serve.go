@@ -274,7 +274,12 @@ func runServe(ctx context.Context, app *App, o serveOptions) error {
 	}
 	printLedger(lctx, app, db.Pool)
 	fmt.Fprintf(out, "SMS sent: %d\n", len(sms.Messages()))
-	fmt.Fprintln(out, "stopped; the bank is dropped and PostgreSQL stops")
+	if srv.Embedded() {
+		fmt.Fprintln(out, "stopped; the bank is dropped and PostgreSQL stops")
+	} else {
+		// Not ours to stop: only the bank's database goes.
+		fmt.Fprintln(out, "stopped; the bank's database is dropped (your PostgreSQL keeps running)")
+	}
 	// A signal stopped the server: exit 130, as for every command.
 	return ctx.Err()
 }
