@@ -45,10 +45,12 @@ GET /accounts/{id}, GET /sms, GET /healthz.
 Each transfer texts its sender ("You sent ₦10,000 to Bola"): the SMS is an
 outbox row committed with the transfer, sent by a dispatcher to an
 in-process SMS provider with the row's id as its idempotency key. The serve
-log shows every SMS the provider accepts; GET /sms shows the caller theirs. Stop with Ctrl-C or SIGTERM: requests in
-flight get --grace to finish; those still running then are rolled back, their
-keys released, and answered 503 with Retry-After. Only then is the database
-closed; the ledger is printed, and serve exits 130 (interrupted).
+log shows every SMS the provider accepts; GET /sms shows the caller theirs.
+
+Stop with Ctrl-C or SIGTERM: requests in flight get --grace to finish; those
+still running then are rolled back, their keys released, and answered 503
+with Retry-After. Only then is the database closed; the ledger is printed,
+and serve exits 130 (interrupted).
 
 Every request is shown as it is answered — method and path, user, the
 key's first 8 characters, status, whether it was a replay, and how long it
