@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"runtime"
+	"strings"
 	"sync"
 	"time"
 
@@ -396,7 +397,39 @@ func (p *Pipeline) Settle(ctx context.Context, advance func(time.Duration)) erro
 			return nil
 		}
 	}
-	return fmt.Errorf("the outbox still has rows after %d rounds of healing", settleRounds)
+	return fmt.Errorf("the outbox still has rows after %d rounds of healing: %s", settleRounds, p.leftRows(ctx))
+}
+
+// leftRows describes the rows Settle could not drain, for its error: why
+// each was not claimed (a lease, a backoff, or nothing visible) says which
+// part of the run held it.
+func (p *Pipeline) leftRows(ctx context.Context) string {
+	rows, err := p.db.Query(ctx, `
+		SELECT id, kind, transfer_id, attempts, failures, coalesce(claimed_by, ''),
+		       coalesce(extract(epoch FROM claimed_until - bank_now()), 0)::float8,
+		       coalesce(extract(epoch FROM next_attempt_at - bank_now()), 0)::float8,
+		       coalesce(last_error, '')
+		FROM outbox WHERE done_at IS NULL AND failed_at IS NULL ORDER BY id LIMIT 5`)
+	if err != nil {
+		return fmt.Sprintf("(could not read them: %v)", err)
+	}
+	var parts []string
+	for rows.Next() {
+		var id, transfer int64
+		var attempts, failures int
+		var kind, by, lastErr string
+		var lease, next float64
+		if err := rows.Scan(&id, &kind, &transfer, &attempts, &failures, &by, &lease, &next, &lastErr); err != nil {
+			rows.Close()
+			return fmt.Sprintf("(could not read them: %v)", err)
+		}
+		parts = append(parts, fmt.Sprintf("row %d (%s for transfer %d): %d attempts, %d failures, claimed by %q for %.0fs more, next attempt in %.0fs, last error %q",
+			id, kind, transfer, attempts, failures, by, lease, next, lastErr))
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Sprintf("(could not read them: %v)", err)
+	}
+	return strings.Join(parts, "; ")
 }
 
 // Errors returns the unexpected failures of the fault phase, in order.
