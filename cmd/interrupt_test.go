@@ -5,7 +5,6 @@ import (
 	"os"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/banksim/bank-sim/cmd"
 	"github.com/banksim/bank-sim/postgres"
@@ -16,33 +15,9 @@ import (
 // story has started, and returns the exit code and stderr.
 func interruptMidRun(t *testing.T, args ...string) (int, string) {
 	t.Helper()
-	out := &waitWriter{want: "━━", seen: make(chan struct{})}
-	var errOut waitWriter
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	env := &cmd.Env{
-		Stdin: strings.NewReader(""), Stdout: out, Stderr: &errOut,
-		Getenv:   func(k string) string { return os.Getenv(k) },
-		Now:      time.Now,
-		Postgres: postgres.Start,
-	}
-	code := make(chan int, 1)
-	go func() { code <- cmd.Run(ctx, env, append([]string{"scenario", "--all"}, args...)) }()
-	select {
-	case <-out.seen:
-		cancel()
-	case c := <-code:
-		t.Fatalf("scenario --all exited %d before the first story; stderr:\n%s", c, errOut.String())
-	case <-time.After(2 * time.Minute):
-		t.Fatal("no story started within 2 minutes")
-	}
-	select {
-	case c := <-code:
-		return c, errOut.String()
-	case <-time.After(2 * time.Minute):
-		t.Fatal("scenario --all did not return within 2 minutes of Ctrl-C")
-	}
-	return 0, ""
+	r := startCommand(t, nil, "━━", "", append([]string{"scenario", "--all"}, args...)...)
+	r.interrupt()
+	return r.exit(t), r.errOut.String()
 }
 
 // Interrupted on a server it started, bank-sim says the server is stopped.

@@ -171,30 +171,76 @@ func (w *waitWriter) String() string {
 	return w.buf.String()
 }
 
+// running is a bank-sim command started in the background, as a terminal
+// would run it: its streams, its exit code once it returns, and Ctrl-C.
+type running struct {
+	out, errOut *waitWriter
+	code        chan int
+	interrupt   context.CancelFunc
+}
+
+// startCommand runs bank-sim with args (with postgres.Start unless pg says
+// otherwise) and returns once stdout shows want (and stderr errWant, unless
+// it is ""), failing t if the command exits first or either has not come
+// within 2 minutes. The command is interrupted when the test ends.
+func startCommand(t *testing.T, pg func(context.Context, postgres.Options) (*postgres.Server, error), want, errWant string, args ...string) *running {
+	t.Helper()
+	if pg == nil {
+		pg = postgres.Start
+	}
+	r := &running{
+		out:    &waitWriter{want: want, seen: make(chan struct{})},
+		errOut: &waitWriter{want: errWant, seen: make(chan struct{})},
+		code:   make(chan int, 1),
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r.interrupt = cancel
+	t.Cleanup(cancel)
+	env := &cmd.Env{
+		Stdin: strings.NewReader(""), Stdout: r.out, Stderr: r.errOut,
+		Getenv:   func(k string) string { return os.Getenv(k) },
+		Now:      time.Now,
+		Postgres: pg,
+	}
+	go func() { r.code <- cmd.Run(ctx, env, args) }()
+	waits := []*waitWriter{r.out}
+	if errWant != "" {
+		waits = append(waits, r.errOut)
+	}
+	for _, w := range waits {
+		select {
+		case <-w.seen:
+		case c := <-r.code:
+			t.Fatalf("bank-sim %s exited %d before %q; stdout:\n%s\nstderr:\n%s", strings.Join(args, " "), c, w.want, r.out.String(), r.errOut.String())
+		case <-time.After(2 * time.Minute):
+			t.Fatalf("bank-sim %s: waited 2 minutes for %q; stdout:\n%s\nstderr:\n%s", strings.Join(args, " "), w.want, r.out.String(), r.errOut.String())
+		}
+	}
+	return r
+}
+
+// exit waits (a minute at most) for the command to return and gives its
+// exit code.
+func (r *running) exit(t *testing.T) int {
+	t.Helper()
+	select {
+	case c := <-r.code:
+		return c
+	case <-time.After(time.Minute):
+		t.Fatalf("the command did not return within a minute; stderr:\n%s", r.errOut.String())
+	}
+	return 0
+}
+
 // serve --bug serves the handler with the bug switched on, and says so
 // loudly on both streams before the first request can arrive.
 func TestServeWithABugWarns(t *testing.T) {
-	out := &waitWriter{want: "Ctrl-C to stop", seen: make(chan struct{})}
-	var errOut waitWriter
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	env := &cmd.Env{
-		Stdin: strings.NewReader(""), Stdout: out, Stderr: &errOut,
-		Getenv:   func(k string) string { return os.Getenv(k) },
-		Now:      time.Now,
-		Postgres: postgres.Start,
+	r := startCommand(t, nil, "Ctrl-C to stop", "", "serve", "--addr", "127.0.0.1:0", "--bug", "memory-keys")
+	r.interrupt()
+	if c := r.exit(t); c != cmd.ExitInterrupted {
+		t.Fatalf("exit %d, want %d (stopped by a signal); stderr:\n%s", c, cmd.ExitInterrupted, r.errOut.String())
 	}
-	code := make(chan int, 1)
-	go func() { code <- cmd.Run(ctx, env, []string{"serve", "--addr", "127.0.0.1:0", "--bug", "memory-keys"}) }()
-	select {
-	case <-out.seen:
-		cancel()
-	case c := <-code:
-		t.Fatalf("serve exited %d before serving; stdout:\n%s\nstderr:\n%s", c, out.String(), errOut.String())
-	}
-	if c := <-code; c != cmd.ExitInterrupted {
-		t.Fatalf("exit %d, want %d (stopped by a signal); stderr:\n%s", c, cmd.ExitInterrupted, errOut.String())
-	}
+	out, errOut := r.out, r.errOut
 	want := "WARNING: this server runs with a known mistake, --bug memory-keys: Keys kept in a map in the server's memory."
 	if !strings.Contains(out.String(), want) {
 		t.Errorf("stdout lacks the warning %q:\n%s", want, out.String())
@@ -208,29 +254,9 @@ func TestServeWithABugWarns(t *testing.T) {
 // logs what it deleted; stopped by a signal with a request in flight, it lets
 // the request finish, prints the ledger and exits 130, as the README says.
 func TestServeCleansUpAndStopsWithExit130(t *testing.T) {
-	out := &waitWriter{want: "Ctrl-C to stop", seen: make(chan struct{})}
-	errOut := &waitWriter{want: "cleanup: deleted 0 keys", seen: make(chan struct{})}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	env := &cmd.Env{
-		Stdin: strings.NewReader(""), Stdout: out, Stderr: errOut,
-		Getenv:   func(k string) string { return os.Getenv(k) },
-		Now:      time.Now,
-		Postgres: postgres.Start,
-	}
-	code := make(chan int, 1)
-	go func() {
-		code <- cmd.Run(ctx, env, []string{"serve", "--addr", "127.0.0.1:0", "--cleanup-every", "50ms", "--grace", "5s"})
-	}()
-	for _, w := range []*waitWriter{out, errOut} {
-		select {
-		case <-w.seen:
-		case c := <-code:
-			t.Fatalf("serve exited %d before %q; stdout:\n%s\nstderr:\n%s", c, w.want, out.String(), errOut.String())
-		case <-time.After(2 * time.Minute):
-			t.Fatalf("waited 2 minutes for %q; stdout:\n%s\nstderr:\n%s", w.want, out.String(), errOut.String())
-		}
-	}
+	r := startCommand(t, nil, "Ctrl-C to stop", "cleanup: deleted 0 keys",
+		"serve", "--addr", "127.0.0.1:0", "--cleanup-every", "50ms", "--grace", "5s")
+	out, errOut := r.out, r.errOut
 	url := regexp.MustCompile(`http://127\.0\.0\.1:\d+`).FindString(out.String())
 	req, _ := http.NewRequest("POST", url+"/transfers", strings.NewReader(`{"from":1,"to":2,"amountKobo":1000000}`))
 	req.Header.Set("Authorization", "Bearer token-ada")
@@ -272,14 +298,9 @@ func TestServeCleansUpAndStopsWithExit130(t *testing.T) {
 		}
 	}
 	time.Sleep(300 * time.Millisecond) // three more dispatcher rounds: a second SMS would show by now
-	cancel()                           // SIGTERM
-	select {
-	case c := <-code:
-		if c != cmd.ExitInterrupted {
-			t.Fatalf("exit %d, want %d; stderr:\n%s", c, cmd.ExitInterrupted, errOut.String())
-		}
-	case <-time.After(time.Minute):
-		t.Fatal("serve did not stop within a minute of the signal")
+	r.interrupt()                      // SIGTERM
+	if c := r.exit(t); c != cmd.ExitInterrupted {
+		t.Fatalf("exit %d, want %d; stderr:\n%s", c, cmd.ExitInterrupted, errOut.String())
 	}
 	if len(sms.Messages) != 1 || sms.Messages[0].Text != "You sent ₦10,000 to Bola" || sms.Messages[0].TransferID != 1 {
 		t.Errorf("GET /sms for Ada: %+v, want one SMS \"You sent ₦10,000 to Bola\" about transfer 1", sms.Messages)
@@ -310,35 +331,13 @@ func TestServeCleansUpAndStopsWithExit130(t *testing.T) {
 // An interrupted --all says how far it got, writes the JUnit report for the
 // scenarios that finished, and leaves no empty header behind.
 func TestInterruptedAllReportsWhatFinished(t *testing.T) {
-	out := &waitWriter{want: "PASS rules", seen: make(chan struct{})}
-	var errOut waitWriter
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	junit := filepath.Join(t.TempDir(), "junit.xml")
-	env := &cmd.Env{
-		Stdin: strings.NewReader(""), Stdout: out, Stderr: &errOut,
-		Getenv: func(k string) string { return os.Getenv(k) }, Now: time.Now, Postgres: postgres.Start,
+	r := startCommand(t, nil, "PASS rules", "", "scenario", "--all", "--parallel", "1", "--seed", "3", "--junit", junit)
+	r.interrupt() // Ctrl-C, as the third story begins
+	if c := r.exit(t); c != cmd.ExitInterrupted {
+		t.Fatalf("exit %d, want %d; stderr:\n%s", c, cmd.ExitInterrupted, r.errOut.String())
 	}
-	code := make(chan int, 1)
-	go func() {
-		code <- cmd.Run(ctx, env, []string{"scenario", "--all", "--parallel", "1", "--seed", "3", "--junit", junit})
-	}()
-	select {
-	case <-out.seen:
-		cancel() // Ctrl-C, as the third story begins
-	case c := <-code:
-		t.Fatalf("exited %d before the second story ended:\n%s", c, out.String())
-	case <-time.After(2 * time.Minute):
-		t.Fatalf("waited 2 minutes for the second story:\n%s", out.String())
-	}
-	select {
-	case c := <-code:
-		if c != cmd.ExitInterrupted {
-			t.Fatalf("exit %d, want %d; stderr:\n%s", c, cmd.ExitInterrupted, errOut.String())
-		}
-	case <-time.After(time.Minute):
-		t.Fatal("did not stop within a minute of the interruption")
-	}
+	out := r.out
 	s := out.String()
 	m := regexp.MustCompile(`interrupted: (\d+) of (\d+) scenarios finished\nPASS partial-failure\nPASS rules\n`).FindStringSubmatch(s)
 	if m == nil || m[2] != fmt.Sprint(len(scenarios.List())) {

@@ -1,19 +1,15 @@
 package cmd_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/banksim/bank-sim/cmd"
-	"github.com/banksim/bank-sim/postgres"
 	"github.com/banksim/bank-sim/probe"
 )
 
@@ -73,25 +69,8 @@ func TestProbeExitCodes(t *testing.T) {
 // byte (--exact-replays), and the bank ends where it started, also after a
 // second probe interrupted mid-run.
 func TestProbeAgainstServe(t *testing.T) {
-	out := &waitWriter{want: "Ctrl-C to stop", seen: make(chan struct{})}
-	var errOut waitWriter
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	env := &cmd.Env{
-		Stdin: strings.NewReader(""), Stdout: out, Stderr: &errOut,
-		Getenv:   func(k string) string { return os.Getenv(k) },
-		Now:      time.Now,
-		Postgres: postgres.Start,
-	}
-	served := make(chan int, 1)
-	go func() { served <- cmd.Run(ctx, env, []string{"serve", "--addr", "127.0.0.1:0"}) }()
-	select {
-	case <-out.seen:
-	case c := <-served:
-		t.Fatalf("serve exited %d before serving; stderr:\n%s", c, errOut.String())
-	case <-time.After(2 * time.Minute):
-		t.Fatal("serve did not start serving within 2 minutes")
-	}
+	srv := startCommand(t, nil, "Ctrl-C to stop", "", "serve", "--addr", "127.0.0.1:0")
+	out, errOut := srv.out, srv.errOut
 	url := regexp.MustCompile(`http://127\.0\.0\.1:\d+`).FindString(out.String())
 
 	r := run(t, context.Background(), mustNotStart(t), "probe", url, "--seed", "11", "--json", "--exact-replays",
@@ -119,40 +98,20 @@ func TestProbeAgainstServe(t *testing.T) {
 	// Ctrl-C in the middle of a second probe: exit 130, the money it moved
 	// goes back, and the message does not claim to have stopped a
 	// PostgreSQL it never started, nor the target.
-	pout := &waitWriter{want: "PASS", seen: make(chan struct{})}
-	var perr bytes.Buffer
-	pctx, interrupt := context.WithCancel(context.Background())
-	defer interrupt()
-	penv := &cmd.Env{
-		Stdin: strings.NewReader(""), Stdout: pout, Stderr: &perr,
-		Getenv: func(k string) string { return os.Getenv(k) }, Now: time.Now, Postgres: mustNotStart(t),
+	p := startCommand(t, mustNotStart(t), "PASS", "", "probe", url, "--seed", "12", "--no-color")
+	p.interrupt()
+	if c := p.exit(t); c != cmd.ExitInterrupted {
+		t.Errorf("interrupted probe exit %d, want %d; stderr:\n%s", c, cmd.ExitInterrupted, p.errOut.String())
 	}
-	probed := make(chan int, 1)
-	go func() { probed <- cmd.Run(pctx, penv, []string{"probe", url, "--seed", "12", "--no-color"}) }()
-	select {
-	case <-pout.seen:
-		interrupt()
-	case c := <-probed:
-		t.Fatalf("the probe exited %d before its first check ended; stderr:\n%s", c, perr.String())
-	case <-time.After(time.Minute):
-		t.Fatal("the probe's first check did not end within a minute")
-	}
-	select {
-	case c := <-probed:
-		if c != cmd.ExitInterrupted {
-			t.Errorf("interrupted probe exit %d, want %d; stderr:\n%s", c, cmd.ExitInterrupted, perr.String())
-		}
-	case <-time.After(time.Minute):
-		t.Fatal("the probe did not return within a minute of Ctrl-C")
-	}
+	perr := p.errOut
 	wantErr := regexp.MustCompile(`(?m)^bank-sim probe: interrupted after \d+ check\(s\); restore: bola sent ₦[\d,.]+ back to ada: 201 .*\n` +
 		`bank-sim: interrupted; the probe started no PostgreSQL and has closed its fault proxy; the target ` + regexp.QuoteMeta(url) + ` is not bank-sim's and keeps running\n$`)
 	if !wantErr.MatchString(perr.String()) || strings.Contains(perr.String(), "PostgreSQL stopped") {
 		t.Errorf("interrupted probe's stderr:\n%s", perr.String())
 	}
 
-	cancel() // serve stops on a signal, and says so with 130
-	if c := <-served; c != cmd.ExitInterrupted {
+	srv.interrupt() // serve stops on a signal, and says so with 130
+	if c := srv.exit(t); c != cmd.ExitInterrupted {
 		t.Errorf("serve exit %d; stderr:\n%s", c, errOut.String())
 	}
 	// serve prints the ledger as it stops: the probe sent everything back.
