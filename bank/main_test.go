@@ -2,10 +2,8 @@ package bank_test
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"testing"
-	"time"
 
 	"github.com/banksim/bank-sim/bank"
 	"github.com/banksim/bank-sim/postgres/pgtest"
@@ -14,15 +12,7 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }
 
-// bounded is a context for one step of a test that ends, with a sentence
-// saying what never came, if the step has not finished within 30 s: a
-// mistake that makes transfers wait forever (for a connection, a row lock)
-// fails the test instead of hanging the suite.
-func bounded(t testing.TB, what string) context.Context {
-	ctx, cancel := context.WithTimeoutCause(context.Background(), 30*time.Second, fmt.Errorf("%s did not finish within 30 s", what))
-	t.Cleanup(cancel)
-	return ctx
-}
+func bounded(t testing.TB, what string) context.Context { return pgtest.Bounded(t, what) }
 
 // newBank gives the test its own fresh copy of the lesson's bank.
 func newBank(t testing.TB, maxConns int32) *pgxpool.Pool { return pgtest.NewBank(t, maxConns) }

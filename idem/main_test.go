@@ -2,7 +2,6 @@ package idem_test
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -14,15 +13,7 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }
 
-// bounded is a context for one step of a test that ends, with a sentence
-// saying what never came, if the step has not finished within 30 s: a
-// mistake that makes requests wait forever (for a connection, a lock, a key)
-// fails the test instead of hanging the suite.
-func bounded(t testing.TB, what string) context.Context {
-	ctx, cancel := context.WithTimeoutCause(context.Background(), 30*time.Second, fmt.Errorf("%s did not finish within 30 s", what))
-	t.Cleanup(cancel)
-	return ctx
-}
+func bounded(t testing.TB, what string) context.Context { return pgtest.Bounded(t, what) }
 
 // t0 is the fixed clock of the store tests: 24 September 2026, 10:00 UTC.
 var t0 = time.Date(2026, 9, 24, 10, 0, 0, 0, time.UTC)

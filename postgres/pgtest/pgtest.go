@@ -110,3 +110,13 @@ func label(name string) string {
 	}
 	return name
 }
+
+// Bounded is a context for one step of a test that ends, with a sentence
+// saying what never came, if the step has not finished within 30 s: a
+// mistake that makes work wait forever (for a connection, a row lock, a
+// key) fails the test instead of hanging the suite.
+func Bounded(t testing.TB, what string) context.Context {
+	ctx, cancel := context.WithTimeoutCause(context.Background(), 30*time.Second, fmt.Errorf("%s did not finish within 30 s", what))
+	t.Cleanup(cancel)
+	return ctx
+}
