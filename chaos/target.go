@@ -128,6 +128,13 @@ func (t *Target) Guard(ctx context.Context, extra ...string) error {
 	return pc.Guard(ctx, extra...)
 }
 
+// Reach connects to each of the target's URLs once, as probe does: a
+// target that cannot be reached is a *probe.UnreachableError, not a run.
+func (t *Target) Reach(ctx context.Context) error {
+	pc := t.probeConfig()
+	return pc.Reach(ctx)
+}
+
 // layout is the target's bank as the run sees it: Users[k] owns the account
 // numbered k+1, the first two are the ones that pay, and the third is the
 // spare recipient of a reused key. Balances are not known in advance.
@@ -188,9 +195,11 @@ func (t *Target) Money(cfg Config) map[string]int64 {
 	return out
 }
 
-// read reads the balances of the accounts, in order, when there is a
-// source; nil when there is none.
-func (t *Target) read(ctx context.Context) ([]int64, error) {
+// read reads the balances of the accounts the source can read, in order
+// (a GET source reads only those whose owner's token it has), as the run's
+// numbered accounts; nil when there is no source. want, when set, are the
+// accounts a later read must give again.
+func (t *Target) read(ctx context.Context, want []bank.Account) ([]bank.Account, error) {
 	if t.Balances == nil {
 		return nil, nil
 	}
@@ -202,15 +211,31 @@ func (t *Target) read(ctx context.Context) ([]int64, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]int64, len(ids))
+	var out []bank.Account
 	for k, id := range ids {
 		b, ok := got[id]
 		if !ok {
-			return nil, &probe.UsageError{Msg: fmt.Sprintf("the balance source gave no balance for %s's account %s (give %s's token with --token, or a query that returns it)", t.Users[k].Name, id, t.Users[k].Name)}
+			continue
 		}
-		out[k] = b
+		n := int64(k + 1)
+		out = append(out, bank.Account{ID: n, OwnerID: n, Holder: fmt.Sprintf("%s's account %s", t.Users[k].Name, id), Status: "active", BalanceKobo: b})
+	}
+	if len(out) < 2 {
+		return nil, &probe.UsageError{Msg: fmt.Sprintf("the balance source gave the balances of %d of the accounts; it must give at least the two that pay (%s's and %s's)", len(out), t.Users[0].Name, t.Users[1].Name)}
+	}
+	if want != nil && len(out) != len(want) {
+		return nil, fmt.Errorf("the balance source gave %d balances, and %d before", len(out), len(want))
 	}
 	return out, nil
+}
+
+// balances are the balances of accounts, in order.
+func balances(accounts []bank.Account) []int64 {
+	out := make([]int64, len(accounts))
+	for k, a := range accounts {
+		out[k] = a.BalanceKobo
+	}
+	return out
 }
 
 // consistent reports whether the balance source reads every account in one
@@ -230,8 +255,7 @@ func runTarget(ctx context.Context, cfg Config, opts Options) (*History, error) 
 	if err := t.Validate(); err != nil {
 		return nil, err
 	}
-	pc := t.probeConfig()
-	if err := pc.Reach(ctx); err != nil {
+	if err := t.Reach(ctx); err != nil {
 		return nil, err
 	}
 	e := &engine{cfg: cfg, lay: cfg.layout(), crash: &faults.CrashAfterClaim{}, fired: map[string]int{}, server: map[string]int{}}
@@ -244,7 +268,7 @@ func runTarget(ctx context.Context, cfg Config, opts Options) (*History, error) 
 	}
 	defer rig.close()
 	e.rig = rig
-	opening, err := t.read(ctx)
+	opening, err := t.read(ctx, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -257,7 +281,7 @@ func runTarget(ctx context.Context, cfg Config, opts Options) (*History, error) 
 		audits.Add(1)
 		go func() {
 			defer audits.Done()
-			e.auditTarget(auditCtx)
+			e.auditTarget(auditCtx, opening)
 		}()
 	}
 	e.drive(ctx, opts.Progress, time.Time{}, -1)
@@ -273,15 +297,10 @@ func runTarget(ctx context.Context, cfg Config, opts Options) (*History, error) 
 		h.Intents[i] = *in
 	}
 	if opening != nil {
-		final, err := t.read(ctx)
-		if err != nil {
+		// Only the accounts the source reads: the money rules are on them.
+		h.Opening = opening
+		if h.Final.Accounts, err = t.read(ctx, opening); err != nil {
 			return nil, fmt.Errorf("read the balances after the run: %w", err)
-		}
-		for k := range h.Opening {
-			h.Opening[k].BalanceKobo = opening[k]
-			a := h.Opening[k]
-			a.BalanceKobo = final[k]
-			h.Final.Accounts = append(h.Final.Accounts, a)
 		}
 	}
 	h.Duration = time.Since(e.start)
@@ -333,7 +352,7 @@ func (e *engine) settleTarget(ctx context.Context) error {
 
 // auditTarget reads every balance in one snapshot each AuditEvery (at least
 // 50 ms: the source is someone else's database) until ctx ends.
-func (e *engine) auditTarget(ctx context.Context) {
+func (e *engine) auditTarget(ctx context.Context, opening []bank.Account) {
 	t := time.NewTicker(max(e.cfg.AuditEvery, 50*time.Millisecond))
 	defer t.Stop()
 	for {
@@ -343,12 +362,12 @@ func (e *engine) auditTarget(ctx context.Context) {
 		case <-t.C:
 		}
 		at := e.since()
-		b, err := e.cfg.Target.read(ctx)
+		b, err := e.cfg.Target.read(ctx, opening)
 		if err != nil {
 			continue // a missed audit proves nothing either way
 		}
 		e.mu.Lock()
-		e.audits = append(e.audits, Snapshot{AtNs: at, Balances: b})
+		e.audits = append(e.audits, Snapshot{AtNs: at, Balances: balances(b)})
 		e.mu.Unlock()
 	}
 }

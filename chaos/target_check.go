@@ -104,7 +104,7 @@ func checkTarget(h *History) Result {
 	c.targetIntents()
 	c.targetReplays()
 	c.finish()
-	c.res.Unchecked = t.unchecked(h)
+	c.res.Unchecked = t.unchecked(len(h.Final.Accounts) > 0, len(h.Audits) > 0)
 	return c.res
 }
 
@@ -229,16 +229,22 @@ type Unchecked struct {
 	Why  string `json:"why"`
 }
 
-// unchecked says plainly which rules a target run could not check with
-// what the target exposes.
-func (t *Target) unchecked(h *History) []Unchecked {
+// Unchecked says plainly which rules a run against t cannot check with
+// what the target exposes, before it runs.
+func (t *Target) Unchecked() []Unchecked {
+	return t.unchecked(t.Balances != nil, t.Balances != nil && t.consistent())
+}
+
+// unchecked is Unchecked for a run that read money or not, and audited it
+// while transfers ran or not.
+func (t *Target) unchecked(money, audits bool) []Unchecked {
 	var out []Unchecked
-	if len(h.Final.Accounts) == 0 {
+	if !money {
 		why := "no balance source: give --balances-url TEMPLATE or --database-url URL with --balances-sql QUERY; the answers alone show transfer ids, not money"
 		for _, k := range []string{KindTotal, KindNegative, KindLedger} {
 			out = append(out, Unchecked{k, why})
 		}
-	} else if len(h.Audits) == 0 {
+	} else if !audits {
 		out = append(out, Unchecked{KindTotal, "checked before and after the run only: the balance source reads one account after another, so it cannot audit while transfers run (a --balances-sql source reads one snapshot, and does)"})
 	}
 	out = append(out,

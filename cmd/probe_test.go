@@ -47,7 +47,7 @@ func TestProbeExitCodes(t *testing.T) {
 		{"no such route", []string{"probe", notFound.URL}, cmd.ExitUsage, "Give it with --path"},
 		{"token refused", []string{"probe", refusing.URL}, cmd.ExitUsage, "the token was not accepted. Give the right one with --token ada=TOKEN"},
 		{"remote", []string{"probe", "http://192.0.2.1:8080"}, cmd.ExitUsage, "Add --allow-remote"},
-		{"unknown user", []string{"probe", "http://127.0.0.1:1", "--account", "eve=4"}, cmd.ExitUsage, "the probe's users are ada"},
+		{"unknown user", []string{"probe", "http://127.0.0.1:1", "--account", "eve=4"}, cmd.ExitUsage, "the users are ada (pays)"},
 		{"no url", []string{"probe"}, cmd.ExitUsage, "give the target's base URL"},
 	}
 	for _, tc := range cases {
