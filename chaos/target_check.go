@@ -3,6 +3,7 @@ package chaos
 import (
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/banksim/bank-sim/bank"
@@ -92,6 +93,7 @@ func (t *Target) allows(in *Intent, a *probe.Answer) (bool, string) {
 func checkTarget(h *History) Result {
 	c := checker{h: h, f: newFacts(h), res: Result{ByKind: map[string]int{}}}
 	t := h.Config.Target
+	var skipped []Unchecked
 	if len(h.Final.Accounts) > 0 {
 		// The money rules, on the balances read from outside, with the
 		// acknowledged transfers as the ledger.
@@ -100,12 +102,39 @@ func checkTarget(h *History) Result {
 		c.h = &m
 		c.money()
 		c.h = h
+		if n := unresolved(h); n > 0 {
+			// Their transfers may or may not have happened: the deltas are
+			// not the acknowledged transfers' alone, and a mismatch proves
+			// nothing (the total and the signs still do).
+			kept := c.res.Violations[:0]
+			for _, v := range c.res.Violations {
+				if v.Kind != KindLedger {
+					kept = append(kept, v)
+				}
+			}
+			c.res.Violations, c.res.ByKind[KindLedger] = kept, 0
+			skipped = append(skipped, Unchecked{KindLedger, fmt.Sprintf("%d intent(s) have no final answer, so their transfers may or may not have happened", n)})
+		}
 	}
 	c.targetIntents()
 	c.targetReplays()
 	c.finish()
-	c.res.Unchecked = t.unchecked(len(h.Final.Accounts) > 0, len(h.Audits) > 0)
+	c.res.Unchecked = append(t.unchecked(len(h.Final.Accounts) > 0, len(h.Audits) > 0), skipped...)
+	for _, u := range skipped {
+		c.res.Checks = slices.DeleteFunc(c.res.Checks, func(s CheckSummary) bool { return s.Kind == u.Kind })
+	}
 	return c.res
+}
+
+// unresolved counts the intents without a final answer after healing.
+func unresolved(h *History) int {
+	n := 0
+	for _, in := range h.Intents {
+		if in.Outcome == SeenUnknown {
+			n++
+		}
+	}
+	return n
 }
 
 // targetIntents checks each intent's answers: at most one transfer id per
