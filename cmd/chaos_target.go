@@ -85,7 +85,7 @@ func runChaosTarget(c *cobra.Command, app *App, o chaosOptions, cfg chaos.Config
 		return writeJSON(out, plan)
 	}
 	if !o.asJSON {
-		fmt.Fprintf(out, "bank-sim %s · chaos --target · seed %d (repeat this run with --seed %d)\n", version(), cfg.Seed, cfg.Seed)
+		fmt.Fprintf(out, "bank-sim chaos --target · seed %d (repeat this run with --seed %d)\n", cfg.Seed, cfg.Seed)
 		printTargetPlan(out, p, plan)
 	}
 	if o.dryRun {

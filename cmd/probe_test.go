@@ -73,26 +73,8 @@ func TestProbeExitCodes(t *testing.T) {
 // byte (--exact-replays), and the bank ends where it started, also after a
 // second probe interrupted mid-run.
 func TestProbeAgainstServe(t *testing.T) {
-	out := &waitWriter{want: "Ctrl-C to stop", seen: make(chan struct{})}
-	var errOut waitWriter
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	env := &cmd.Env{
-		Stdin: strings.NewReader(""), Stdout: out, Stderr: &errOut,
-		Getenv:   func(k string) string { return os.Getenv(k) },
-		Now:      time.Now,
-		Postgres: postgres.Start,
-	}
-	served := make(chan int, 1)
-	go func() { served <- cmd.Run(ctx, env, []string{"serve", "--addr", "127.0.0.1:0"}) }()
-	select {
-	case <-out.seen:
-	case c := <-served:
-		t.Fatalf("serve exited %d before serving; stderr:\n%s", c, errOut.String())
-	case <-time.After(2 * time.Minute):
-		t.Fatal("serve did not start serving within 2 minutes")
-	}
-	url := regexp.MustCompile(`http://127\.0\.0\.1:\d+`).FindString(out.String())
+	sv := startServe(t)
+	url := sv.url
 
 	r := run(t, context.Background(), mustNotStart(t), "probe", url, "--seed", "11", "--json", "--exact-replays",
 		"--balances-url", url+"/accounts/{id}", "--token", "chidi=token-chidi")
@@ -151,12 +133,56 @@ func TestProbeAgainstServe(t *testing.T) {
 		t.Errorf("interrupted probe's stderr:\n%s", perr.String())
 	}
 
-	cancel() // serve stops on a signal, and says so with 130
-	if c := <-served; c != cmd.ExitInterrupted {
-		t.Errorf("serve exit %d; stderr:\n%s", c, errOut.String())
-	}
+	sv.stop(t)
 	// serve prints the ledger as it stops: the probe sent everything back.
-	if !strings.Contains(out.String(), "Ada ₦50,000, Bola ₦5,000, Chidi ₦20,000 | total ₦75,000") {
-		t.Errorf("the bank did not end where it started:\n%s", out.String())
+	if !strings.Contains(sv.out.String(), "Ada ₦50,000, Bola ₦5,000, Chidi ₦20,000 | total ₦75,000") {
+		t.Errorf("the bank did not end where it started:\n%s", sv.out.String())
+	}
+}
+
+// served is bank-sim serve, run in-process through the command line on a
+// free port of 127.0.0.1.
+type served struct {
+	url         string
+	out, errOut *waitWriter
+	cancel      context.CancelFunc
+	code        chan int
+}
+
+// startServe starts serve and waits (at most 2 minutes) until it serves.
+func startServe(t *testing.T) *served {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	sv := &served{out: &waitWriter{want: "Ctrl-C to stop", seen: make(chan struct{})}, errOut: &waitWriter{}, cancel: cancel, code: make(chan int, 1)}
+	env := &cmd.Env{
+		Stdin: strings.NewReader(""), Stdout: sv.out, Stderr: sv.errOut,
+		Getenv:   func(k string) string { return os.Getenv(k) },
+		Now:      time.Now,
+		Postgres: postgres.Start,
+	}
+	go func() { sv.code <- cmd.Run(ctx, env, []string{"serve", "--addr", "127.0.0.1:0"}) }()
+	select {
+	case <-sv.out.seen:
+	case c := <-sv.code:
+		t.Fatalf("serve exited %d before serving; stderr:\n%s", c, sv.errOut.String())
+	case <-time.After(2 * time.Minute):
+		t.Fatal("serve did not start serving within 2 minutes")
+	}
+	sv.url = regexp.MustCompile(`http://127\.0\.0\.1:\d+`).FindString(sv.out.String())
+	return sv
+}
+
+// stop stops serve as a signal does: exit 130, its ledger printed.
+func (sv *served) stop(t *testing.T) {
+	t.Helper()
+	sv.cancel()
+	select {
+	case c := <-sv.code:
+		if c != cmd.ExitInterrupted {
+			t.Errorf("serve exit %d; stderr:\n%s", c, sv.errOut.String())
+		}
+	case <-time.After(time.Minute):
+		t.Error("serve did not stop within a minute")
 	}
 }
