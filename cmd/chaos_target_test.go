@@ -52,7 +52,7 @@ func TestChaosTargetAgainstServe(t *testing.T) {
 		Verdict string `json:"verdict"`
 		Result  struct {
 			Unchecked []struct{ Kind string } `json:"unchecked"`
-			Stats     struct{ Transfers int }  `json:"stats"`
+			Stats     struct{ Transfers int } `json:"stats"`
 		} `json:"result"`
 	}
 	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil {
