@@ -125,6 +125,10 @@ type targetMistake struct {
 	copies int
 	// lockTTL of the server's key store (0: the tests' short 500 ms).
 	lockTTL time.Duration
+	// moneyHolds: the mistake moves no money wrongly (it answers wrongly),
+	// so the money rules must hold: a checker that blames the money for it
+	// explains it wrongly.
+	moneyHolds bool
 	// blind, instead of kind, says why no client outside can see it: the
 	// run against it must stay VALID (if it ever breaks a rule, the table
 	// must name it).
@@ -139,11 +143,11 @@ var targetMistakes = map[string]targetMistake{
 	"memory-keys": {kind: chaos.KindTwice, copies: 2},
 	// The key reused for another amount or recipient is answered with the
 	// first request's transfer.
-	"no-fingerprint": {kind: chaos.KindWrong},
+	"no-fingerprint": {kind: chaos.KindWrong, moneyHolds: true},
 	// Bola's own transfer with Ada's key text is refused as a reused key.
-	"unscoped-keys": {kind: chaos.KindWrong},
+	"unscoped-keys": {kind: chaos.KindWrong, moneyHolds: true},
 	// A replay is not the first answer byte for byte (bank-sim promises it).
-	"jsonb-replay": {kind: chaos.KindReplay},
+	"jsonb-replay": {kind: chaos.KindReplay, moneyHolds: true},
 	// Concurrent transfers from one account overwrite each other's debit:
 	// money from nowhere, seen in the balances read from outside.
 	"read-compare-write": {kind: chaos.KindTotal},
@@ -182,6 +186,10 @@ func TestTargetRunCatchesTheMistakesAClientCanSee(t *testing.T) {
 			if res.ByKind[m.kind] == 0 {
 				logViolations(t, h, res)
 				t.Fatalf("%s: %s not broken (verdict %s, broken: %v)", name, m.kind, res.Verdict(), res.ByKind)
+			}
+			if money := res.ByKind[chaos.KindTotal] + res.ByKind[chaos.KindNegative] + res.ByKind[chaos.KindLedger]; m.moneyHolds && money > 0 {
+				logViolations(t, h, res)
+				t.Fatalf("%s moves no money wrongly, yet %d money rule(s) broke: %v", name, money, res.ByKind)
 			}
 			for _, v := range res.Violations {
 				if v.Kind == m.kind {
