@@ -370,3 +370,83 @@ func TestTargetRunFindsTheFlawsOfAServerThatIsNotBankSim(t *testing.T) {
 		})
 	}
 }
+
+// With the target's own database read in one snapshot (--database-url and
+// --balances-sql, read only), the total is audited while the clients run:
+// the correct server is VALID with audits taken, and read-compare-write's
+// money from nowhere is seen.
+func TestTargetRunAuditsWithASnapshotOfTheTargetsDatabase(t *testing.T) {
+	for _, bug := range []string{"", "read-compare-write"} {
+		t.Run("bug="+bug, func(t *testing.T) {
+			var b *idem.Bug
+			if bug != "" {
+				found, err := idem.LookupBug(bug)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b = &found
+			}
+			s := serve(t, 1, b, 0)
+			target := lessonTarget(s.urls...)
+			target.Balances = &probe.SQLBalances{URL: s.pool.Config().ConnString(), Query: "SELECT id, balance_kobo FROM accounts", Timeout: 5 * time.Second}
+			target.BalancesFrom = target.Balances.Describe()
+			h, res := runTarget(t, chaos.Config{Seed: 13, Clients: 8, Intents: 300, Target: target})
+			_ = target.Balances.Close()
+			if len(h.Audits) == 0 || len(h.Opening) != 3 {
+				t.Fatalf("%d audits of %d accounts: a snapshot source must audit all three while clients run", len(h.Audits), len(h.Opening))
+			}
+			switch {
+			case bug == "" && res.Verdict() != chaos.Valid:
+				logViolations(t, h, res)
+				t.Fatalf("verdict %s, want VALID; missing %v", res.Verdict(), res.Coverage.Missing())
+			case bug != "" && res.ByKind[chaos.KindTotal] == 0:
+				logViolations(t, h, res)
+				t.Fatalf("%s: total not broken (%v)", bug, res.ByKind)
+			}
+			t.Logf("%d audits; %v", len(h.Audits), res.ByKind)
+		})
+	}
+}
+
+// The replay rule from outside: a later final answer to a key must have the
+// first one's status and transfer id, and carry the replay mark when the
+// target marks replays at all.
+func TestTargetReplaysAreJudgedByStatusTransferAndMark(t *testing.T) {
+	first := chaos.Attempt{N: 1, Phase: chaos.PhaseFault, Key: "k", Status: 201, Seen: chaos.SeenOK, Body: chaos.Bytes(`{"transferId":1}`)}
+	marked := chaos.Attempt{N: 2, Phase: chaos.PhaseRepeat, Key: "k", Status: 201, Seen: chaos.SeenOK, Replayed: true, Body: chaos.Bytes(`{"transferId":1}`)}
+	cases := []struct {
+		name  string
+		later chaos.Attempt
+		want  []string // the kinds broken
+	}{
+		{"the first answer, replayed", marked, nil},
+		{"a refusal after a success", chaos.Attempt{N: 2, Phase: chaos.PhaseRepeat, Key: "k", Status: 422, Seen: chaos.SeenRejected, Replayed: true, Body: chaos.Bytes(`{"error":"insufficient_funds"}`)}, []string{chaos.KindReplay}},
+		{"another transfer", chaos.Attempt{N: 2, Phase: chaos.PhaseRepeat, Key: "k", Status: 201, Seen: chaos.SeenOK, Replayed: true, Body: chaos.Bytes(`{"transferId":2}`)}, []string{chaos.KindTwice, chaos.KindReplay}},
+		{"the same transfer, another status", chaos.Attempt{N: 2, Phase: chaos.PhaseRepeat, Key: "k", Status: 200, Seen: chaos.SeenOK, Replayed: true, Body: chaos.Bytes(`{"transferId":1}`)}, []string{chaos.KindReplay}},
+		{"the same answer, not marked", chaos.Attempt{N: 2, Phase: chaos.PhaseRepeat, Key: "k", Status: 201, Seen: chaos.SeenOK, Body: chaos.Bytes(`{"transferId":1}`)}, []string{chaos.KindReplay}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			target := lessonTarget("http://127.0.0.1:1")
+			target.Balances, target.BalancesFrom = nil, ""
+			target.Contract.ExactReplays = false // each case differs in one thing only, bytes aside
+			h := &chaos.History{Config: chaos.Config{Target: target}.WithDefaults(), Intents: []chaos.Intent{
+				{Index: 0, Label: "intent-0", UserID: 1, Key: "k", Request: bank.TransferRequest{From: 1, To: 2, AmountKobo: 10_000},
+					Attempts: []chaos.Attempt{first, tc.later}, Outcome: tc.later.Seen},
+				// Another intent whose replay is marked: the target marks replays.
+				{Index: 1, Label: "intent-1", UserID: 2, Key: "j", Request: bank.TransferRequest{From: 2, To: 1, AmountKobo: 10_001},
+					Attempts: []chaos.Attempt{{N: 1, Key: "j", Status: 201, Seen: chaos.SeenOK, Body: chaos.Bytes(`{"transferId":3}`)}, {N: 2, Key: "j", Status: 201, Seen: chaos.SeenOK, Replayed: true, Body: chaos.Bytes(`{"transferId":3}`)}}, Outcome: chaos.SeenOK},
+			}}
+			res := chaos.Check(h)
+			var got []string
+			for _, k := range chaos.Kinds() {
+				if res.ByKind[k] > 0 {
+					got = append(got, k)
+				}
+			}
+			if strings.Join(got, ",") != strings.Join(tc.want, ",") {
+				t.Errorf("broken %v, want %v: %+v", got, tc.want, res.Violations)
+			}
+		})
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -46,8 +47,9 @@ func TestChaosTargetAgainstServe(t *testing.T) {
 		t.Fatalf("after --dry-run: Ada %d, Bola %d; before: %d, %d", a, b, ada, bola)
 	}
 
+	history := filepath.Join(t.TempDir(), "h.json")
 	r = run(t, context.Background(), mustNotStart(t), "chaos", "--target", sv.url, "--seed", "21", "--intents", "300", "--json",
-		"--exact-replays", "--balances-url", sv.url+"/accounts/{id}")
+		"--exact-replays", "--balances-url", sv.url+"/accounts/{id}", "--history", history)
 	var out struct {
 		Verdict string `json:"verdict"`
 		Result  struct {
@@ -66,6 +68,12 @@ func TestChaosTargetAgainstServe(t *testing.T) {
 	}
 	if a, b := balance(t, sv.url, "token-ada", "1"), balance(t, sv.url, "token-bola", "2"); a+b != ada+bola || a == ada {
 		t.Errorf("after the run: Ada %d + Bola %d, want the total %d conserved and money moved", a, b, ada+bola)
+	}
+	// The saved history re-checks offline with the same verdict, by the
+	// black box's rules (no ledger of labelled transfers to read).
+	r = run(t, context.Background(), mustNotStart(t), "check", history)
+	if r.code != cmd.ExitOK || !strings.Contains(r.stdout, "VALID seed 21") || !strings.Contains(r.stdout, "no transfer was told to two intents") {
+		t.Errorf("check of the target's history: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
 	sv.stop(t)
 }
