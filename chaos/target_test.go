@@ -59,14 +59,7 @@ func lessonTarget(urls ...string) *chaos.Target {
 	}
 	t.Contract.ExactReplays = true // bank-sim's promise (issue 7)
 	t.Balances = &probe.HTTPBalances{Template: urls[0] + "/accounts/{id}", Field: "balanceKobo", Auth: t.Contract, Timeout: 5 * time.Second,
-		Owner: func(id probe.ID) (probe.User, bool) {
-			for _, u := range t.Users {
-				if u.Account == id {
-					return u, true
-				}
-			}
-			return probe.User{}, false
-		}}
+		Owner: probe.Owners(t.Users...)}
 	t.BalancesFrom = t.Balances.Describe()
 	return t
 }
@@ -103,6 +96,15 @@ func TestTargetRunAgainstBankSimIsValid(t *testing.T) {
 		logViolations(t, h, res)
 		t.Fatalf("verdict %s against bank-sim's own server, want VALID; missing: %v", res.Verdict(), res.Coverage.Missing())
 	}
+	// The seed's plan, as for bank-sim's own server: what a shrinker
+	// replays (the target's intents and each attempt's fault).
+	plan := cfg.Plan(cfg.Intents)
+	for i, in := range h.Intents {
+		if p := plan.Intents[i]; in.Index != i || in.Key != p.Key || in.Request != p.Request || in.UserID != p.UserID || in.Reuse != p.Reuse {
+			t.Fatalf("intent %d: ran %+v, planned %+v", i, in, p)
+		}
+	}
+	assertFollowsPlan(t, cfg, plan, h)
 	l := ledger(t, s.pool)
 	if l.Total() != 7_500_000 {
 		t.Errorf("total %d after the run, want 7500000", l.Total())
@@ -320,14 +322,7 @@ func foreignTarget(url string) *chaos.Target {
 		{Name: "chidi", Account: "acc_chidi"},
 	}}
 	t.Balances = &probe.HTTPBalances{Template: url + "/v1/balances/{id}", Field: "available", Auth: c, Timeout: 5 * time.Second,
-		Owner: func(id probe.ID) (probe.User, bool) {
-			for _, u := range t.Users {
-				if u.Account == id && u.Token != "" {
-					return u, true
-				}
-			}
-			return probe.User{}, false
-		}}
+		Owner: probe.Owners(t.Users...)}
 	t.BalancesFrom = t.Balances.Describe()
 	return t
 }

@@ -38,14 +38,7 @@ func (o chaosOptions) targetConfig(app *App, c *cobra.Command, seed uint64, rate
 		return chaos.Config{}, usageError("%v", err)
 	}
 	t := &chaos.Target{URLs: o.targets, Contract: o.targetContract(), Users: users, Amount: amount, AllowRemote: o.allowRemote}
-	owner := func(id probe.ID) (probe.User, bool) {
-		for _, u := range users {
-			if u.Account == id && u.Token != "" {
-				return u, true
-			}
-		}
-		return probe.User{}, false
-	}
+	owner := probe.Owners(users...)
 	cfg := chaos.Config{Seed: seed, Clients: o.clients, Intents: o.intents, Faults: rates, MaxAttempts: o.maxAttempts, Target: t}.WithDefaults()
 	if cfg.Target.Balances, err = o.balances(app, t.Contract, owner, cfg.Target.Timeout); err != nil {
 		return chaos.Config{}, err
