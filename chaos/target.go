@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"slices"
@@ -296,6 +297,9 @@ func runTarget(ctx context.Context, cfg Config, opts Options) (*History, error) 
 	for i, in := range e.intents {
 		h.Intents[i] = *in
 	}
+	if err := t.spoken(h); err != nil {
+		return nil, err
+	}
 	if opening != nil {
 		// Only the accounts the source reads: the money rules are on them.
 		h.Opening = opening
@@ -305,6 +309,33 @@ func runTarget(ctx context.Context, cfg Config, opts Options) (*History, error) 
 	}
 	h.Duration = time.Since(e.start)
 	return h, nil
+}
+
+// spoken refuses to judge a target that never named a transfer: a wrong
+// token, account, path or id member makes every answer a refusal (or a
+// success without an id), which says nothing about its keys.
+func (t *Target) spoken(h *History) error {
+	statuses := map[int]int{}
+	for _, in := range h.Intents {
+		for _, a := range in.Attempts {
+			if a.Seen == SeenUnknown {
+				continue
+			}
+			if t.answer(a).Receipt() {
+				return nil
+			}
+			statuses[a.Status]++
+		}
+	}
+	var seen []string
+	for _, st := range []int{200, 201, 400, 401, 403, 404, 405, 415, 422} {
+		if statuses[st] > 0 {
+			seen = append(seen, fmt.Sprintf("%d ×%d", st, statuses[st]))
+		}
+	}
+	return &probe.UsageError{Msg: fmt.Sprintf("not one of the %d intents was answered with a transfer (a 2xx with member %q): the answers were %s. "+
+		"Check --token, --account, --path, the body's names (--from-field, --to-field, --amount-field) and --id-field; nothing was judged",
+		len(h.Intents), t.Contract.IDField, orNone(strings.Join(seen, ", ")))}
 }
 
 // fresh refuses a run whose first key the target already knows, when it
@@ -326,8 +357,9 @@ func (e *engine) fresh(ctx context.Context) error {
 	if err != nil {
 		return nil // no lookup: the run finds out from the answers
 	}
+	body, err := io.ReadAll(io.LimitReader(res.Body, 1<<20))
 	_ = res.Body.Close()
-	if res.StatusCode >= 200 && res.StatusCode < 300 {
+	if err == nil && t.Contract.Read(res.StatusCode, res.Header, body).Receipt() {
 		return &probe.UsageError{Msg: fmt.Sprintf("%s already knows the key of intent 0 (%s): a run with --seed %d was made against it before, and its stored answers would be replayed as this run's. Run with another --seed", t.URLs[0], p.Key, e.cfg.Seed)}
 	}
 	return nil

@@ -69,6 +69,13 @@ func TestChaosTargetAgainstServe(t *testing.T) {
 	if a, b := balance(t, sv.url, "token-ada", "1"), balance(t, sv.url, "token-bola", "2"); a+b != ada+bola || a == ada {
 		t.Errorf("after the run: Ada %d + Bola %d, want the total %d conserved and money moved", a, b, ada+bola)
 	}
+	// The same seed again: its keys are known to serve (GET
+	// /transfers?key=), and their stored answers would pass for this run's.
+	r = run(t, context.Background(), mustNotStart(t), "chaos", "--target", sv.url, "--seed", "21", "--intents", "300")
+	if r.code != cmd.ExitUsage || !strings.Contains(r.stderr, "already knows the key of intent 0") {
+		t.Errorf("a seed used before: exit %d, stderr:\n%s", r.code, r.stderr)
+	}
+
 	// The saved history re-checks offline with the same verdict, by the
 	// black box's rules (no ledger of labelled transfers to read).
 	r = run(t, context.Background(), mustNotStart(t), "check", history)
