@@ -77,6 +77,9 @@ type Result struct {
 	// Coverage is what the run exercised: a run with no violation proves
 	// only what it exercised.
 	Coverage Coverage `json:"coverage"`
+	// Unchecked are the rules a run against someone else's server
+	// (Config.Target) could not check with what the target exposes.
+	Unchecked []Unchecked `json:"unchecked,omitempty"`
 }
 
 // Verdicts of a run.
@@ -115,6 +118,9 @@ func (r Result) Valid() bool { return len(r.Violations) == 0 }
 // and runs in time linear in the history's length (intents, attempts,
 // audits × accounts, transfers).
 func Check(h *History) Result {
+	if h.Config.Target != nil {
+		return checkTarget(h)
+	}
 	c := checker{h: h, f: newFacts(h), res: Result{ByKind: map[string]int{}}}
 	c.money()
 	c.intents()
@@ -430,7 +436,11 @@ func (c *checker) finish() {
 			judged[chk.Name] = true
 		}
 	}
-	for _, k := range Kinds() {
+	kinds := Kinds()
+	if t := c.h.Config.Target; t != nil {
+		kinds = t.checkKinds(c.h)
+	}
+	for _, k := range kinds {
 		if inv, side := SideEffectInvariant(k); side && !judged[inv] {
 			continue // not recorded (an older history), or not run (no lock over HTTP)
 		}
@@ -497,7 +507,9 @@ func Timeline(h *History, index int) []string {
 	in := h.Intents[index]
 	lines := []string{fmt.Sprintf("%s: user %d sends %s from account %d to %d, key %s",
 		in.Label, in.UserID, bank.Naira(in.Request.AmountKobo), in.Request.From, in.Request.To, in.Key)}
-	if in.Reuse != "" {
+	if t := h.Config.Target; t != nil {
+		lines[0] = fmt.Sprintf("%s: %s, key %s", in.Label, t.describe(&in), in.Key)
+	} else if in.Reuse != "" {
 		lines[0] += fmt.Sprintf(" (a buggy client reusing intent-%d's key with another %s)", in.ReuseOf, in.Reuse)
 	}
 	for _, a := range in.Attempts {

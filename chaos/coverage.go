@@ -160,31 +160,24 @@ func Cover(h *History) Coverage {
 	for idx := range h.Intents {
 		in := &h.Intents[idx]
 		byKey[in.Key] = append(byKey[in.Key], in)
-		x := f.expect(in)
 		if in.Healed && in.Outcome != SeenUnknown {
 			counts[PathHealed]++
 		}
+		countAnswers(counts, in, h.Cleanup != nil)
+		if t := h.Config.Target; t != nil {
+			// Only what the contract says: the target's rules are its own.
+			if in.Reuse != "" && slices.ContainsFunc(in.Attempts, t.refusedAsReused) {
+				counts["key-reused-"+in.Reuse]++
+			}
+			continue
+		}
+		x := f.expect(in)
 		reused, exact, over, rule := false, false, false, false
 		for _, a := range in.Attempts {
-			resp := a.Response()
-			switch {
-			case a.Status == 409:
-				counts[PathConflict]++
-			case a.Replayed && a.Seen != SeenUnknown && !a.Lookup:
-				switch a.Phase {
-				case PhaseRepeat:
-					counts[PathReplayAfterFinal]++
-				case PhaseAfterCleanup:
-					if h.Cleanup != nil {
-						counts[PathReplayAfterCleanup]++
-					}
-				default:
-					counts[PathReplay]++
-				}
-			}
 			if a.Seen == SeenUnknown {
 				continue
 			}
+			resp := a.Response()
 			code := resp.Code()
 			if code == bank.CodeInsufficientFunds && !a.Replayed {
 				counts[PathInsufficient]++
@@ -214,7 +207,11 @@ func Cover(h *History) Coverage {
 			counts[PathOverBalance]++
 		}
 	}
-	counts[PathSharedKey] = sharedKeys(byKey)
+	refused := func(a Attempt) bool { return a.Response().Code() == idem.CodeKeyReused }
+	if t := h.Config.Target; t != nil {
+		refused = t.refusedAsReused
+	}
+	counts[PathSharedKey] = sharedKeys(byKey, refused)
 	counts[PathCrossing] = crossings(h)
 
 	var c Coverage
@@ -224,16 +221,46 @@ func Cover(h *History) Coverage {
 		}
 		c.Paths = append(c.Paths, PathCount{Path: p.name, What: p.what, ReachedBy: p.reachedBy, Count: counts[p.name]})
 	}
-	for _, k := range FaultKinds() {
+	kinds := FaultKinds()
+	if h.Config.Target != nil {
+		kinds = TargetFaultKinds()
+	}
+	for _, k := range kinds {
 		c.Faults = append(c.Faults, FaultCount{Kind: k, Rate: h.Config.Faults[k], Fired: h.Fired[k]})
 	}
 	return c
+}
+
+// countAnswers counts the paths any client sees in in's answers: a 409, a
+// replay (of a retry, of a repeat after the final answer, of a repeat after
+// the cleanup job ran).
+func countAnswers(counts map[string]int, in *Intent, cleaned bool) {
+	for _, a := range in.Attempts {
+		switch {
+		case a.Status == 409:
+			counts[PathConflict]++
+		case a.Replayed && a.Seen != SeenUnknown && !a.Lookup:
+			switch a.Phase {
+			case PhaseRepeat:
+				counts[PathReplayAfterFinal]++
+			case PhaseAfterCleanup:
+				if cleaned {
+					counts[PathReplayAfterCleanup]++
+				}
+			default:
+				counts[PathReplay]++
+			}
+		}
+	}
 }
 
 // applies reports whether a history can take path p: the side effects'
 // paths need a history that recorded its side effects, and the lock's a run
 // with the lock in front of a server (in process).
 func applies(h *History, p string) bool {
+	if t := h.Config.Target; t != nil {
+		return t.applies(p)
+	}
 	switch {
 	case p == PathLockTakenAfterExpiry || p == PathLockReleaseRefused:
 		return h.SideEffects != nil && h.SideEffects.LockChecked
@@ -246,7 +273,7 @@ func applies(h *History, p string) bool {
 // sharedKeys counts the key texts that two or more users sent, where every
 // one of those users' own intents (not a reuse) got a final answer and none
 // was told its key had been reused.
-func sharedKeys(byKey map[string][]*Intent) int {
+func sharedKeys(byKey map[string][]*Intent, refusedAsReused func(Attempt) bool) int {
 	n := 0
 	for _, ins := range byKey {
 		users := map[int64]bool{}
@@ -260,7 +287,7 @@ func sharedKeys(byKey map[string][]*Intent) int {
 			for _, a := range in.Attempts {
 				if a.Seen != SeenUnknown {
 					final = true
-					if a.Response().Code() == idem.CodeKeyReused {
+					if refusedAsReused(a) {
 						ok = false
 					}
 				}

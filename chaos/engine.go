@@ -80,6 +80,9 @@ var ErrNoCrash = errors.New("chaos: KillPostgres needs Options.CrashPostgres")
 // connection from before the crash is handed out again.
 func RunWith(ctx context.Context, db bank.DB, cfg Config, opts Options) (*History, error) {
 	cfg = cfg.WithDefaults()
+	if cfg.Target != nil {
+		return runTarget(ctx, cfg, opts) // someone else's server: db is not used
+	}
 	if cfg.KillPostgres && opts.CrashPostgres == nil {
 		return nil, ErrNoCrash
 	}
@@ -344,57 +347,7 @@ func (e *engine) run(ctx context.Context, progress Progress) (*History, error) {
 			defer t.Stop()
 		}
 	}
-	store := func(in *Intent) {
-		if total <= 0 {
-			e.mu.Lock()
-			e.intents = append(e.intents, in)
-			e.mu.Unlock()
-		} else {
-			e.intents[in.Index] = in
-		}
-		if progress != nil {
-			progress(int(e.done.Add(1)), total)
-		}
-	}
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range cfg.Clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for ctx.Err() == nil {
-				i := int(next.Add(1) - 1)
-				if total > 0 && i >= total || total <= 0 && time.Now().After(deadline) {
-					return
-				}
-				if i == crashAt {
-					e.killPostgres(ctx, i)
-				}
-				p := e.plan(i)
-				if p.Follower {
-					continue // the client of intent i-1 sends it
-				}
-				in := e.send(ctx, i, p)
-				store(in)
-				if !cfg.head(e.lay, i) {
-					continue
-				}
-				f := e.plan(i + 1)
-				if f.Reuse != "" && in.Outcome == SeenUnknown {
-					// Its key may still be free or in progress: a reuse now
-					// would race the intent itself. It waits for healing.
-					fin := newIntent(i+1, f)
-					e.mu.Lock()
-					e.deferred = append(e.deferred, fin)
-					e.mu.Unlock()
-					store(fin)
-					continue
-				}
-				store(e.send(ctx, i+1, f))
-			}
-		}()
-	}
-	wg.Wait()
+	e.drive(ctx, progress, deadline, crashAt)
 	// Healing starts with PostgreSQL up again.
 	e.crashOnce.Do(func() {}) // a crash timer that has not fired never will
 	crashErr := waitGroup(&e.crashWG, 2*time.Minute, "PostgreSQL to be killed and started again")
@@ -447,6 +400,66 @@ func (e *engine) run(ctx context.Context, progress Progress) (*History, error) {
 	}
 	h.Duration = time.Since(e.start)
 	return h, nil
+}
+
+// drive runs the clients of the fault phase: Clients goroutines take the
+// intents in turn (until Intents are done, or deadline passes), each sending
+// its own and, after a head, its follower; crashAt is the intent whose start
+// kills PostgreSQL (-1: none).
+func (e *engine) drive(ctx context.Context, progress Progress, deadline time.Time, crashAt int) {
+	cfg := e.cfg
+	total := cfg.Intents
+	store := func(in *Intent) {
+		if total <= 0 {
+			e.mu.Lock()
+			e.intents = append(e.intents, in)
+			e.mu.Unlock()
+		} else {
+			e.intents[in.Index] = in
+		}
+		if progress != nil {
+			progress(int(e.done.Add(1)), total)
+		}
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range cfg.Clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				i := int(next.Add(1) - 1)
+				if total > 0 && i >= total || total <= 0 && time.Now().After(deadline) {
+					return
+				}
+				if i == crashAt {
+					e.killPostgres(ctx, i)
+				}
+				p := e.plan(i)
+				if p.Follower {
+					continue // the client of intent i-1 sends it
+				}
+				in := e.send(ctx, i, p)
+				store(in)
+				if !cfg.head(e.lay, i) {
+					continue
+				}
+				f := e.plan(i + 1)
+				if f.Reuse != "" && in.Outcome == SeenUnknown {
+					// Its key may still be free or in progress: a reuse now
+					// would race the intent itself. It waits for healing.
+					fin := newIntent(i+1, f)
+					e.mu.Lock()
+					e.deferred = append(e.deferred, fin)
+					e.mu.Unlock()
+					store(fin)
+					continue
+				}
+				store(e.send(ctx, i+1, f))
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 // settle ends the run, faults off. Requests still on their way arrive, the

@@ -57,6 +57,9 @@ type httpRig struct {
 	// inflight counts the servers' handlers still running, including those
 	// of requests whose clients went away.
 	inflight sync.WaitGroup
+	// target, when set, is someone else's server behind the proxies
+	// (chaos --target): the clients speak its contract.
+	target *Target
 	// gone holds, per "intent/attempt", a channel closed when the client
 	// has finished that attempt: a late request waits for it.
 	gone sync.Map
@@ -320,6 +323,9 @@ func (r *httpRig) client(i int, p Planned, urls []string, attempts int, record f
 	if cfg.Bug != nil {
 		c.Flaws.NewKeyPerAttempt = cfg.Bug.NewKeyPerAttempt
 	}
+	if r.target != nil {
+		r.targetClient(c, p)
+	}
 	return c
 }
 
@@ -404,13 +410,19 @@ func (r *httpRig) repeat(ctx context.Context, in *Intent, p Planned, phase strin
 // that waited for its first intent to settle.
 func (r *httpRig) sendClean(ctx context.Context, in *Intent) {
 	p := r.e.plan(in.Index)
+	if r.target != nil {
+		// Someone else's server gets Settle, however slow its answers.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, r.target.Settle)
+		defer cancel()
+	}
 	for k := 0; k < HealAttempts && in.Outcome == SeenUnknown && ctx.Err() == nil; k++ {
 		a, ok := r.sendOnce(ctx, in, p, PhaseHeal)
 		if !ok {
 			return
 		}
 		in.Outcome = a.Seen
-		backoff(a)
+		r.pause(a, k)
 	}
 }
 
@@ -424,7 +436,9 @@ func (r *httpRig) sendClean(ctx context.Context, in *Intent) {
 func (r *httpRig) heal(ctx context.Context, in *Intent) {
 	e, cfg := r.e, r.e.cfg
 	p := e.plan(in.Index)
-	if cfg.Bug != nil && cfg.Bug.NewKeyPerAttempt || in.Reuse != "" {
+	if cfg.Bug != nil && cfg.Bug.NewKeyPerAttempt || in.Reuse != "" || r.target != nil {
+		// A target's lookup is optional and spelt its own way: its client
+		// sends the intent again with the same key, as the lesson's does.
 		r.sendClean(ctx, in)
 		return
 	}

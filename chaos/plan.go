@@ -13,6 +13,7 @@ import (
 	"github.com/banksim/bank-sim/faults"
 	"github.com/banksim/bank-sim/idem"
 	"github.com/banksim/bank-sim/outbox"
+	"github.com/banksim/bank-sim/probe"
 )
 
 // Fault kinds a chaos run can inject, each at its own rate per attempt.
@@ -209,10 +210,32 @@ type Config struct {
 	// moment the seed picks, and restarts it on the same data while the
 	// clients run.
 	KillPostgres bool `json:"killPostgres,omitempty"`
+	// Target, when set, runs the intents against someone else's transfer
+	// API from outside (chaos --target): through the fault proxy, with the
+	// network's faults only, and checked by the rules a black box allows.
+	// The bank is then the target's, and the run needs no database.
+	Target *Target `json:"target,omitempty"`
 }
 
 // WithDefaults fills in every zero field.
 func (c Config) WithDefaults() Config {
+	if c.Target != nil {
+		t := *c.Target
+		if t.Amount <= 0 {
+			t.Amount = DefaultTargetAmount
+		}
+		if t.Timeout <= 0 {
+			t.Timeout = probe.DefaultTimeout
+		}
+		if t.Settle <= 0 {
+			t.Settle = DefaultTargetSettle
+		}
+		c.Target = &t
+		if c.Faults == nil {
+			c.Faults = TargetRates()
+		}
+		c.Instances = max(len(t.URLs), 1)
+	}
 	if c.Clients <= 0 {
 		c.Clients = 8
 	}
@@ -277,7 +300,10 @@ type layout struct {
 	users    []int64
 	solo     []int64 // one account per edge intent, touched by nothing else
 	edges    map[int]int
-	span     int // how many slots the edges and followers are spread over
+	// spare is the other recipient a key reused for another recipient
+	// names when the hot accounts give none: the closed account.
+	spare int64
+	span  int // how many slots the edges and followers are spread over
 }
 
 // layout builds the bank: Accounts hot accounts, two to each user (user 1
@@ -286,6 +312,9 @@ type layout struct {
 // per edge intent. Balances come from the seed.
 func (c Config) layout() *layout {
 	c = c.WithDefaults()
+	if c.Target != nil {
+		return c.Target.layout(c)
+	}
 	r := rng(c.Seed, saltOpening, 0, 0)
 	users := max(2, (c.Accounts+1)/2)
 	l := &layout{byID: map[int64]bank.Account{}, owned: map[int64][]int64{}, edges: map[int]int{}}
@@ -305,6 +334,7 @@ func (c Config) layout() *layout {
 	}
 	open(frozenID, 1, "Frozen Chaos", "frozen", 100_000+r.Int64N(100_000))
 	open(closedID, l.users[len(l.users)-1], "Closed Chaos", "closed", 100_000+r.Int64N(100_000))
+	l.spare = closedID
 
 	// Edge intents: a transfer of exactly an account's balance, and one of
 	// a kobo more, each from an account no other intent touches, so that the
@@ -405,6 +435,8 @@ func (c Config) intentIn(l *layout, i int) Planned {
 	var p Planned
 	if i%2 == 1 && c.head(l, i-1) {
 		p = c.follower(l, i)
+	} else if c.Target != nil {
+		p = c.Target.ordinary(c, l, i)
 	} else if e, ok := l.edges[i]; ok {
 		p = c.edge(l, i, e)
 	} else {
@@ -509,7 +541,11 @@ func (c Config) edge(l *layout, i, e int) Planned {
 // buggy client that reuses i-1's key for another request, or another user
 // whose own intent happens to carry the same key text.
 func (c Config) follower(l *layout, i int) Planned {
-	h := c.ordinary(l, i-1)
+	own := c.ordinary
+	if c.Target != nil {
+		own = func(l *layout, i int) Planned { return c.Target.ordinary(c, l, i) }
+	}
+	h := own(l, i-1)
 	r := rng(c.Seed, saltFollow, uint64(i), 1)
 	p := Planned{Label: fmt.Sprintf("intent-%d", i), UserID: h.UserID, Key: h.Key, Request: h.Request, Follower: true, ReuseOf: i - 1}
 	switch followerKinds[((i-1)/headBlock)%len(followerKinds)] {
@@ -517,7 +553,7 @@ func (c Config) follower(l *layout, i int) Planned {
 		p.Reuse = ReuseRecipient
 		p.Request.To = l.otherHot(r, h.Request.From)
 		if p.Request.To == h.Request.To {
-			p.Request.To = closedID
+			p.Request.To = l.spare
 		}
 	case ReuseSender:
 		p.Reuse = ReuseSender
@@ -536,7 +572,7 @@ func (c Config) follower(l *layout, i int) Planned {
 		p.Request.AmountKobo += 1 + r.Int64N(1_000)
 	default:
 		// Another user, their own transfer, the same key text.
-		o := c.ordinary(l, i)
+		o := own(l, i)
 		p.UserID, p.Request = o.UserID, o.Request
 		if p.UserID == h.UserID {
 			p.UserID, p.Request = l.otherUsersTransfer(r, h.UserID)

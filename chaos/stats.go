@@ -33,6 +33,9 @@ func Summarize(h *History) Stats {
 	s := Stats{Intents: len(h.Intents), Takeovers: h.Server[PathTakeover], FencingRollbacks: h.Server[PathFencing],
 		Fired: h.Fired, Transfers: len(h.Final.Transfers), Audits: len(h.Audits), Duration: h.Duration,
 		Crashes: h.Crashes}
+	if t := h.Config.Target; t != nil {
+		s.Transfers = len(t.ledger(h)) // the target's transfers, as its answers name them
+	}
 	for _, in := range h.Intents {
 		s.Attempts += len(in.Attempts)
 		switch in.Outcome {

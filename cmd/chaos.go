@@ -33,6 +33,11 @@ type chaosOptions struct {
 	asJSON      bool
 	http        bool
 	kill        bool
+	// targets, when given, are someone else's transfer API (chaos --target),
+	// described by the probe's flags.
+	targets []string
+	amount  string
+	targetFlags
 }
 
 func newChaosCmd(app *App) *cobra.Command {
@@ -83,6 +88,26 @@ the history (money, answers against the lesson's rules, replays byte for
 byte, keys) and counts the defence paths the run took and the faults that
 fired.
 
+With --target URL the seeded intents go to someone else's transfer API
+instead — your server.js, a team's staging service, bank-sim serve — through
+bank-sim's fault proxy, in the contract and with the users and balance
+sources of 'bank-sim probe' (the same flags). Only the network's faults can be
+injected into a server that is not bank-sim's: lose-response, drop-request
+(a reset), late (the client times out), slow, duplicate copies, disconnect;
+the workload adds keys reused for another amount or recipient and another
+user with the same key. crash-after-claim, fail-before-commit, clock-jump,
+deadlock, expire-mid-write, freeze and the side effects' faults happen
+inside a server and are not injected. The history is checked by the rules
+a black box allows — at most one transfer per key and no transfer told to
+two intents (from the answers' transfer ids), answers the contract allows,
+replays, every intent settled, and with --balances-url or --database-url and
+--balances-sql the money: total conserved, no negative balance, each account
+moved by exactly the acknowledged transfers — and the report says which
+rules could not be checked. A target off this machine is refused unless
+--allow-remote; the money it will move is stated before it starts, and
+--dry-run prints the plan and sends nothing. A target that cannot be reached
+is exit 3.
+
 Every random choice comes from --seed: the same seed gives the same intents
 and the same fault on every attempt. Exit code 0 when the run is VALID (no
 rule broken, every defence exercised), 1 on any violation, 4 when it is
@@ -93,7 +118,9 @@ never fired), 2 for a usage error, 3 when PostgreSQL is unavailable.`,
   bank-sim chaos --duration 30s --faults lose-response=0.2,duplicate=0.1
   bank-sim chaos --http --clients 8 --intents 2000
   bank-sim chaos --kill-postgres --intents 2000
-  bank-sim chaos --bug no-fencing --history run.json   then: bank-sim check run.json`,
+  bank-sim chaos --bug no-fencing --history run.json   then: bank-sim check run.json
+  bank-sim chaos --target http://127.0.0.1:8080 --balances-url 'http://127.0.0.1:8080/accounts/{id}' --exact-replays
+  bank-sim chaos --target http://127.0.0.1:3000 --lookup none --dry-run`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error { return runChaos(c, app, o) },
 	}
@@ -111,6 +138,9 @@ never fired), 2 for a usage error, 3 when PostgreSQL is unavailable.`,
 	f.BoolVar(&o.asJSON, "json", false, "print the result as JSON")
 	f.BoolVar(&o.http, "http", false, "send every attempt over real HTTP: API servers on 127.0.0.1, fault proxies, the retrying client")
 	f.BoolVar(&o.kill, "kill-postgres", false, "kill PostgreSQL with SIGKILL once during the run and restart it on the same data")
+	f.StringArrayVar(&o.targets, "target", nil, "run against someone else's transfer API at this base `URL` (repeat for copies of one service), network faults only; the flags below describe it")
+	f.StringVar(&o.amount, "amount", "100", "with --target: the smallest amount of a transfer, in naira (each is from it to twice it)")
+	o.targetFlags.register(f)
 	_ = c.RegisterFlagCompletionFunc("bug", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 		return idem.BugNames(), cobra.ShellCompDirectiveNoFileComp
 	})
@@ -155,6 +185,15 @@ func (o chaosOptions) config(app *App, c *cobra.Command) (chaos.Config, error) {
 	if err != nil {
 		return chaos.Config{}, usageError("--faults: %v", err)
 	}
+	if len(o.targets) > 0 {
+		return o.targetConfig(app, c, seed, rates)
+	}
+	for _, name := range []string{"token", "account", "path", "key-header", "auth-header", "auth-scheme", "from-field", "to-field", "amount-field",
+		"id-field", "balance-field", "replayed-header", "exact-replays", "lookup", "balances-url", "balances-field", "balances-sql", "allow-remote", "dry-run", "amount"} {
+		if c.Flags().Changed(name) {
+			return chaos.Config{}, usageError("--%s describes a target: give it with --target URL", name)
+		}
+	}
 	bug, err := parseBug(o.bug)
 	if err != nil {
 		return chaos.Config{}, err
@@ -175,6 +214,9 @@ func runChaos(c *cobra.Command, app *App, o chaosOptions) error {
 	cfg, err := o.config(app, c)
 	if err != nil {
 		return err
+	}
+	if cfg.Target != nil {
+		return runChaosTarget(c, app, o, cfg)
 	}
 	ctx := c.Context()
 	out := app.Env.Stdout
@@ -206,6 +248,12 @@ func runChaos(c *cobra.Command, app *App, o chaosOptions) error {
 		}
 		return runFailed(fmt.Errorf("chaos run (seed %d): %w", cfg.Seed, err))
 	}
+	return o.verdict(out, p, h)
+}
+
+// verdict checks the run's history, prints the result (and saves the
+// history with --history), and returns the verdict's exit.
+func (o chaosOptions) verdict(out io.Writer, p *palette, h *chaos.History) error {
 	// The verdict first: a history that cannot be written must not cost it.
 	var saveErr error
 	if o.history != "" {
@@ -213,7 +261,7 @@ func runChaos(c *cobra.Command, app *App, o chaosOptions) error {
 	}
 	res := chaos.Check(h)
 	if o.asJSON {
-		if err := writeJSON(out, newChaosJSON(cfg.Seed, res)); err != nil {
+		if err := writeJSON(out, newChaosJSON(h.Seed, res)); err != nil {
 			return err
 		}
 	} else {
@@ -332,13 +380,21 @@ func printChaosResult(out io.Writer, p *palette, h *chaos.History, res chaos.Res
 	_ = tw.Flush()
 
 	printCoverage(out, p, res.Coverage)
+	if len(res.Unchecked) > 0 {
+		fmt.Fprintln(out)
+		printUnchecked(out, p, "unchecked", res.Unchecked)
+	}
 
 	fmt.Fprintln(out)
+	title := checkTitle
+	if h.Config.Target != nil {
+		title = targetCheckTitle
+	}
 	for _, c := range res.Checks {
 		if c.Violations == 0 {
-			fmt.Fprintf(out, "   %s %s\n", p.ok.Sprint("✓"), checkTitle(c.Kind))
+			fmt.Fprintf(out, "   %s %s\n", p.ok.Sprint("✓"), title(c.Kind))
 		} else {
-			fmt.Fprintf(out, "   %s %s: %d violation(s)\n", p.bad.Sprint("✗"), p.bad.Sprint(checkTitle(c.Kind)), c.Violations)
+			fmt.Fprintf(out, "   %s %s: %d violation(s)\n", p.bad.Sprint("✗"), p.bad.Sprint(title(c.Kind)), c.Violations)
 		}
 	}
 	switch res.Verdict() {

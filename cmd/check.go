@@ -62,7 +62,7 @@ func loadHistory(path string) (*chaos.History, error) {
 	case err != nil:
 		return nil, usageError("cannot read %s (%s)", path, plainIOError(err))
 	}
-	if len(h.Opening) == 0 || len(h.Final.Accounts) == 0 {
+	if len(h.Opening) == 0 || len(h.Final.Accounts) == 0 && h.Config.Target == nil { // a target run without a balance source has no ledger
 		return nil, usageError("%s is not a bank-sim history: it has no opening bank and no final ledger; save one with 'bank-sim chaos --history FILE'", path)
 	}
 	return h, nil

@@ -5,39 +5,28 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
-	"net/url"
 	"strings"
 	"time"
 
 	"github.com/banksim/bank-sim/probe"
-	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 )
 
 type probeOptions struct {
-	tokens, accounts []string
-	contract         probe.Contract
-	lookup           string
-	balancesURL      string
-	balancesField    string
-	balancesSQL      string
-	amount           string
-	copies, drain    int
-	hangUps          int
-	timeout, settle  time.Duration
-	only, skip       []string
-	allowRemote      bool
-	dryRun           bool
-	seed             string
-	asJSON           bool
-	strict           bool
-	noRestore        bool
+	targetFlags
+	amount          string
+	copies, drain   int
+	hangUps         int
+	timeout, settle time.Duration
+	only, skip      []string
+	seed            string
+	asJSON          bool
+	strict          bool
+	noRestore       bool
 }
 
 func newProbeCmd(app *App) *cobra.Command {
 	var o probeOptions
-	o.contract = probe.LessonContract()
 	c := &cobra.Command{
 		Use:   "probe URL [URL...]",
 		Short: "Tell the lesson's failure stories to your own transfer API, and say where it loses or doubles money",
@@ -79,23 +68,7 @@ the contract, 3 when the target cannot be reached.`,
 		RunE: func(c *cobra.Command, args []string) error { return runProbe(c.Context(), app, o, args) },
 	}
 	f := c.Flags()
-	f.StringArrayVar(&o.tokens, "token", nil, "a user's credentials as `NAME=TOKEN`: ada pays, bola receives and is the second user, chidi owns the third account (default ada=token-ada, bola=token-bola)")
-	f.StringArrayVar(&o.accounts, "account", nil, "a user's account as `NAME=ID` (default ada=1, bola=2, chidi=3)")
-	f.StringVar(&o.contract.Path, "path", o.contract.Path, "the transfer endpoint's path")
-	f.StringVar(&o.contract.KeyHeader, "key-header", o.contract.KeyHeader, "the idempotency key's header")
-	f.StringVar(&o.contract.AuthHeader, "auth-header", o.contract.AuthHeader, "the credentials' header")
-	f.StringVar(&o.contract.AuthScheme, "auth-scheme", o.contract.AuthScheme, "the word before the token in the credentials' header ('' for the bare token)")
-	f.StringVar(&o.contract.FromField, "from-field", o.contract.FromField, "the request member naming the sender's account")
-	f.StringVar(&o.contract.ToField, "to-field", o.contract.ToField, "the request member naming the recipient's account")
-	f.StringVar(&o.contract.AmountField, "amount-field", o.contract.AmountField, "the request member with the amount, a whole number in the smallest unit (kobo)")
-	f.StringVar(&o.contract.IDField, "id-field", o.contract.IDField, "the answer member with the transfer's id (a dotted path for a nested one)")
-	f.StringVar(&o.contract.BalanceField, "balance-field", o.contract.BalanceField, "the answer member with the sender's balance after the transfer ('' if the answers have none)")
-	f.StringVar(&o.contract.ReplayedHeader, "replayed-header", o.contract.ReplayedHeader, "the header that marks a replayed answer, if any (only ever evidence)")
-	f.BoolVar(&o.contract.ExactReplays, "exact-replays", false, "the target promises that a replay is its first answer byte for byte (bank-sim serve does): a replay in other bytes fails the check instead of being warned about")
-	f.StringVar(&o.lookup, "lookup", o.contract.Lookup, "the GET path, with {key}, that answers what became of a key ('none' if there is none)")
-	f.StringVar(&o.balancesURL, "balances-url", "", "read each balance with a GET of this `TEMPLATE` ({id} is the account), as the account's owner")
-	f.StringVar(&o.balancesField, "balances-field", "balanceKobo", "the member of the --balances-url answer with the balance (a dotted path for a nested one)")
-	f.StringVar(&o.balancesSQL, "balances-sql", "", "read the balances from the target's database (--database-url) with this `QUERY`, returning account id and balance; run read-only")
+	o.register(f)
 	f.StringVar(&o.amount, "amount", "100", "the base amount of one transfer, in naira")
 	f.IntVar(&o.copies, "copies", probe.DefaultCopies, "copies of one request in the duplicate storm")
 	f.IntVar(&o.drain, "drain", probe.DefaultDrain, "concurrent transfers in the drain")
@@ -104,8 +77,6 @@ the contract, 3 when the target cannot be reached.`,
 	f.DurationVar(&o.settle, "settle", probe.DefaultSettle, "how long an intent may stay unsettled (in progress, failing, unanswered) while it is retried")
 	f.StringSliceVar(&o.only, "only", nil, "make only these checks (comma-separated names)")
 	f.StringSliceVar(&o.skip, "skip", nil, "leave out these checks (comma-separated names)")
-	f.BoolVar(&o.allowRemote, "allow-remote", false, "allow a target (or balance source) that is not on this machine")
-	f.BoolVar(&o.dryRun, "dry-run", false, "print the plan and the money it would move, and send nothing")
 	f.StringVar(&o.seed, "seed", "", "seed for the keys, the jitter and the hang-up moments (default: a new one)")
 	f.BoolVar(&o.asJSON, "json", false, "print the report (or, with --dry-run, the plan) as JSON")
 	f.BoolVar(&o.strict, "strict", false, "exit 1 also when a check could not be made (UNKNOWN or SKIPPED)")
@@ -123,39 +94,15 @@ func checkNameCompletion(*cobra.Command, []string, string) ([]string, cobra.Shel
 	return names, cobra.ShellCompDirectiveNoFileComp
 }
 
-// probeUsers are the probe's roles, by the names --token and --account take.
-var probeUsers = []struct {
-	name, role, token, account string
-}{
-	{"ada", "pays", "token-ada", "1"},
-	{"bola", "receives, and is the second user", "token-bola", "2"},
-	{"chidi", "owns the other recipient's account", "", "3"},
-}
-
 // probeConfig turns the command line into a probe.Config, or a usage error.
 func (o probeOptions) config(app *App, args []string) (probe.Config, error) {
 	var cfg probe.Config
 	if len(args) == 0 {
 		return cfg, usageError("give the target's base URL, like: bank-sim probe http://127.0.0.1:8080")
 	}
-	tokens, err := pairs("--token", o.tokens)
+	users, err := o.users()
 	if err != nil {
 		return cfg, err
-	}
-	accounts, err := pairs("--account", o.accounts)
-	if err != nil {
-		return cfg, err
-	}
-	users := map[string]*probe.User{}
-	for _, u := range probeUsers {
-		user := &probe.User{Name: u.name, Token: u.token, Account: probe.ID(u.account)}
-		if t, ok := tokens[u.name]; ok {
-			user.Token = t
-		}
-		if a, ok := accounts[u.name]; ok {
-			user.Account = probe.ID(a)
-		}
-		users[u.name] = user
 	}
 	seed, err := parseSeed(app, o.seed)
 	if err != nil {
@@ -165,17 +112,13 @@ func (o probeOptions) config(app *App, args []string) (probe.Config, error) {
 	if err != nil {
 		return cfg, usageError("%v", err)
 	}
-	contract := o.contract
-	contract.Lookup = o.lookup
-	if o.lookup == "none" {
-		contract.Lookup = ""
-	}
+	contract := o.targetContract()
 	cfg = probe.Config{
 		URLs:        args,
 		Contract:    contract,
-		Payer:       *users["ada"],
-		Payee:       *users["bola"],
-		Third:       *users["chidi"],
+		Payer:       users[0],
+		Payee:       users[1],
+		Third:       users[2],
 		Amount:      amount,
 		Seed:        seed,
 		Timeout:     o.timeout,
@@ -195,56 +138,13 @@ func (o probeOptions) config(app *App, args []string) (probe.Config, error) {
 	if o.hangUps < 0 {
 		return cfg, usageError("--hang-ups must be zero or more")
 	}
-	switch {
-	case o.balancesURL != "" && o.balancesSQL != "":
-		return cfg, usageError("give --balances-url or --balances-sql, not both")
-	case o.balancesURL != "":
-		if !strings.Contains(o.balancesURL, "{id}") {
-			return cfg, usageError("--balances-url %q has no {id} for the account, like http://127.0.0.1:8080/accounts/{id}", o.balancesURL)
-		}
-		if u, err := url.Parse(strings.ReplaceAll(o.balancesURL, "{id}", "1")); err != nil || u.Scheme != "http" || u.Host == "" {
-			return cfg, usageError("--balances-url %q is not an http URL template like http://127.0.0.1:8080/accounts/{id}", o.balancesURL)
-		}
-		if o.balancesField == "" {
-			return cfg, usageError("--balances-field must name the balance's member")
-		}
-		cfg.Balances = &probe.HTTPBalances{Template: o.balancesURL, Field: o.balancesField, Owner: cfg.Owner, Auth: contract, Timeout: o.timeout}
-	case o.balancesSQL != "":
-		if app.databaseURL == "" {
-			return cfg, usageError("--balances-sql needs --database-url: the target's own database, which the probe reads (read-only)")
-		}
-		if _, err := pgx.ParseConfig(app.databaseURL); err != nil {
-			return cfg, usageError("--database-url: %v", err)
-		}
-		cfg.Balances = &probe.SQLBalances{URL: app.databaseURL, Query: o.balancesSQL, Timeout: o.timeout}
-	case app.databaseURL != "":
-		return cfg, usageError("--database-url is the target's database for probe, and needs --balances-sql 'SELECT id, balance FROM …' to read balances from it")
+	if cfg.Balances, err = o.balances(app, contract, cfg.Owner, o.timeout); err != nil {
+		return cfg, err
 	}
 	if err := cfg.Validate(); err != nil {
 		return cfg, usageError("%v", err)
 	}
 	return cfg, nil
-}
-
-// pairs reads NAME=VALUE flags for the probe's users.
-func pairs(flag string, vals []string) (map[string]string, error) {
-	out := map[string]string{}
-	for _, v := range vals {
-		name, value, ok := strings.Cut(v, "=")
-		name = strings.ToLower(strings.TrimSpace(name))
-		if !ok || value == "" {
-			return nil, usageError("%s %q: want NAME=VALUE, like %s ada=%s", flag, v, flag, map[string]string{"--token": "token-ada", "--account": "1"}[flag])
-		}
-		known := false
-		for _, u := range probeUsers {
-			known = known || u.name == name
-		}
-		if !known {
-			return nil, usageError("%s %q: the probe's users are ada (pays), bola (receives, and is the second user) and chidi (owns the third account)", flag, v)
-		}
-		out[name] = value
-	}
-	return out, nil
 }
 
 func runProbe(ctx context.Context, app *App, o probeOptions, args []string) error {
@@ -258,16 +158,7 @@ func runProbe(ctx context.Context, app *App, o probeOptions, args []string) erro
 		target = "the targets " + strings.Join(cfg.URLs, ", ") + " are"
 	}
 	app.leftAlone = "the probe started no PostgreSQL and has closed its fault proxy; " + target + " not bank-sim's and keeps running"
-	var extra []string
-	if o.balancesURL != "" {
-		extra = append(extra, o.balancesURL)
-	}
-	if o.balancesSQL != "" {
-		// A Unix socket is on this machine by definition.
-		if c, _ := pgx.ParseConfig(app.databaseURL); !strings.HasPrefix(c.Host, "/") {
-			extra = append(extra, "postgres://"+net.JoinHostPort(c.Host, fmt.Sprint(c.Port)))
-		}
-	}
+	extra := o.balanceSources(app)
 	if err := probeError(cfg.Guard(ctx, extra...)); err != nil {
 		return err
 	}

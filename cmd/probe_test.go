@@ -43,7 +43,7 @@ func TestProbeExitCodes(t *testing.T) {
 		{"no such route", []string{"probe", notFound.URL}, cmd.ExitUsage, "Give it with --path"},
 		{"token refused", []string{"probe", refusing.URL}, cmd.ExitUsage, "the token was not accepted. Give the right one with --token ada=TOKEN"},
 		{"remote", []string{"probe", "http://192.0.2.1:8080"}, cmd.ExitUsage, "Add --allow-remote"},
-		{"unknown user", []string{"probe", "http://127.0.0.1:1", "--account", "eve=4"}, cmd.ExitUsage, "the probe's users are ada"},
+		{"unknown user", []string{"probe", "http://127.0.0.1:1", "--account", "eve=4"}, cmd.ExitUsage, "the users are ada (pays)"},
 		{"no url", []string{"probe"}, cmd.ExitUsage, "give the target's base URL"},
 	}
 	for _, tc := range cases {
@@ -69,9 +69,8 @@ func TestProbeExitCodes(t *testing.T) {
 // byte (--exact-replays), and the bank ends where it started, also after a
 // second probe interrupted mid-run.
 func TestProbeAgainstServe(t *testing.T) {
-	srv := startCommand(t, nil, "Ctrl-C to stop", "", "serve", "--addr", "127.0.0.1:0")
-	out, errOut := srv.out, srv.errOut
-	url := regexp.MustCompile(`http://127\.0\.0\.1:\d+`).FindString(out.String())
+	sv := startServe(t)
+	url := sv.url
 
 	r := run(t, context.Background(), mustNotStart(t), "probe", url, "--seed", "11", "--json", "--exact-replays",
 		"--balances-url", url+"/accounts/{id}", "--token", "chidi=token-chidi")
@@ -110,12 +109,32 @@ func TestProbeAgainstServe(t *testing.T) {
 		t.Errorf("interrupted probe's stderr:\n%s", perr.String())
 	}
 
-	srv.interrupt() // serve stops on a signal, and says so with 130
-	if c := srv.exit(t); c != cmd.ExitInterrupted {
-		t.Errorf("serve exit %d; stderr:\n%s", c, errOut.String())
-	}
+	sv.stop(t)
 	// serve prints the ledger as it stops: the probe sent everything back.
-	if !strings.Contains(out.String(), "Ada ₦50,000, Bola ₦5,000, Chidi ₦20,000 | total ₦75,000") {
-		t.Errorf("the bank did not end where it started:\n%s", out.String())
+	if !strings.Contains(sv.out.String(), "Ada ₦50,000, Bola ₦5,000, Chidi ₦20,000 | total ₦75,000") {
+		t.Errorf("the bank did not end where it started:\n%s", sv.out.String())
+	}
+}
+
+// served is bank-sim serve, run in-process through the command line on a
+// free port of 127.0.0.1.
+type served struct {
+	*running
+	url string
+}
+
+// startServe starts serve and waits (at most 2 minutes) until it serves.
+func startServe(t *testing.T) *served {
+	t.Helper()
+	r := startCommand(t, nil, "Ctrl-C to stop", "", "serve", "--addr", "127.0.0.1:0")
+	return &served{running: r, url: regexp.MustCompile(`http://127\.0\.0\.1:\d+`).FindString(r.out.String())}
+}
+
+// stop stops serve as a signal does: exit 130, its ledger printed.
+func (sv *served) stop(t *testing.T) {
+	t.Helper()
+	sv.interrupt()
+	if c := sv.exit(t); c != cmd.ExitInterrupted {
+		t.Errorf("serve exit %d; stderr:\n%s", c, sv.errOut.String())
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"sort"
 	"strconv"
 	"strings"
@@ -167,6 +168,21 @@ func (c Contract) NewRequest(base string, u User, key string, t Transfer) (*http
 	if key != "" {
 		req.Header.Set(c.KeyHeader, key)
 	}
+	return req, nil
+}
+
+// NewLookup is the GET of Lookup that asks the target at base what became
+// of key, as u; an error when the contract has no lookup.
+func (c Contract) NewLookup(base string, u User, key string) (*http.Request, error) {
+	if c.Lookup == "" {
+		return nil, fmt.Errorf("the contract has no lookup of a key")
+	}
+	req, err := http.NewRequest("GET", strings.TrimRight(base, "/")+strings.ReplaceAll(c.Lookup, "{key}", url.QueryEscape(key)), nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set(c.AuthHeader, c.authValue(u.Token))
+	req.Header.Set("Accept", "application/json")
 	return req, nil
 }
 

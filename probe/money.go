@@ -113,6 +113,12 @@ type SQLBalances struct {
 	conn *pgx.Conn
 }
 
+// Consistent reports that Read sees every account in one snapshot (one
+// REPEATABLE READ transaction), so a read while transfers run still sees a
+// total that a correct target conserves; HTTPBalances' reads, one GET after
+// another, do not.
+func (b *SQLBalances) Consistent() bool { return true }
+
 // Describe implements Balances.
 func (b *SQLBalances) Describe() string {
 	host := "the database"

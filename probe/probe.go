@@ -211,13 +211,19 @@ func (c *Config) selected() []Check {
 func (c *Config) accounts() []ID { return []ID{c.Payer.Account, c.Payee.Account, c.Third.Account} }
 
 // owner returns the user whose credentials read account id.
-func (c *Config) owner(id ID) (User, bool) {
-	for _, u := range []User{c.Payer, c.Payee, c.Third} {
-		if u.Account == id && u.Token != "" {
-			return u, true
+func (c *Config) owner(id ID) (User, bool) { return Owners(c.Payer, c.Payee, c.Third)(id) }
+
+// Owners is HTTPBalances.Owner for users: the one who owns an account and
+// has credentials to read it.
+func Owners(users ...User) func(ID) (User, bool) {
+	return func(id ID) (User, bool) {
+		for _, u := range users {
+			if u.Account == id && u.Token != "" {
+				return u, true
+			}
 		}
+		return User{}, false
 	}
-	return User{}, false
 }
 
 // Owner is the user (with credentials) who owns account id, for

@@ -70,6 +70,14 @@ type Client struct {
 	// Flaws switches on the lesson's client-side mistakes; the zero value is
 	// the correct client.
 	Flaws Flaws
+	// Request, when set, builds each attempt's POST (its URL, credentials,
+	// key header and body) for a server that spells the transfer otherwise
+	// than bank-sim's API: chaos --target, through probe.Contract. The
+	// client still adds the simulator's attempt and intent headers.
+	Request func(ctx context.Context, base string, in Intent) (*http.Request, error)
+	// ReplayedHeader is the header that marks a replay (true);
+	// api.HeaderReplayed when empty.
+	ReplayedHeader string
 
 	mu   sync.Mutex
 	next int
@@ -216,20 +224,32 @@ func (c *Client) Send(ctx context.Context, in Intent) (Outcome, error) {
 func (c *Client) try(ctx context.Context, in Intent, n int) Attempt {
 	base := c.pick()
 	a := Attempt{N: n, URL: base, Key: in.Key}
-	req, err := http.NewRequestWithContext(ctx, "POST", strings.TrimRight(base, "/")+"/transfers", bytes.NewReader(in.body()))
+	req, err := c.newRequest(ctx, base, in)
 	if err != nil {
 		a.Err = err
 		return a
 	}
-	req.Header.Set("Authorization", "Bearer "+c.Token)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(api.HeaderKey, in.Key)
 	req.Header.Set(api.HeaderAttempt, strconv.Itoa(n))
 	if in.Label != "" {
 		req.Header.Set(api.HeaderIntent, in.Label)
 	}
 	a.Response, a.Raw, a.RetryAfter, a.Err = c.do(req)
 	return a
+}
+
+// newRequest is the attempt's POST: bank-sim's API, or Request's.
+func (c *Client) newRequest(ctx context.Context, base string, in Intent) (*http.Request, error) {
+	if c.Request != nil {
+		return c.Request(ctx, base, in)
+	}
+	req, err := http.NewRequestWithContext(ctx, "POST", strings.TrimRight(base, "/")+"/transfers", bytes.NewReader(in.body()))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.Token)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(api.HeaderKey, in.Key)
+	return req, nil
 }
 
 // do sends req and reads the answer whole. Any failure to get a complete
@@ -245,7 +265,11 @@ func (c *Client) do(req *http.Request) (resp bank.Response, raw []byte, retryAft
 	if err != nil {
 		return bank.Response{}, nil, 0, fmt.Errorf("reading the response: %w", err)
 	}
-	resp = bank.Response{Status: res.StatusCode, Body: body, Replayed: res.Header.Get(api.HeaderReplayed) == "true"}
+	replayed := api.HeaderReplayed
+	if c.ReplayedHeader != "" {
+		replayed = c.ReplayedHeader
+	}
+	resp = bank.Response{Status: res.StatusCode, Body: body, Replayed: strings.EqualFold(strings.TrimSpace(res.Header.Get(replayed)), "true")}
 	if mt, _, _ := mime.ParseMediaType(res.Header.Get("Content-Type")); mt == api.ProblemType {
 		var p api.Problem
 		if json.Unmarshal(body, &p) == nil {

@@ -1,0 +1,470 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/banksim/bank-sim/api"
+	"github.com/banksim/bank-sim/api/client"
+	"github.com/banksim/bank-sim/bank"
+	"github.com/banksim/bank-sim/faults"
+	"github.com/banksim/bank-sim/probe"
+)
+
+// Target is someone else's transfer API, driven from outside (chaos
+// --target): the lesson's server.js, a team's staging service, bank-sim
+// serve. The run knows it only through probe's contract, the users it is
+// given and, optionally, a way to read balances; it cannot create accounts,
+// freeze them, stop the target's clock or crash it, so only the network's
+// faults are injected (TargetFaultKinds) and only the rules a black box can
+// judge are checked.
+type Target struct {
+	// URLs are the target's base URLs: one server, or copies of one service
+	// sharing its database (each attempt lands on one the seed picks, as
+	// behind a load balancer).
+	URLs     []string       `json:"urls"`
+	Contract probe.Contract `json:"contract"`
+	// Users are who the run acts as: Users[0] and Users[1] pay each other
+	// (the lesson's Ada and Bola); Users[2] owns the account a key reused
+	// for another recipient names, and is never sent money. Tokens are not
+	// saved with a history.
+	Users []probe.User `json:"users"`
+	// Amount is the smallest amount of a transfer, in kobo; each intent's is
+	// from Amount to twice it, drawn from the seed.
+	Amount int64 `json:"amountKobo"`
+	// Timeout bounds every request; Settle how long healing retries one
+	// unknown intent.
+	Timeout time.Duration `json:"timeoutNs"`
+	Settle  time.Duration `json:"settleNs"`
+	// Balances, when set, reads the accounts from outside the transfer
+	// endpoint, for the money rules (conservation, no negative balance,
+	// each account moved by exactly the acknowledged transfers).
+	Balances probe.Balances `json:"-"`
+	// BalancesFrom says where Balances reads (kept in the history: a
+	// re-check knows whether money was read).
+	BalancesFrom string `json:"balances,omitempty"`
+	// AllowRemote lets the target be another machine.
+	AllowRemote bool `json:"allowRemote,omitempty"`
+}
+
+// DefaultTargetSettle is how long healing retries one unknown intent of a
+// target run: a key left in progress by a request that was cut short must be
+// released, or taken over, within it.
+const DefaultTargetSettle = 10 * time.Second
+
+// DefaultTargetAmount is ₦100, the probe's: small, and far from any balance.
+const DefaultTargetAmount = probe.DefaultAmount
+
+// TargetFaultKinds are the faults a run can inject into someone else's
+// server: those of the network between its clients and it. The others
+// happen inside a server (crash-after-claim, fail-before-commit, clock-jump,
+// deadlock, expire-mid-write, freeze) or beyond it (the side effects'), and
+// cannot be made to happen in a server that is not bank-sim's.
+func TargetFaultKinds() []string {
+	return []string{FaultDisconnect, FaultDropRequest, FaultDuplicate, FaultLate, FaultLoseResponse, FaultSlow}
+}
+
+// ServerSideFaultKinds are the fault kinds a target run cannot inject.
+func ServerSideFaultKinds() []string {
+	var out []string
+	for _, k := range FaultKinds() {
+		if !slices.Contains(TargetFaultKinds(), k) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// TargetRates fire on about a quarter of the attempts, as DefaultRates do,
+// spread over the network's faults only.
+func TargetRates() Rates {
+	return Rates{
+		FaultLoseResponse: 0.07,
+		FaultDropRequest:  0.04,
+		FaultDuplicate:    0.06,
+		FaultLate:         0.04,
+		FaultSlow:         0.03,
+		FaultDisconnect:   0.04,
+	}
+}
+
+// Validate says what is wrong with t, if anything, without touching the
+// network.
+func (t *Target) Validate() error {
+	if len(t.URLs) == 0 {
+		return &probe.UsageError{Msg: "give the target's base URL, like --target http://127.0.0.1:8080"}
+	}
+	if len(t.Users) < 3 {
+		return &probe.UsageError{Msg: "a target run needs three users: two who pay each other and the owner of a third account"}
+	}
+	pc := t.probeConfig()
+	if err := pc.Validate(); err != nil {
+		return err
+	}
+	if t.Amount <= 0 || t.Amount > 1<<40 {
+		return &probe.UsageError{Msg: fmt.Sprintf("the amount %d kobo is not one a chaos run can send", t.Amount)}
+	}
+	return nil
+}
+
+// probeConfig is t as a probe's configuration, for what the two share: the
+// validation of the contract and the users, the loopback guard and the
+// first connection.
+func (t *Target) probeConfig() probe.Config {
+	return probe.Config{URLs: t.URLs, Contract: t.Contract, Payer: t.Users[0], Payee: t.Users[1], Third: t.Users[2],
+		Amount: t.Amount, Timeout: t.Timeout, AllowRemote: t.AllowRemote}
+}
+
+// Guard refuses a target (or a balance source at extra) off this machine
+// unless AllowRemote, as probe does.
+func (t *Target) Guard(ctx context.Context, extra ...string) error {
+	pc := t.probeConfig()
+	return pc.Guard(ctx, extra...)
+}
+
+// Reach connects to each of the target's URLs once, as probe does: a
+// target that cannot be reached is a *probe.UnreachableError, not a run.
+func (t *Target) Reach(ctx context.Context) error {
+	pc := t.probeConfig()
+	return pc.Reach(ctx)
+}
+
+// layout is the target's bank as the run sees it: Users[k] owns the account
+// numbered k+1, the first two are the ones that pay, and the third is the
+// spare recipient of a reused key. Balances are not known in advance.
+func (t *Target) layout(c Config) *layout {
+	l := &layout{byID: map[int64]bank.Account{}, owned: map[int64][]int64{}, edges: map[int]int{}, span: c.Intents, spare: 3}
+	if l.span <= 0 {
+		l.span = 200
+	}
+	for k, u := range t.Users {
+		id := int64(k + 1)
+		a := bank.Account{ID: id, OwnerID: id, Holder: fmt.Sprintf("%s's account %s", u.Name, u.Account), Status: "active"}
+		l.accounts = append(l.accounts, a)
+		l.byID[id] = a
+		l.owned[id] = []int64{id}
+		if k < 2 {
+			l.hot = append(l.hot, id)
+			l.users = append(l.users, id)
+		}
+	}
+	return l
+}
+
+// ordinary is intent i of a target run: one of the two payers sends the
+// other from Amount to twice it.
+func (t *Target) ordinary(c Config, l *layout, i int) Planned {
+	r := rng(c.Seed, saltIntent, uint64(i), 0)
+	p := Planned{Label: fmt.Sprintf("intent-%d", i), Key: fmt.Sprintf("chaos-%016x-%08x", r.Uint64(), i)}
+	from := l.hot[r.IntN(len(l.hot))]
+	p.UserID = from
+	p.Request = bank.TransferRequest{From: from, To: l.otherHot(r, from), AmountKobo: t.Amount + r.Int64N(t.Amount)}
+	return p
+}
+
+// user is the user numbered id (1-based), and account the account.
+func (t *Target) user(id int64) probe.User { return t.Users[id-1] }
+
+func (t *Target) account(id int64) probe.ID {
+	if id >= 1 && int(id) <= len(t.Users) {
+		return t.Users[id-1].Account
+	}
+	return probe.ID(fmt.Sprint(id))
+}
+
+// transfer is a planned request in the target's own account ids.
+func (t *Target) transfer(r bank.TransferRequest) probe.Transfer {
+	return probe.Transfer{From: t.account(r.From), To: t.account(r.To), Amount: r.AmountKobo}
+}
+
+// Money is what the first n intents of cfg move if the target accepts them
+// all: the total each payer sends, by user name.
+func (t *Target) Money(cfg Config) map[string]int64 {
+	out := map[string]int64{}
+	for _, p := range cfg.Plan(cfg.WithDefaults().Intents).Intents {
+		if p.Reuse == "" { // a key reused for another request must be refused
+			out[t.user(p.UserID).Name] += p.Request.AmountKobo
+		}
+	}
+	return out
+}
+
+// read reads the balances of the accounts the source can read, in order
+// (a GET source reads only those whose owner's token it has), as the run's
+// numbered accounts; nil when there is no source. want, when set, are the
+// accounts a later read must give again.
+func (t *Target) read(ctx context.Context, want []bank.Account) ([]bank.Account, error) {
+	if t.Balances == nil {
+		return nil, nil
+	}
+	var ids []probe.ID
+	for _, u := range t.Users {
+		ids = append(ids, u.Account)
+	}
+	got, err := t.Balances.Read(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	var out []bank.Account
+	for k, id := range ids {
+		b, ok := got[id]
+		if !ok {
+			continue
+		}
+		n := int64(k + 1)
+		out = append(out, bank.Account{ID: n, OwnerID: n, Holder: fmt.Sprintf("%s's account %s", t.Users[k].Name, id), Status: "active", BalanceKobo: b})
+	}
+	if len(out) < 2 {
+		return nil, &probe.UsageError{Msg: fmt.Sprintf("the balance source gave the balances of %d of the accounts; it must give at least the two that pay (%s's and %s's)", len(out), t.Users[0].Name, t.Users[1].Name)}
+	}
+	if want != nil && len(out) != len(want) {
+		return nil, fmt.Errorf("the balance source gave %d balances, and %d before", len(out), len(want))
+	}
+	return out, nil
+}
+
+// balances are the balances of accounts, in order.
+func balances(accounts []bank.Account) []int64 {
+	out := make([]int64, len(accounts))
+	for k, a := range accounts {
+		out[k] = a.BalanceKobo
+	}
+	return out
+}
+
+// consistent reports whether the balance source reads every account in one
+// snapshot: only then can it audit while transfers run.
+func (t *Target) consistent() bool {
+	s, ok := t.Balances.(interface{ Consistent() bool })
+	return ok && s.Consistent()
+}
+
+// runTarget is RunWith for Config.Target: the intents go to the target
+// through a fault proxy in front of each of its URLs, with the retrying
+// client in the target's contract; healing retries each unknown intent with
+// its key; the balances, when there is a source, are read before, during
+// (if it reads one snapshot) and after.
+func runTarget(ctx context.Context, cfg Config, opts Options) (*History, error) {
+	t := cfg.Target
+	if err := t.Validate(); err != nil {
+		return nil, err
+	}
+	if err := t.Reach(ctx); err != nil {
+		return nil, err
+	}
+	e := &engine{cfg: cfg, lay: cfg.layout(), crash: &faults.CrashAfterClaim{}, fired: map[string]int{}, server: map[string]int{}}
+	if err := e.fresh(ctx); err != nil {
+		return nil, err
+	}
+	rig, err := startTargetRig(e)
+	if err != nil {
+		return nil, err
+	}
+	defer rig.close()
+	e.rig = rig
+	opening, err := t.read(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	e.start = time.Now()
+	e.intents = make([]*Intent, cfg.Intents)
+
+	auditCtx, stopAudit := context.WithCancel(ctx)
+	var audits sync.WaitGroup
+	if opening != nil && t.consistent() {
+		audits.Add(1)
+		go func() {
+			defer audits.Done()
+			e.auditTarget(auditCtx, opening)
+		}()
+	}
+	e.drive(ctx, opts.Progress, time.Time{}, -1)
+	err = e.settleTarget(ctx)
+	stopAudit()
+	audits.Wait()
+	if err != nil {
+		return nil, err
+	}
+	h := &History{Seed: cfg.Seed, Config: cfg, Opening: e.lay.accounts, Audits: e.audits, Fired: e.fired, Server: e.server}
+	h.Intents = make([]Intent, len(e.intents))
+	for i, in := range e.intents {
+		h.Intents[i] = *in
+	}
+	if err := t.spoken(h); err != nil {
+		return nil, err
+	}
+	if opening != nil {
+		// Only the accounts the source reads: the money rules are on them.
+		h.Opening = opening
+		if h.Final.Accounts, err = t.read(ctx, opening); err != nil {
+			return nil, fmt.Errorf("read the balances after the run: %w", err)
+		}
+	}
+	h.Duration = time.Since(e.start)
+	return h, nil
+}
+
+// spoken refuses to judge a target that never named a transfer: a wrong
+// token, account, path or id member makes every answer a refusal (or a
+// success without an id), which says nothing about its keys.
+func (t *Target) spoken(h *History) error {
+	statuses := map[int]int{}
+	for _, in := range h.Intents {
+		for _, a := range in.Attempts {
+			if a.Seen == SeenUnknown {
+				continue
+			}
+			if t.answer(a).Receipt() {
+				return nil
+			}
+			statuses[a.Status]++
+		}
+	}
+	var seen []string
+	for _, st := range []int{200, 201, 400, 401, 403, 404, 405, 415, 422} {
+		if statuses[st] > 0 {
+			seen = append(seen, fmt.Sprintf("%d ×%d", st, statuses[st]))
+		}
+	}
+	return &probe.UsageError{Msg: fmt.Sprintf("not one of the %d intents was answered with a transfer (a 2xx with member %q): the answers were %s. "+
+		"Check --token, --account, --path, the body's names (--from-field, --to-field, --amount-field) and --id-field; nothing was judged",
+		len(h.Intents), t.Contract.IDField, orNone(strings.Join(seen, ", ")))}
+}
+
+// fresh refuses a run whose first key the target already knows, when it
+// can look keys up: an earlier run with the same seed used them, and its
+// stored answers would be replayed as if they were this run's.
+func (e *engine) fresh(ctx context.Context) error {
+	t := e.cfg.Target
+	if t.Contract.Lookup == "" {
+		return nil
+	}
+	p := e.plan(0)
+	req, err := t.Contract.NewLookup(t.URLs[0], t.user(p.UserID), p.Key)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, t.Timeout)
+	defer cancel()
+	res, err := http.DefaultClient.Do(req.WithContext(ctx))
+	if err != nil {
+		return nil // no lookup: the run finds out from the answers
+	}
+	body, err := io.ReadAll(io.LimitReader(res.Body, 1<<20))
+	_ = res.Body.Close()
+	if err == nil && t.Contract.Read(res.StatusCode, res.Header, body).Receipt() {
+		return &probe.UsageError{Msg: fmt.Sprintf("%s already knows the key of intent 0 (%s): a run with --seed %d was made against it before, and its stored answers would be replayed as this run's. Run with another --seed", t.URLs[0], p.Key, e.cfg.Seed)}
+	}
+	return nil
+}
+
+// settleTarget ends a target run, faults off: requests still on their way
+// arrive, every unknown intent is retried with its key until it settles,
+// and the key reuses that waited for their first intent are sent.
+func (e *engine) settleTarget(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	e.rig.healing.Store(true)
+	if err := waitGroup(&e.late, drainTimeout, "requests still on their way to the target (late ones)"); err != nil {
+		return err
+	}
+	if err := e.heal(ctx); err != nil {
+		return err
+	}
+	return e.sendDeferred(ctx)
+}
+
+// auditTarget reads every balance in one snapshot each AuditEvery (at least
+// 50 ms: the source is someone else's database) until ctx ends.
+func (e *engine) auditTarget(ctx context.Context, opening []bank.Account) {
+	t := time.NewTicker(max(e.cfg.AuditEvery, 50*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		at := e.since()
+		b, err := e.cfg.Target.read(ctx, opening)
+		if err != nil {
+			continue // a missed audit proves nothing either way
+		}
+		e.mu.Lock()
+		e.audits = append(e.audits, Snapshot{AtNs: at, Balances: balances(b)})
+		e.mu.Unlock()
+	}
+}
+
+// startTargetRig puts a fault proxy in front of each of the target's URLs.
+// The proxy decides each attempt's fault from the simulator's headers, as
+// in an HTTP run, and removes them before the target sees the request.
+func startTargetRig(e *engine) (*httpRig, error) {
+	t := e.cfg.Target
+	r := &httpRig{e: e, index: map[string]int{}, tokens: map[int64]string{}, target: t}
+	for k, u := range t.Users {
+		r.tokens[int64(k+1)] = u.Token
+	}
+	r.http = &http.Client{Timeout: t.Timeout, Transport: &http.Transport{DisableKeepAlives: true}}
+	for inst, raw := range t.URLs {
+		u, err := url.Parse(raw)
+		if err != nil {
+			r.close()
+			return nil, &probe.UsageError{Msg: fmt.Sprintf("%q is not a URL", raw)}
+		}
+		port := u.Port()
+		if port == "" {
+			port = "80"
+		}
+		p, err := faults.StartProxy(u.Hostname()+":"+port, e.cfg.Seed+uint64(inst))
+		if err != nil {
+			r.close()
+			return nil, err
+		}
+		p.Select = func(n int, req *http.Request) faults.ConnFault {
+			f := r.connFault(n, req)
+			req.Header.Del(api.HeaderIntent)
+			req.Header.Del(api.HeaderAttempt)
+			req.Host = u.Host
+			return f
+		}
+		base := p.URL() + strings.TrimRight(u.EscapedPath(), "/")
+		r.proxies = append(r.proxies, p)
+		r.urls = append(r.urls, base)
+		r.index[base] = inst
+	}
+	return r, nil
+}
+
+// targetClient makes c speak the target's contract for p.
+func (r *httpRig) targetClient(c *client.Client, p Planned) {
+	t := r.target
+	u := t.user(p.UserID)
+	c.ReplayedHeader = t.Contract.ReplayedHeader
+	c.Request = func(ctx context.Context, base string, in client.Intent) (*http.Request, error) {
+		req, err := t.Contract.NewRequest(base, u, in.Key, t.transfer(in.Transfer))
+		if err != nil {
+			return nil, err
+		}
+		return req.WithContext(ctx), nil
+	}
+}
+
+// pause waits before healing's next try of an intent: briefly for bank-sim's
+// own servers, longer for a target, whose work may take real time (k is the
+// try, from 0: 10 ms doubling to 500 ms, some 13 s over HealAttempts).
+func (r *httpRig) pause(a Attempt, k int) {
+	if r.target == nil || a.Seen != SeenUnknown {
+		backoff(a)
+		return
+	}
+	time.Sleep(min(10*time.Millisecond<<min(k, 10), 500*time.Millisecond))
+}

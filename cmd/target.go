@@ -1,0 +1,162 @@
+package cmd
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/banksim/bank-sim/probe"
+	"github.com/jackc/pgx/v5"
+	"github.com/spf13/pflag"
+)
+
+// targetFlags describe someone else's transfer API from outside: how it
+// spells the transfer (probe.Contract), the users to act as, where its
+// balances can be read, and the safety switches. probe and chaos --target
+// share them.
+type targetFlags struct {
+	tokens, accounts []string
+	contract         probe.Contract
+	lookup           string
+	balancesURL      string
+	balancesField    string
+	balancesSQL      string
+	allowRemote      bool
+	dryRun           bool
+}
+
+// register adds the flags to f, with the lesson's contract as defaults.
+func (o *targetFlags) register(f *pflag.FlagSet) {
+	o.contract = probe.LessonContract()
+	f.StringArrayVar(&o.tokens, "token", nil, "a user's credentials as `NAME=TOKEN`: ada pays, bola receives and is the second user, chidi owns the third account (default ada=token-ada, bola=token-bola)")
+	f.StringArrayVar(&o.accounts, "account", nil, "a user's account as `NAME=ID` (default ada=1, bola=2, chidi=3)")
+	f.StringVar(&o.contract.Path, "path", o.contract.Path, "the transfer endpoint's path")
+	f.StringVar(&o.contract.KeyHeader, "key-header", o.contract.KeyHeader, "the idempotency key's header")
+	f.StringVar(&o.contract.AuthHeader, "auth-header", o.contract.AuthHeader, "the credentials' header")
+	f.StringVar(&o.contract.AuthScheme, "auth-scheme", o.contract.AuthScheme, "the word before the token in the credentials' header ('' for the bare token)")
+	f.StringVar(&o.contract.FromField, "from-field", o.contract.FromField, "the request member naming the sender's account")
+	f.StringVar(&o.contract.ToField, "to-field", o.contract.ToField, "the request member naming the recipient's account")
+	f.StringVar(&o.contract.AmountField, "amount-field", o.contract.AmountField, "the request member with the amount, a whole number in the smallest unit (kobo)")
+	f.StringVar(&o.contract.IDField, "id-field", o.contract.IDField, "the answer member with the transfer's id (a dotted path for a nested one)")
+	f.StringVar(&o.contract.BalanceField, "balance-field", o.contract.BalanceField, "the answer member with the sender's balance after the transfer ('' if the answers have none)")
+	f.StringVar(&o.contract.ReplayedHeader, "replayed-header", o.contract.ReplayedHeader, "the header that marks a replayed answer, if any (only ever evidence)")
+	f.BoolVar(&o.contract.ExactReplays, "exact-replays", false, "the target promises that a replay is its first answer byte for byte (bank-sim serve does): a replay in other bytes fails instead of being warned about")
+	f.StringVar(&o.lookup, "lookup", o.contract.Lookup, "the GET path, with {key}, that answers what became of a key ('none' if there is none)")
+	f.StringVar(&o.balancesURL, "balances-url", "", "read each balance with a GET of this `TEMPLATE` ({id} is the account), as the account's owner")
+	f.StringVar(&o.balancesField, "balances-field", "balanceKobo", "the member of the --balances-url answer with the balance (a dotted path for a nested one)")
+	f.StringVar(&o.balancesSQL, "balances-sql", "", "read the balances from the target's database (--database-url) with this `QUERY`, returning account id and balance; run read-only")
+	f.BoolVar(&o.allowRemote, "allow-remote", false, "allow a target (or balance source) that is not on this machine")
+	f.BoolVar(&o.dryRun, "dry-run", false, "print the plan and the money it would move, and send nothing")
+}
+
+// targetUsers are the roles, by the names --token and --account take.
+var targetUsers = []struct {
+	name, role, token, account string
+}{
+	{"ada", "pays", "token-ada", "1"},
+	{"bola", "receives, and is the second user", "token-bola", "2"},
+	{"chidi", "owns the other recipient's account", "", "3"},
+}
+
+// users are ada, bola and chidi, with the flags' tokens and accounts.
+func (o targetFlags) users() ([]probe.User, error) {
+	tokens, err := pairs("--token", o.tokens)
+	if err != nil {
+		return nil, err
+	}
+	accounts, err := pairs("--account", o.accounts)
+	if err != nil {
+		return nil, err
+	}
+	var users []probe.User
+	for _, u := range targetUsers {
+		user := probe.User{Name: u.name, Token: u.token, Account: probe.ID(u.account)}
+		if t, ok := tokens[u.name]; ok {
+			user.Token = t
+		}
+		if a, ok := accounts[u.name]; ok {
+			user.Account = probe.ID(a)
+		}
+		users = append(users, user)
+	}
+	return users, nil
+}
+
+// pairs reads NAME=VALUE flags for the users.
+func pairs(flag string, vals []string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, v := range vals {
+		name, value, ok := strings.Cut(v, "=")
+		name = strings.ToLower(strings.TrimSpace(name))
+		if !ok || value == "" {
+			return nil, usageError("%s %q: want NAME=VALUE, like %s ada=%s", flag, v, flag, map[string]string{"--token": "token-ada", "--account": "1"}[flag])
+		}
+		known := false
+		for _, u := range targetUsers {
+			known = known || u.name == name
+		}
+		if !known {
+			return nil, usageError("%s %q: the users are ada (pays), bola (receives, and is the second user) and chidi (owns the third account)", flag, v)
+		}
+		out[name] = value
+	}
+	return out, nil
+}
+
+// targetContract is the contract the flags give (--lookup none: no lookup).
+func (o targetFlags) targetContract() probe.Contract {
+	c := o.contract
+	c.Lookup = o.lookup
+	if o.lookup == "none" {
+		c.Lookup = ""
+	}
+	return c
+}
+
+// balances is the balance source the flags give, or nil for none.
+func (o targetFlags) balances(app *App, contract probe.Contract, owner func(probe.ID) (probe.User, bool), timeout time.Duration) (probe.Balances, error) {
+	switch {
+	case o.balancesURL != "" && o.balancesSQL != "":
+		return nil, usageError("give --balances-url or --balances-sql, not both")
+	case o.balancesURL != "":
+		if !strings.Contains(o.balancesURL, "{id}") {
+			return nil, usageError("--balances-url %q has no {id} for the account, like http://127.0.0.1:8080/accounts/{id}", o.balancesURL)
+		}
+		if u, err := url.Parse(strings.ReplaceAll(o.balancesURL, "{id}", "1")); err != nil || u.Scheme != "http" || u.Host == "" {
+			return nil, usageError("--balances-url %q is not an http URL template like http://127.0.0.1:8080/accounts/{id}", o.balancesURL)
+		}
+		if o.balancesField == "" {
+			return nil, usageError("--balances-field must name the balance's member")
+		}
+		return &probe.HTTPBalances{Template: o.balancesURL, Field: o.balancesField, Owner: owner, Auth: contract, Timeout: timeout}, nil
+	case o.balancesSQL != "":
+		if app.databaseURL == "" {
+			return nil, usageError("--balances-sql needs --database-url: the target's own database, which is read read-only")
+		}
+		if _, err := pgx.ParseConfig(app.databaseURL); err != nil {
+			return nil, usageError("--database-url: %v", err)
+		}
+		return &probe.SQLBalances{URL: app.databaseURL, Query: o.balancesSQL, Timeout: timeout}, nil
+	case app.databaseURL != "":
+		return nil, usageError("--database-url is the target's database here, and needs --balances-sql 'SELECT id, balance FROM …' to read balances from it")
+	}
+	return nil, nil
+}
+
+// balanceSources are the balance sources' addresses, for the loopback
+// guard.
+func (o targetFlags) balanceSources(app *App) []string {
+	var extra []string
+	if o.balancesURL != "" {
+		extra = append(extra, o.balancesURL)
+	}
+	if o.balancesSQL != "" {
+		// A Unix socket is on this machine by definition.
+		if c, _ := pgx.ParseConfig(app.databaseURL); !strings.HasPrefix(c.Host, "/") {
+			extra = append(extra, "postgres://"+net.JoinHostPort(c.Host, fmt.Sprint(c.Port)))
+		}
+	}
+	return extra
+}
