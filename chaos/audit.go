@@ -215,7 +215,7 @@ func RunOnWith(ctx context.Context, dbs scenarios.Databases, cfg Config, opts Op
 		return nil, err
 	}
 	defer db.Close()
-	pool, err := Pool(ctx, db.Pool, cfg.Clients)
+	pool, err := PoolFor(ctx, db.Pool, cfg)
 	if err != nil {
 		return nil, err
 	}

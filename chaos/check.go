@@ -115,7 +115,12 @@ func (c *checker) add(v Violation) {
 	c.res.ByKind[v.Kind]++
 }
 
-func (c *checker) end() int64 { return int64(c.h.Duration) }
+func (c *checker) end() int64 {
+	if d := c.h.Deterministic; d != nil {
+		return int64(d.Steps)
+	}
+	return int64(c.h.Duration)
+}
 
 // money checks every audit and the final ledger: the total, no negative
 // balance, and each final balance against the transfers.
@@ -135,7 +140,7 @@ func (c *checker) money() {
 		}
 		if got != want {
 			c.add(Violation{Kind: KindTotal, Intent: -1, AtNs: a.AtNs, Kobo: abs(got - want),
-				Detail: fmt.Sprintf("audit %d at %s: total %s, expected %s", n+1, time.Duration(a.AtNs).Round(time.Millisecond), bank.Naira(got), bank.Naira(want))})
+				Detail: fmt.Sprintf("audit %d at %s: total %s, expected %s", n+1, at(c.h, a.AtNs), bank.Naira(got), bank.Naira(want))})
 		}
 	}
 	f := c.h.Final
@@ -471,8 +476,16 @@ func Timeline(h *History, index int) []string {
 			key += ", GET /transfers?key="
 		}
 		lines = append(lines, fmt.Sprintf("  %9s  attempt %d (%s, server %d, %s%s): %s → %s",
-			time.Duration(a.StartNs).Round(time.Microsecond), a.N, a.Phase, a.Instance+1, fault, key, what, a.Seen))
+			at(h, a.StartNs), a.N, a.Phase, a.Instance+1, fault, key, what, a.Seen))
 	}
 	lines = append(lines, "  outcome: "+in.Outcome)
 	return lines
+}
+
+// at shows an offset of h: a time, or in a deterministic history a step.
+func at(h *History, offset int64) string {
+	if h.Deterministic != nil {
+		return fmt.Sprintf("step %d", offset)
+	}
+	return time.Duration(offset).Round(time.Microsecond).String()
 }

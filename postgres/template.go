@@ -235,18 +235,32 @@ const sharedTemplatePrefix = "bank_sim_tpl_"
 // killed run, half-built templates, and the databases of runs that used
 // this cluster through its URL.
 func dropLeftovers(ctx context.Context, conn *pgx.Conn) error {
-	rows, err := conn.Query(ctx, `SELECT datname FROM pg_database
+	// A DROP DATABASE cut short (the run was killed during it) leaves the
+	// database invalid (datconnlimit -2): PostgreSQL refuses to ALTER it
+	// (55000) and only lets it be dropped.
+	rows, err := conn.Query(ctx, `SELECT datname, datistemplate AND datconnlimit <> -2 FROM pg_database
 		WHERE datname LIKE 'bank\_sim\_%' AND NOT (datistemplate AND datname LIKE 'bank\_sim\_tpl\_%')`)
 	if err != nil {
 		return err
 	}
-	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	type leftover struct {
+		name     string
+		template bool
+	}
+	found, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (leftover, error) {
+		var l leftover
+		err := r.Scan(&l.name, &l.template)
+		return l, err
+	})
 	if err != nil {
 		return err
 	}
-	for _, n := range names {
-		if _, err := conn.Exec(ctx, "ALTER DATABASE "+quote(n)+" IS_TEMPLATE false"); err != nil {
-			return err
+	for _, l := range found {
+		n := l.name
+		if l.template {
+			if _, err := conn.Exec(ctx, "ALTER DATABASE "+quote(n)+" IS_TEMPLATE false"); err != nil {
+				return err
+			}
 		}
 		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+quote(n)+" WITH (FORCE)"); err != nil {
 			return err
