@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/banksim/bank-sim/bank"
+	"github.com/banksim/bank-sim/outbox"
 )
 
 // What a client saw for one attempt.
@@ -92,6 +93,10 @@ type History struct {
 	// Wall is how long a deterministic run took in real time: not saved,
 	// since it differs from run to run.
 	Wall time.Duration `json:"-"`
+	// SideEffects are what the transfers caused beyond the database, read
+	// after healing: the SMS the provider accepted, the log's events, the
+	// outbox left undone, the consumer's effects, the lock's grants.
+	SideEffects *outbox.Snapshot `json:"sideEffects,omitempty"`
 }
 
 // Freeze is an account frozen under a transfer that had checked it active.

@@ -10,13 +10,14 @@ import (
 // Pool opens a pool for a run of clients (Config's default when zero) on the
 // database that base reaches: two connections per client (a duplicate's
 // second copy, a late request, a staged deadlock's other transaction) plus
-// room for the auditor and the wait policy's polls. Starved of connections,
+// room for the auditor, the wait policy's polls, and the side effects'
+// dispatchers and consumer. Starved of connections,
 // a handler cannot even release a key it failed on. It also shortens
 // PostgreSQL's deadlock_timeout (1 s by default): a transfer with the
 // no-row-lock bug deadlocks often, and each deadlock would otherwise stall
 // its clients for a second; the deadlock fault relies on it too.
 func Pool(ctx context.Context, base *pgxpool.Pool, clients int) (*pgxpool.Pool, error) {
-	return pool(ctx, base, clients, 2*int32(clients)+6)
+	return pool(ctx, base, clients, 2*int32(clients)+10)
 }
 
 // PoolFor opens the pool that a run of cfg needs. A deterministic run's
@@ -35,7 +36,7 @@ func PoolFor(ctx context.Context, base *pgxpool.Pool, cfg Config) (*pgxpool.Pool
 func pool(ctx context.Context, base *pgxpool.Pool, clients int, conns int32) (*pgxpool.Pool, error) {
 	if clients <= 0 {
 		clients = Config{}.WithDefaults().Clients
-		conns = 2*int32(clients) + 6
+		conns = 2*int32(clients) + 10
 	}
 	cfg := base.Config()
 	cfg.MaxConns = conns
