@@ -54,6 +54,42 @@ func Kinds() []string {
 		KindSMSNotOnce, KindGhostEffect, KindOutboxLeft, KindClaimOverlap, KindEventLost, KindEffectTwice, KindLockTwoHolder}
 }
 
+// CheckTitle is what the check of a violation kind verifies, in words.
+func CheckTitle(kind string) string {
+	if inv, ok := SideEffectInvariant(kind); ok {
+		return inv
+	}
+	switch kind {
+	case KindTotal:
+		return "total money conserved at every audit and at the end"
+	case KindNegative:
+		return "no negative balance"
+	case KindTwice:
+		return "no intent moved money more than once"
+	case KindAckMissing:
+		return "every acknowledged transfer exists, once, as asked"
+	case KindRejected:
+		return "no refused intent moved money"
+	case KindWrong:
+		return "every final answer is one the lesson's rules allow for that request"
+	case KindFrozen:
+		return "no account frozen under a transfer was debited by it"
+	case KindReplay:
+		return "every later answer to a key is its first, replayed byte for byte"
+	case KindAbandoned:
+		return "no key in progress without a live holder before healing"
+	case KindStuckKey:
+		return "no key left in progress at the end"
+	case KindUnresolved:
+		return "every intent settled after healing"
+	case KindLedger:
+		return "each balance is opening + credits − debits"
+	case KindKeyLost:
+		return "every key that gave a final answer is still completed at the end"
+	}
+	return kind
+}
+
 // Violation is one broken rule.
 type Violation struct {
 	Kind   string `json:"kind"`
