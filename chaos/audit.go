@@ -55,7 +55,7 @@ func (r AuditRow) Any() bool {
 
 // AuditReport is the matrix: bugs × checks.
 type AuditReport struct {
-	Seed    uint64     `json:"seed"`
+	Seed    uint64     `json:"seed,string"` // a string: JavaScript and jq round numbers above 2^53
 	Columns []string   `json:"columns"`
 	Clean   AuditRow   `json:"clean"`
 	Rows    []AuditRow `json:"rows"`
