@@ -38,8 +38,11 @@ func storyText(r scenarios.Report) string {
 // replays as a story ten times with the same text every time, its
 // mistake's phase breaking that rule and the correct handler's keeping
 // every rule.
+//
+// Not parallel with the other tests: its subtests run two at a time, and
+// beside the audit (bounded at six minutes) they starved it on a loaded
+// machine.
 func TestShrinkEveryMistakeToARecipe(t *testing.T) {
-	t.Parallel()
 	dbs := scenarios.ServerBanks(pgtest.Server(t))
 	for _, b := range idem.Bugs() {
 		t.Run(b.Name, func(t *testing.T) {
