@@ -55,7 +55,7 @@ func (r AuditRow) Any() bool {
 
 // AuditReport is the matrix: bugs × checks.
 type AuditReport struct {
-	Seed    uint64     `json:"seed"`
+	Seed    uint64     `json:"seed,string"` // a string: JavaScript and jq round numbers above 2^53
 	Columns []string   `json:"columns"`
 	Clean   AuditRow   `json:"clean"`
 	Rows    []AuditRow `json:"rows"`
@@ -215,7 +215,7 @@ func RunOnWith(ctx context.Context, dbs scenarios.Databases, cfg Config, opts Op
 		return nil, err
 	}
 	defer db.Close()
-	pool, err := Pool(ctx, db.Pool, cfg.Clients)
+	pool, err := PoolFor(ctx, db.Pool, cfg)
 	if err != nil {
 		return nil, err
 	}

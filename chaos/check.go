@@ -54,6 +54,42 @@ func Kinds() []string {
 		KindSMSNotOnce, KindGhostEffect, KindOutboxLeft, KindClaimOverlap, KindEventLost, KindEffectTwice, KindLockTwoHolder}
 }
 
+// CheckTitle is what the check of a violation kind verifies, in words.
+func CheckTitle(kind string) string {
+	if inv, ok := SideEffectInvariant(kind); ok {
+		return inv
+	}
+	switch kind {
+	case KindTotal:
+		return "total money conserved at every audit and at the end"
+	case KindNegative:
+		return "no negative balance"
+	case KindTwice:
+		return "no intent moved money more than once"
+	case KindAckMissing:
+		return "every acknowledged transfer exists, once, as asked"
+	case KindRejected:
+		return "no refused intent moved money"
+	case KindWrong:
+		return "every final answer is one the lesson's rules allow for that request"
+	case KindFrozen:
+		return "no account frozen under a transfer was debited by it"
+	case KindReplay:
+		return "every later answer to a key is its first, replayed byte for byte"
+	case KindAbandoned:
+		return "no key in progress without a live holder before healing"
+	case KindStuckKey:
+		return "no key left in progress at the end"
+	case KindUnresolved:
+		return "every intent settled after healing"
+	case KindLedger:
+		return "each balance is opening + credits − debits"
+	case KindKeyLost:
+		return "every key that gave a final answer is still completed at the end"
+	}
+	return kind
+}
+
 // Violation is one broken rule.
 type Violation struct {
 	Kind   string `json:"kind"`
@@ -144,7 +180,12 @@ func (c *checker) add(v Violation) {
 	c.res.ByKind[v.Kind]++
 }
 
-func (c *checker) end() int64 { return int64(c.h.Duration) }
+func (c *checker) end() int64 {
+	if d := c.h.Deterministic; d != nil {
+		return int64(d.Steps)
+	}
+	return int64(c.h.Duration)
+}
 
 // money checks every audit and the final ledger: the total, no negative
 // balance, and each final balance against the transfers.
@@ -164,7 +205,7 @@ func (c *checker) money() {
 		}
 		if got != want {
 			c.add(Violation{Kind: KindTotal, Intent: -1, AtNs: a.AtNs, Kobo: abs(got - want),
-				Detail: fmt.Sprintf("audit %d at %s: total %s, expected %s", n+1, time.Duration(a.AtNs).Round(time.Millisecond), bank.Naira(got), bank.Naira(want))})
+				Detail: fmt.Sprintf("audit %d at %s: total %s, expected %s", n+1, at(c.h, a.AtNs), bank.Naira(got), bank.Naira(want))})
 		}
 	}
 	f := c.h.Final
@@ -529,10 +570,18 @@ func Timeline(h *History, index int) []string {
 			key += ", GET /transfers?key="
 		}
 		lines = append(lines, fmt.Sprintf("  %9s  attempt %d (%s, server %d, %s%s): %s → %s",
-			time.Duration(a.StartNs).Round(time.Microsecond), a.N, a.Phase, a.Instance+1, fault, key, what, a.Seen))
+			at(h, a.StartNs), a.N, a.Phase, a.Instance+1, fault, key, what, a.Seen))
 	}
 	lines = append(lines, "  outcome: "+in.Outcome)
 	return lines
+}
+
+// at shows an offset of h: a time, or in a deterministic history a step.
+func at(h *History, offset int64) string {
+	if h.Deterministic != nil {
+		return fmt.Sprintf("step %d", offset)
+	}
+	return time.Duration(offset).Round(time.Microsecond).String()
 }
 
 // SideEffectInvariant returns the side effects' invariant that violation

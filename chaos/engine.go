@@ -69,6 +69,9 @@ type Options struct {
 	// starts it again on the same data, returning once it accepts
 	// connections (postgres.Server.Crash). Config.KillPostgres needs it.
 	CrashPostgres func(ctx context.Context) error
+	// Decisions, when set, is told every choice of a deterministic run's
+	// scheduler, in order.
+	Decisions func(Decision)
 }
 
 // ErrNoCrash is returned for a run with Config.KillPostgres but no
@@ -85,6 +88,9 @@ func RunWith(ctx context.Context, db bank.DB, cfg Config, opts Options) (*Histor
 	}
 	if cfg.KillPostgres && opts.CrashPostgres == nil {
 		return nil, ErrNoCrash
+	}
+	if cfg.Deterministic {
+		return runDeterministic(ctx, db, cfg, opts)
 	}
 	e := newEngine(db, cfg)
 	e.crashPostgres = opts.CrashPostgres
@@ -116,7 +122,13 @@ type engine struct {
 	handlers []*idem.Handler
 	servers  []faults.Server
 	faults   map[string]faults.Fault
-	crash    *faults.CrashAfterClaim
+	crash    stopper
+	// sched is the deterministic scheduler (Config.Deterministic); nil in
+	// a free run, where every goroutine goes as Go's scheduler lets it.
+	sched *sched
+	// bound bounds each delivery to a server (attemptTimeout, or detBound
+	// in a deterministic run).
+	bound time.Duration
 	// sms, log and locks are the systems beyond the database: every
 	// transfer commits an SMS and an event in its outbox, which pipeline
 	// drains to sms and log while clients run; locks is the lock service in
@@ -143,7 +155,7 @@ type engine struct {
 
 	// late counts the server calls that outlive their client's attempt:
 	// late requests, staged takeovers, deadlocking transactions.
-	late sync.WaitGroup
+	late *group
 
 	// crashPostgres kills and restarts PostgreSQL (Config.KillPostgres).
 	crashPostgres func(ctx context.Context) error
@@ -155,18 +167,31 @@ type engine struct {
 }
 
 func newEngine(db bank.DB, cfg Config) *engine {
+	return newEngineOn(db, cfg, nil)
+}
+
+// newEngineOn is newEngine under the scheduler s (nil: free).
+func newEngineOn(db bank.DB, cfg Config, s *sched) *engine {
 	clock := faults.NewClock(time.Date(2026, 9, 24, 10, 0, 0, 0, time.UTC))
 	e := &engine{
 		db: db, cfg: cfg, lay: cfg.layout(), clock: clock, clockStart: clock.Now(),
 		env:    faults.NewEnv(cfg.Seed, clock),
-		crash:  &faults.CrashAfterClaim{},
 		fired:  map[string]int{},
 		server: map[string]int{},
+		sched:  s,
+		late:   s.newGroup(),
+		bound:  attemptTimeout,
+	}
+	var duplicate faults.Fault = &faults.Duplicate{Copies: 2}
+	e.crash = freeCrash{&faults.CrashAfterClaim{}}
+	if s != nil {
+		// The faults that start goroutines start tasks instead.
+		duplicate, e.crash, e.bound = &taskDuplicate{e: e}, &taskCrash{e: e, g: s.newGroup()}, detBound
 	}
 	e.faults = map[string]faults.Fault{
 		FaultLoseResponse:     &faults.LoseResponse{},
 		FaultDropRequest:      &faults.DropRequest{},
-		FaultDuplicate:        &faults.Duplicate{Copies: 2},
+		FaultDuplicate:        duplicate,
 		FaultCrashAfterClaim:  e.crash,
 		FaultFailBeforeCommit: &faults.FailBeforeCommit{},
 		FaultSlow:             &faults.Delay{Latency: time.Millisecond},
@@ -183,6 +208,10 @@ func newEngine(db bank.DB, cfg Config) *engine {
 	for k := range cfg.Instances {
 		skew := appClockSkew(k)
 		h := &idem.Handler{DB: db, Store: store, Now: func() time.Time { return clock.Now().Add(skew) }}
+		if s != nil {
+			// A server the scheduler keeps waiting is not slow.
+			h.WorkTimeout = detBound
+		}
 		if k == cfg.Instances-1 && cfg.Instances > 1 {
 			// The last copy waits for a key in progress instead of
 			// answering 409: both conflict policies meet the same faults.
@@ -194,7 +223,7 @@ func newEngine(db bank.DB, cfg Config) *engine {
 		h.Effects = &outbox.Effects{DB: db, SMS: e.sms, Log: e.log, Flaws: flaws}
 		e.handlers = append(e.handlers, h)
 		serve := func(ctx context.Context, req idem.Request) (bank.Response, error) {
-			resp, err := h.Handle(ctx, req)
+			resp, err := h.Handle(e.paced(ctx), req)
 			if errors.Is(err, idem.ErrLostLock) {
 				e.count(PathFencing)
 			}
@@ -300,7 +329,14 @@ func (e *engine) open(ctx context.Context) error {
 	})
 }
 
-func (e *engine) since() int64 { return int64(time.Since(e.start)) }
+// since is the history's clock: nanoseconds since the start, or in a
+// deterministic run the scheduler's steps.
+func (e *engine) since() int64 {
+	if e.sched != nil {
+		return e.sched.now()
+	}
+	return int64(time.Since(e.start))
+}
 
 // plan is intent i as the seed decides it.
 func (e *engine) plan(i int) Planned { return e.cfg.intentIn(e.lay, i) }
@@ -320,7 +356,13 @@ func (e *engine) run(ctx context.Context, progress Progress) (*History, error) {
 	for _, k := range outbox.PipelineFaults() {
 		pipeCfg.Rates[k] = cfg.Faults[k]
 	}
-	e.pipeline = outbox.StartPipeline(ctx, e.db, e.sms, e.log, pipeCfg)
+	if e.sched != nil {
+		// Its dispatchers and consumer would run on real time: the outbox
+		// is drained after the clients (settleSideEffects), without faults.
+		e.pipeline = outbox.NewPipeline(e.db, e.sms, e.log, pipeCfg)
+	} else {
+		e.pipeline = outbox.StartPipeline(ctx, e.db, e.sms, e.log, pipeCfg)
+	}
 	defer e.pipeline.Stop()
 	total := cfg.Intents
 	var deadline time.Time
@@ -332,9 +374,7 @@ func (e *engine) run(ctx context.Context, progress Progress) (*History, error) {
 
 	// The auditor reads every balance in one snapshot, over and over, for as
 	// long as clients run.
-	auditCtx, stopAudit := context.WithCancel(ctx)
-	auditDone := make(chan error, 1)
-	go func() { auditDone <- e.audit(auditCtx) }()
+	stopAudit := e.startAudit(ctx)
 
 	// The crash comes at a moment the seed picks: when a seeded intent
 	// starts, or at a seeded share of the duration.
@@ -353,15 +393,13 @@ func (e *engine) run(ctx context.Context, progress Progress) (*History, error) {
 	crashErr := waitGroup(&e.crashWG, 2*time.Minute, "PostgreSQL to be killed and started again")
 	if err := ctx.Err(); err != nil {
 		e.crash.KillAll()
-		_ = waitGroup(&e.late, drainTimeout, "requests still on their way to the servers")
-		stopAudit()
-		<-auditDone
+		_ = e.late.wait(ctx, drainTimeout, "requests still on their way to the servers")
+		_ = stopAudit()
 		return nil, err
 	}
 	if crashErr != nil {
 		e.crash.KillAll()
-		stopAudit()
-		<-auditDone
+		_ = stopAudit()
 		return nil, crashErr
 	}
 	if total <= 0 {
@@ -370,8 +408,7 @@ func (e *engine) run(ctx context.Context, progress Progress) (*History, error) {
 
 	runErr := e.settle(ctx)
 	e.crash.KillAll()
-	stopAudit()
-	if err := <-auditDone; err != nil && runErr == nil {
+	if err := stopAudit(); err != nil && runErr == nil {
 		runErr = err
 	}
 	if e.crashErr != nil && runErr == nil {
@@ -422,11 +459,9 @@ func (e *engine) drive(ctx context.Context, progress Progress, deadline time.Tim
 		}
 	}
 	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range cfg.Clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+	clients := e.sched.newGroup()
+	for k := range cfg.Clients {
+		e.sched.spawn(ctx, fmt.Sprintf("client-%d", k+1), clients, func(ctx context.Context) {
 			for ctx.Err() == nil {
 				i := int(next.Add(1) - 1)
 				if total > 0 && i >= total || total <= 0 && time.Now().After(deadline) {
@@ -457,9 +492,9 @@ func (e *engine) drive(ctx context.Context, progress Progress, deadline time.Tim
 				}
 				store(e.send(ctx, i+1, f))
 			}
-		}()
+		})
 	}
-	wg.Wait()
+	_ = clients.wait(ctx, 24*time.Hour, "the clients")
 }
 
 // settle ends the run, faults off. Requests still on their way arrive, the
@@ -471,7 +506,7 @@ func (e *engine) settle(ctx context.Context) error {
 	if e.rig != nil {
 		e.rig.healing.Store(true)
 	}
-	if err := waitGroup(&e.late, drainTimeout, "requests still on their way to the servers (late ones, staged takeovers and deadlocks)"); err != nil {
+	if err := e.late.wait(ctx, drainTimeout, "requests still on their way to the servers (late ones, staged takeovers and deadlocks)"); err != nil {
 		return err
 	}
 	if e.rig != nil {
@@ -492,10 +527,11 @@ func (e *engine) settle(ctx context.Context) error {
 	}
 	// A woken server that lost its key fails the fencing check; the
 	// servers' wrapper counts that.
-	for _, s := range e.crash.Sleepers() {
-		if err := e.wake(s); err != nil {
+	for _, s := range e.crash.stopped() {
+		if err := s.wake(ctx); err != nil {
 			return err
 		}
+		e.count(PathWoken)
 	}
 	if err := e.sendDeferred(ctx); err != nil {
 		return err
@@ -580,7 +616,7 @@ func (e *engine) faultPhase(ctx context.Context, i int, p Planned) *Intent {
 			in.Outcome = a.Seen
 			break
 		}
-		backoff(a)
+		e.backoff(ctx, a)
 	}
 	return in
 }
@@ -594,7 +630,7 @@ func (e *engine) heal(ctx context.Context) error {
 			todo = append(todo, in)
 		}
 	}
-	return e.parallel(ctx, todo, func(in *Intent) {
+	return e.parallel(ctx, todo, "healer", func(ctx context.Context, in *Intent) {
 		if e.rig != nil {
 			e.rig.heal(ctx, in)
 			return
@@ -619,14 +655,14 @@ func (e *engine) sendClean(ctx context.Context, in *Intent) {
 		a := e.attempt(ctx, in.Index, p, len(in.Attempts)+1, PhaseHeal, "")
 		in.Attempts = append(in.Attempts, a)
 		in.Outcome = a.Seen
-		backoff(a)
+		e.backoff(ctx, a)
 	}
 }
 
 // sendDeferred sends the key reuses whose first intent had no final answer
 // in the fault phase; healing has given it one.
 func (e *engine) sendDeferred(ctx context.Context) error {
-	return e.parallel(ctx, e.deferred, func(in *Intent) {
+	return e.parallel(ctx, e.deferred, "reuser", func(ctx context.Context, in *Intent) {
 		if e.rig != nil {
 			e.rig.sendClean(ctx, in)
 			return
@@ -652,8 +688,8 @@ func (e *engine) census(ctx context.Context) (*KeyCensus, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read the keys in progress before healing: %w", err)
 	}
-	for _, s := range e.crash.Sleepers() {
-		c.LiveLocks = append(c.LiveLocks, s.Claim.LockID)
+	for _, s := range e.crash.stopped() {
+		c.LiveLocks = append(c.LiveLocks, s.lockID())
 	}
 	sort.Strings(c.LiveLocks)
 	return c, nil
@@ -687,47 +723,27 @@ func (e *engine) repeatAfterCleanup(ctx context.Context) error {
 			todo = append(todo, in)
 		}
 	}
-	return e.parallel(ctx, todo, func(in *Intent) { e.repeat(ctx, in, e.plan(in.Index), PhaseAfterCleanup) })
+	return e.parallel(ctx, todo, "repeater", func(ctx context.Context, in *Intent) { e.repeat(ctx, in, e.plan(in.Index), PhaseAfterCleanup) })
 }
 
-// parallel runs fn on every intent of todo, Clients at a time.
-func (e *engine) parallel(ctx context.Context, todo []*Intent, fn func(*Intent)) error {
-	work := make(chan *Intent)
-	var wg sync.WaitGroup
-	for range e.cfg.Clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for in := range work {
-				if ctx.Err() == nil {
-					fn(in)
+// parallel runs fn on every intent of todo, Clients at a time, in the order
+// of todo: each worker (a task called name-k) takes the next one.
+func (e *engine) parallel(ctx context.Context, todo []*Intent, name string, fn func(context.Context, *Intent)) error {
+	var next atomic.Int64
+	workers := e.sched.newGroup()
+	for k := range min(e.cfg.Clients, len(todo)) {
+		e.sched.spawn(ctx, fmt.Sprintf("%s-%d", name, k+1), workers, func(ctx context.Context) {
+			for ctx.Err() == nil {
+				i := int(next.Add(1) - 1)
+				if i >= len(todo) {
+					return
 				}
+				fn(ctx, todo[i])
 			}
-		}()
+		})
 	}
-	for _, in := range todo {
-		work <- in
-	}
-	close(work)
-	wg.Wait()
+	_ = workers.wait(ctx, 24*time.Hour, name+"s")
 	return ctx.Err()
-}
-
-// wake lets a server stopped by crash-after-claim carry on, and waits (at
-// most attemptTimeout) for it to finish.
-func (e *engine) wake(s *faults.Sleeper) error {
-	done := make(chan struct{})
-	go func() {
-		_, _ = s.Wake()
-		close(done)
-	}()
-	select {
-	case <-done:
-		e.count(PathWoken)
-		return nil
-	case <-time.After(attemptTimeout):
-		return fmt.Errorf("a server stopped after claiming a key (lock %s) was woken and did not finish within %s", s.Claim.LockID, attemptTimeout)
-	}
 }
 
 // waitGroup waits for wg at most d; the error says what it waited for.
@@ -758,18 +774,32 @@ func backoff(a Attempt) {
 	}
 }
 
+// backoff is backoff for a client of this run: in a deterministic run, a
+// step (the others go on; nothing waits in real time).
+func (e *engine) backoff(ctx context.Context, a Attempt) {
+	if e.sched == nil {
+		backoff(a)
+		return
+	}
+	if a.Seen == SeenUnknown {
+		e.sched.yield(ctx, "back off")
+	}
+}
+
 // attempt delivers attempt n of intent i (planned as p) through fault
 // (none when "").
 func (e *engine) attempt(ctx context.Context, i int, p Planned, n int, phase, fault string) Attempt {
 	key := e.cfg.AttemptKey(p, n)
 	inst := e.cfg.Instance(i, n)
+	e.sched.setDoing(ctx, fmt.Sprintf("%s a%d", p.Label, n))
+	e.sched.yield(ctx, fmt.Sprintf("send to server %d (%s)", inst+1, orNoFault(fault)))
 	a := Attempt{N: n, Phase: phase, Fault: fault, Key: key, Instance: inst, StartNs: e.since()}
 	req := idem.Request{UserID: p.UserID, Key: key, Body: p.Request.Body()}
 	server := e.servers[inst]
 
 	ctx = e.observe(bank.WithIntent(ctx, p.Label))
-	ctx, cancel := context.WithTimeoutCause(ctx, attemptTimeout,
-		fmt.Errorf("%s attempt %d: server %d gave no answer within %s", p.Label, n, inst+1, attemptTimeout))
+	ctx, cancel := context.WithTimeoutCause(ctx, e.bound,
+		fmt.Errorf("%s attempt %d: server %d gave no answer within %s", p.Label, n, inst+1, e.bound))
 	defer cancel()
 	if fault != "" {
 		e.mu.Lock()
@@ -787,17 +817,12 @@ func (e *engine) attempt(ctx context.Context, i int, p Planned, n int, phase, fa
 	case FaultLate:
 		// The request reaches the server only once this attempt has ended
 		// for its client (it gave up), and lateBy after that.
-		gone := make(chan struct{})
-		defer close(gone)
-		e.late.Add(1)
-		sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), attemptTimeout)
-		go func() {
-			defer e.late.Done()
-			defer scancel()
-			<-gone
-			time.Sleep(lateBy)
-			_, _ = server(sctx, req)
-		}()
+		defer e.sched.spawn(context.WithoutCancel(ctx), fmt.Sprintf("%s a%d late request", p.Label, n), e.late, func(ctx context.Context) {
+			ctx, cancel := context.WithTimeout(ctx, e.bound)
+			defer cancel()
+			e.sched.sleep(ctx, lateBy, "on its way")
+			_, _ = server(ctx, req)
+		})
 		err = &faults.NetworkError{Message: "timed out waiting for the response"}
 	case FaultDeadlock:
 		resp, err = server(e.deadlock(ctx, key, p.Request.From), req)
@@ -849,14 +874,12 @@ func (e *engine) attempt(ctx context.Context, i int, p Planned, n int, phase, fa
 // time with a transaction that still held the key row.
 func (e *engine) deadlock(ctx context.Context, key string, from int64) context.Context {
 	var once sync.Once
-	ended := make(chan struct{})
+	ended := e.sched.newEvent()
 	hook := func() { once.Do(func() { e.interfere(ctx, key, from, ended) }) }
 	retry := func(err error) {
 		e.txRetried(err)
-		once.Do(func() { close(ended) }) // no hook ran: no other transaction
-		select {
-		case <-ended:
-		case <-time.After(stageTimeout):
+		once.Do(ended.fire) // no hook ran: no other transaction
+		if e.sched.waitAny(ctx, "the deadlocking transaction to end", stageTimeout, ended) < 0 {
 			e.stall("deadlock on key %s: the other transaction had not ended %s after the transfer was aborted", key, stageTimeout)
 		}
 	}
@@ -865,14 +888,14 @@ func (e *engine) deadlock(ctx context.Context, key string, from int64) context.C
 
 // interfere runs the other transaction of a staged deadlock, and closes
 // ended once it has ended (at once if it could not start).
-func (e *engine) interfere(ctx context.Context, key string, from int64, ended chan<- struct{}) {
+func (e *engine) interfere(ctx context.Context, key string, from int64, ended *event) {
 	started := time.Now()
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stageTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.stageBound())
 	tx, err := e.db.Begin(ctx)
 	if err != nil {
 		e.stall("deadlock on key %s: the other transaction could not begin after %s: %v", key, time.Since(started).Round(time.Millisecond), err)
 		cancel()
-		close(ended)
+		ended.fire()
 		return
 	}
 	var pid int32
@@ -887,19 +910,21 @@ func (e *engine) interfere(ctx context.Context, key string, from int64, ended ch
 		e.stall("deadlock on key %s: the other transaction could not lock the key row: %v", key, err)
 		_ = tx.Rollback(context.WithoutCancel(ctx))
 		cancel()
-		close(ended)
+		ended.fire()
 		return
 	}
-	e.late.Add(1)
-	go func() {
-		defer e.late.Done()
-		defer close(ended)
+	other := e.sched.spawn(ctx, e.taskName(ctx, "deadlocking transaction"), e.late, func(ctx context.Context) {
+		defer ended.fire()
 		defer cancel()
 		_, _ = tx.Exec(ctx, "SELECT 1 FROM accounts WHERE id = $1 FOR UPDATE", from)
 		_ = tx.Rollback(context.WithoutCancel(ctx))
-	}()
+	})
 	// Back to the transfer only once the other transaction waits for its
 	// row: a transfer that reached the key row first would merely queue.
+	if e.sched != nil {
+		e.sched.untilBlocked(ctx, other)
+		return
+	}
 	for {
 		var waiting bool
 		err := e.db.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock')", pid).Scan(&waiting)
@@ -983,24 +1008,25 @@ func (e *engine) expireMidWrite(ctx context.Context, req idem.Request, holder in
 	return func() {
 		once.Do(func() {
 			e.clock.Advance(idem.DefaultLockTTL + time.Second)
-			claimed := make(chan idem.Claim, 1)
-			done := make(chan struct{})
-			tctx := idem.WithHooks(context.WithoutCancel(ctx), idem.Hooks{AfterClaim: func(_ context.Context, c idem.Claim) { claimed <- c }})
-			tctx, cancel := context.WithTimeout(e.observe(tctx), attemptTimeout)
-			e.late.Add(1)
-			go func() {
-				defer e.late.Done()
-				defer close(done)
+			claimed, done := e.sched.newEvent(), e.sched.newEvent()
+			var claim idem.Claim
+			tctx := idem.WithHooks(context.WithoutCancel(ctx), idem.Hooks{AfterClaim: func(_ context.Context, c idem.Claim) {
+				claim = c
+				claimed.fire()
+			}})
+			tctx, cancel := context.WithTimeout(e.observe(tctx), e.bound)
+			e.sched.spawn(tctx, e.taskName(ctx, "takeover"), e.late, func(ctx context.Context) {
+				defer done.fire()
 				defer cancel()
-				_, _ = e.servers[(holder+1)%len(e.servers)](tctx, req)
-			}()
-			select {
-			case c := <-claimed:
-				if c.TookOver {
+				_, _ = e.servers[(holder+1)%len(e.servers)](ctx, req)
+			})
+			switch e.sched.waitAny(ctx, "the retry to take the key over", takeoverWait, claimed, done) {
+			case 0:
+				if claim.TookOver {
 					e.count(PathExpiredMidWrite)
 				}
-			case <-done:
-			case <-time.After(takeoverWait):
+			case 1:
+			default:
 				e.stall("expire-mid-write on key %s: the retry had not claimed the key after %s", req.Key, takeoverWait)
 			}
 		})
@@ -1031,31 +1057,55 @@ func (e *engine) audit(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		}
-		at := e.since()
-		var balances []int64
-		err := pgx.BeginTxFunc(ctx, e.db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-			rows, err := tx.Query(ctx, "SELECT balance_kobo FROM accounts ORDER BY id")
-			if err != nil {
-				return err
-			}
-			balances, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err := e.snapshot(ctx); err != nil {
 			return err
-		})
-		if ctx.Err() != nil {
-			return nil
 		}
-		if err != nil && e.cfg.KillPostgres {
-			// The server is down, or the connection died with it: no
-			// snapshot this time.
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("audit: %w", err)
-		}
-		e.mu.Lock()
-		e.audits = append(e.audits, Snapshot{AtNs: at, Balances: balances})
-		e.mu.Unlock()
 	}
+}
+
+// startAudit starts the auditor; stop stops it and returns the error that
+// ended it, if any. In a deterministic run it reads the balances every
+// AuditSteps steps.
+func (e *engine) startAudit(ctx context.Context) (stop func() error) {
+	if e.sched != nil {
+		return e.auditSteps(ctx)
+	}
+	actx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- e.audit(actx) }()
+	return func() error {
+		cancel()
+		return <-done
+	}
+}
+
+// snapshot reads every balance in one snapshot, for the history.
+func (e *engine) snapshot(ctx context.Context) error {
+	at := e.since()
+	var balances []int64
+	err := pgx.BeginTxFunc(ctx, e.db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, "SELECT balance_kobo FROM accounts ORDER BY id")
+		if err != nil {
+			return err
+		}
+		balances, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+		return err
+	})
+	if ctx.Err() != nil {
+		return nil
+	}
+	if err != nil && e.cfg.KillPostgres {
+		// The server is down, or the connection died with it: no
+		// snapshot this time.
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("audit: %w", err)
+	}
+	e.mu.Lock()
+	e.audits = append(e.audits, Snapshot{AtNs: at, Balances: balances})
+	e.mu.Unlock()
+	return nil
 }
 
 // keysWithStatus lists the keys in status, as user/key.

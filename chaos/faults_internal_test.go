@@ -58,7 +58,7 @@ func TestLateRequestReachesTheServerAfterItsClientGaveUp(t *testing.T) {
 		if a.Seen != SeenUnknown || a.Error == "" {
 			t.Fatalf("the client saw %+v, want no answer", a)
 		}
-		if err := waitGroup(&e.late, 10*time.Second, "the late request"); err != nil {
+		if err := e.late.wait(context.Background(), 10*time.Second, "the late request"); err != nil {
 			t.Fatal(err)
 		}
 		if at := arrived.Load(); at == 0 || at <= a.EndNs {
@@ -100,7 +100,7 @@ func TestLateConnReachesTheServerAfterItsClientGaveUp(t *testing.T) {
 		t.Fatalf("the request reached the server before its client had recorded the attempt")
 	}
 	close(gone)
-	if err := waitGroup(&e.late, 10*time.Second, "the late request"); err != nil {
+	if err := e.late.wait(context.Background(), 10*time.Second, "the late request"); err != nil {
 		t.Fatal(err)
 	}
 	if at := arrived.Load(); at <= gaveUp {
@@ -177,7 +177,7 @@ func TestDeadlockAbortsTheTransferAndInTxRunsItAgain(t *testing.T) {
 	if a.Status != 201 {
 		t.Fatalf("the client saw %+v, want 201: a deadlock is retried, never a client's problem", a)
 	}
-	if err := waitGroup(&e.late, 10*time.Second, "the other transaction"); err != nil {
+	if err := e.late.wait(context.Background(), 10*time.Second, "the other transaction"); err != nil {
 		t.Fatal(err)
 	}
 	if n := e.server[PathTxRetry]; n != 1 || len(e.stalls) > 0 {
@@ -193,7 +193,7 @@ func TestExpireMidWriteHandsTheKeyToARetryAndFencesTheHolder(t *testing.T) {
 	if a.Status != 500 || !strings.Contains(a.Error, idem.ErrLostLock.Error()) {
 		t.Fatalf("the holder's client saw %+v, want 500 from a lost lock", a)
 	}
-	if err := waitGroup(&e.late, 10*time.Second, "the retry that took the key over"); err != nil {
+	if err := e.late.wait(context.Background(), 10*time.Second, "the retry that took the key over"); err != nil {
 		t.Fatal(err)
 	}
 	for _, path := range []string{PathExpiredMidWrite, PathTakeover, PathFencing} {

@@ -1,8 +1,21 @@
 // Package chaos runs many concurrent clients against the transfer handler
 // under seeded random faults, records every operation in a History, and
-// checks the history against the bank's invariants. A failing run is
-// repeated from its seed: every intent and every fault decision is a pure
-// function of (seed, intent, attempt), never of goroutine scheduling.
+// checks the history against the bank's invariants.
+//
+// Every intent and every fault decision is a pure function of (seed,
+// intent, attempt), never of goroutine scheduling: a seed repeats the
+// workload and the faults. In a free run (the default) it does not repeat
+// the interleaving of the clients, which Go's scheduler and PostgreSQL's
+// timing decide, so a race that broke a rule once may not come back. A
+// deterministic run (Config.Deterministic) runs every goroutine as a task of
+// a seeded scheduler that lets one task go at a time, with the real
+// PostgreSQL in the loop (sched.go, scheddb.go): the same seed and config
+// give the same history, byte for byte.
+//
+// A failing deterministic run shrinks (Shrink, delta debugging) to a small
+// Script and Interleaving that break the same rule: a Recipe, which a person
+// reads in a minute, saves as JSON, and replays as a scenario story
+// (Recipe.Scenario). Campaign runs many seeds, for nightly CI.
 package chaos
 
 import (
@@ -74,6 +87,12 @@ type History struct {
 	Stalls []string `json:"stalls,omitempty"`
 	// Crashes are the times PostgreSQL was killed (KillPostgres).
 	Crashes []Crash `json:"crashes,omitempty"`
+	// Deterministic is set for a run of the deterministic scheduler: its
+	// offsets count steps, and Duration is zero.
+	Deterministic *Determinism `json:"deterministic,omitempty"`
+	// Wall is how long a deterministic run took in real time: not saved,
+	// since it differs from run to run.
+	Wall time.Duration `json:"-"`
 	// SideEffects are what the transfers caused beyond the database, read
 	// after healing: the SMS the provider accepted, the log's events, the
 	// outbox left undone, the consumer's effects, the lock's grants.

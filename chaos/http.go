@@ -264,8 +264,8 @@ func (*lateConn) Name() string { return FaultLate }
 func (l *lateConn) Exchange(ctx context.Context, env *faults.Env, x *faults.Exchange) error {
 	// Counted before the client can see anything, so healing, which waits
 	// for every late request, cannot start before this one is counted.
-	l.e.late.Add(1)
-	defer l.e.late.Done()
+	l.e.late.add()
+	defer l.e.late.done()
 	_ = x.Drop()
 	t := time.NewTimer(attemptTimeout)
 	defer t.Stop()

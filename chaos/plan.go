@@ -215,6 +215,20 @@ type Config struct {
 	// network's faults only, and checked by the rules a black box allows.
 	// The bank is then the target's, and the run needs no database.
 	Target *Target `json:"target,omitempty"`
+	// Deterministic runs every client, and every goroutine a fault starts,
+	// as a task of the deterministic scheduler (see sched.go): the same
+	// seed and config give the same history, byte for byte. It needs
+	// Intents; it cannot be combined with HTTP or KillPostgres.
+	Deterministic bool `json:"deterministic,omitempty"`
+	// Interleaving is how a deterministic run picks its next task; nil is
+	// PolicyRandom, drawn from the seed.
+	Interleaving *Interleaving `json:"interleaving,omitempty"`
+	// AuditSteps is how many scheduler steps a deterministic run lets pass
+	// between two audits: DefaultAuditSteps when zero, none when negative.
+	AuditSteps int `json:"auditSteps,omitempty"`
+	// Script, when set, is the run's whole workload, given instead of
+	// drawn from the seed: a shrunk run's, or a recipe's.
+	Script *Script `json:"script,omitempty"`
 }
 
 // WithDefaults fills in every zero field.
@@ -239,6 +253,9 @@ func (c Config) WithDefaults() Config {
 	if c.Clients <= 0 {
 		c.Clients = 8
 	}
+	if c.Script != nil {
+		c.Intents, c.Duration = len(c.Script.Intents), 0
+	}
 	if c.Intents <= 0 && c.Duration <= 0 {
 		c.Intents = 1000
 	}
@@ -257,6 +274,17 @@ func (c Config) WithDefaults() Config {
 	if c.AuditEvery <= 0 {
 		c.AuditEvery = 25 * time.Millisecond
 	}
+	if c.Deterministic {
+		// A deterministic run drains the outbox after its clients, with no
+		// dispatcher beside them: the side effects' faults cannot fire.
+		rates := Rates{}
+		for k, r := range c.Faults {
+			if !sideEffectFault(k) {
+				rates[k] = r
+			}
+		}
+		c.Faults = rates
+	}
 	return c
 }
 
@@ -271,6 +299,7 @@ const (
 	saltFollow   = 0x666f6c6c6f77
 	saltRepeat   = 0x726570656174
 	saltPoint    = 0x706f696e74
+	saltSchedule = 0x7363686564
 )
 
 func rng(seed uint64, salt, a, b uint64) *rand.Rand {
@@ -314,6 +343,9 @@ func (c Config) layout() *layout {
 	c = c.WithDefaults()
 	if c.Target != nil {
 		return c.Target.layout(c)
+	}
+	if c.Script != nil {
+		return c.Script.layout()
 	}
 	r := rng(c.Seed, saltOpening, 0, 0)
 	users := max(2, (c.Accounts+1)/2)
@@ -432,6 +464,9 @@ func (c Config) Intent(i int) Planned {
 }
 
 func (c Config) intentIn(l *layout, i int) Planned {
+	if c.Script != nil {
+		return c.Script.planned(i)
+	}
 	var p Planned
 	if i%2 == 1 && c.head(l, i-1) {
 		p = c.follower(l, i)
@@ -461,6 +496,9 @@ var followerKinds = []string{ReuseRecipient, ReuseSender, ReuseAmount, ""}
 
 // head reports whether intent i is followed by a follower.
 func (c Config) head(l *layout, i int) bool {
+	if c.Script != nil {
+		return i+1 < len(c.Script.Intents) && c.Script.Intents[i+1].Follower
+	}
 	if i%2 == 1 || c.Intents > 0 && i+1 >= c.Intents {
 		return false
 	}
@@ -630,12 +668,22 @@ func (l *layout) otherUsersTransfer(r *rand.Rand, not int64) (int64, bank.Transf
 // key cleanup job has run (its key is younger than the retention, so it must
 // still be replayed).
 func (c Config) RepeatsAfterCleanup(i int) bool {
+	if c.Script != nil {
+		return i < len(c.Script.Intents) && c.Script.Intents[i].AfterCleanup
+	}
 	return rng(c.Seed, saltRepeat, uint64(i), 1).Float64() < rateAfterCleanup
 }
 
 // Fault returns the fault that attempt (from 1) of intent i meets in the
 // fault phase, or "" for none.
 func (c Config) Fault(i, attempt int) string {
+	if c.Script != nil {
+		a, ok := c.Script.attempt(i, attempt)
+		if !ok {
+			return ""
+		}
+		return a.Fault
+	}
 	if len(c.Faults) == 0 {
 		return ""
 	}
@@ -655,12 +703,22 @@ func (c Config) Fault(i, attempt int) string {
 // an even point resets the connection after the request and an odd one
 // half-closes it.
 func (c Config) DisconnectPoint(i, attempt int) faults.DisconnectPoint {
+	if c.Script != nil {
+		if a, _ := c.Script.attempt(i, attempt); a.Disconnect != faults.Anywhere {
+			return a.Disconnect
+		}
+		return faults.BeforeClaim
+	}
 	return faults.DisconnectPoint(1 + rng(c.Seed, saltPoint, uint64(i), uint64(attempt)).IntN(4))
 }
 
 // Instance returns the server copy that attempt of intent i lands on.
 func (c Config) Instance(i, attempt int) int {
 	c = c.WithDefaults()
+	if c.Script != nil {
+		a, _ := c.Script.attempt(i, attempt)
+		return a.Server
+	}
 	return rng(c.Seed, saltInstance, uint64(i), uint64(attempt)).IntN(c.Instances)
 }
 

@@ -17,11 +17,29 @@ import (
 // no-row-lock bug deadlocks often, and each deadlock would otherwise stall
 // its clients for a second; the deadlock fault relies on it too.
 func Pool(ctx context.Context, base *pgxpool.Pool, clients int) (*pgxpool.Pool, error) {
+	return pool(ctx, base, clients, 2*int32(clients)+10)
+}
+
+// PoolFor opens the pool that a run of cfg needs. A deterministic run's
+// tasks keep their connections while they are parked mid-transaction, and
+// one that found every connection taken would wait for a task that cannot
+// move: so its pool is larger, and the run fails rather than waits when
+// even that is not enough.
+func PoolFor(ctx context.Context, base *pgxpool.Pool, cfg Config) (*pgxpool.Pool, error) {
+	cfg = cfg.WithDefaults()
+	if cfg.Deterministic {
+		return pool(ctx, base, cfg.Clients, 4*int32(cfg.Clients)+12)
+	}
+	return Pool(ctx, base, cfg.Clients)
+}
+
+func pool(ctx context.Context, base *pgxpool.Pool, clients int, conns int32) (*pgxpool.Pool, error) {
 	if clients <= 0 {
 		clients = Config{}.WithDefaults().Clients
+		conns = 2*int32(clients) + 10
 	}
 	cfg := base.Config()
-	cfg.MaxConns = int32(clients)*2 + 10
+	cfg.MaxConns = conns
 	cfg.MinConns = 0
 	cfg.ConnConfig.RuntimeParams["deadlock_timeout"] = "20ms"
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)

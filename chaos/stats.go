@@ -63,8 +63,13 @@ func Summarize(h *History) Stats {
 			}
 		}
 	}
-	if h.Duration > 0 {
-		s.IntentsPerSecond = float64(s.Intents) / h.Duration.Seconds()
+	if h.Duration == 0 && h.Wall > 0 {
+		// A deterministic history keeps no time; the run that made it
+		// measured its own.
+		s.Duration = h.Wall
+	}
+	if s.Duration > 0 {
+		s.IntentsPerSecond = float64(s.Intents) / s.Duration.Seconds()
 	}
 	return s
 }

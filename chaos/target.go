@@ -259,7 +259,7 @@ func runTarget(ctx context.Context, cfg Config, opts Options) (*History, error) 
 	if err := t.Reach(ctx); err != nil {
 		return nil, err
 	}
-	e := &engine{cfg: cfg, lay: cfg.layout(), crash: &faults.CrashAfterClaim{}, fired: map[string]int{}, server: map[string]int{}}
+	e := &engine{cfg: cfg, lay: cfg.layout(), crash: freeCrash{&faults.CrashAfterClaim{}}, fired: map[string]int{}, server: map[string]int{}, late: (*sched)(nil).newGroup(), bound: attemptTimeout}
 	if err := e.fresh(ctx); err != nil {
 		return nil, err
 	}
@@ -373,7 +373,7 @@ func (e *engine) settleTarget(ctx context.Context) error {
 		return err
 	}
 	e.rig.healing.Store(true)
-	if err := waitGroup(&e.late, drainTimeout, "requests still on their way to the target (late ones)"); err != nil {
+	if err := e.late.wait(ctx, drainTimeout, "requests still on their way to the target (late ones)"); err != nil {
 		return err
 	}
 	if err := e.heal(ctx); err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/banksim/bank-sim/chaos"
 	"github.com/banksim/bank-sim/idem"
+	"github.com/banksim/bank-sim/outbox"
 	"github.com/banksim/bank-sim/postgres"
 	"github.com/banksim/bank-sim/scenarios"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -38,6 +39,12 @@ type chaosOptions struct {
 	targets []string
 	amount  string
 	targetFlags
+	det         bool
+	shrink      bool
+	recipe      string
+	seeds       string
+	junit       string
+	parallel    int
 }
 
 func newChaosCmd(app *App) *cobra.Command {
@@ -108,11 +115,46 @@ rules could not be checked. A target off this machine is refused unless
 --dry-run prints the plan and sends nothing. A target that cannot be reached
 is exit 3.
 
-Every random choice comes from --seed: the same seed gives the same intents
-and the same fault on every attempt. Exit code 0 when the run is VALID (no
-rule broken, every defence exercised), 1 on any violation, 4 when it is
-INCONCLUSIVE (no rule broken, but some defence never exercised or some fault
-never fired), 2 for a usage error, 3 when PostgreSQL is unavailable.`,
+What a seed repeats. The workload and the faults are drawn from --seed
+alone: the same seed gives the same intents, the same fault on every
+attempt, the same server copy, on any machine. In a free run (the default)
+it does not repeat the interleaving: which client's statement reaches
+PostgreSQL first is Go's scheduler's and the machine's doing, so the counts
+differ from run to run, and a race that broke a rule once may not come back.
+
+With --deterministic every client, and every goroutine a fault starts, is a
+task of a seeded scheduler that lets one task go at a time, at each SQL
+statement, attempt, backoff and wait, with the real PostgreSQL in the loop:
+a statement that must wait for another task's lock is cancelled and sent
+again once that task's transaction has ended; deadlocks are found by the
+scheduler; audits come every 500 steps, and the history counts steps, not
+time. The same seed and flags give the same history, byte for byte, on any
+machine: the summary prints its SHA-256. It costs throughput (one statement
+at a time). It needs --intents, and cannot go over --http or with
+--kill-postgres, whose sockets and SIGKILL run on real time. The outbox is
+drained after the clients, so the side effects' pipeline faults are off.
+
+--shrink (deterministic) turns a failing run into a recipe: the smallest
+run it finds that still breaks the same rule — fewer intents, clients,
+servers and attempts, fewer and simpler faults, and the default schedule
+(each task runs until it must wait) with only the preemptions the failure
+needs — printed so that a person reads it in a minute. --save-recipe FILE
+writes it as JSON; 'bank-sim scenario --recipe FILE' replays it as a story
+with the usual checks, the same way every time: a chaos finding becomes a
+regression test.
+
+--seeds 1-100 runs a campaign (deterministic): every seed with the same
+flags, --parallel at a time, with a progress bar on a terminal and a line
+on stderr per tenth of the seeds otherwise; then a table (per seed:
+intents, faults fired, unknown outcomes, verdict, steps, history hash),
+and the first failing seed, shrunk to a recipe. --junit FILE writes one test case per
+seed, for CI.
+
+Exit code 0 when the run is VALID (no rule broken, every defence
+exercised), 1 on any violation, 4 when it is INCONCLUSIVE (no rule broken,
+but some defence never exercised or some fault never fired), 2 for a usage
+error, 3 when PostgreSQL is unavailable. A campaign exits 1 if any seed is
+INVALID, else 4 if any is INCONCLUSIVE.`,
 		Example: `  bank-sim chaos --seed 42
   bank-sim chaos --clients 16 --intents 10000 --accounts 3
   bank-sim chaos --duration 30s --faults lose-response=0.2,duplicate=0.1
@@ -120,12 +162,16 @@ never fired), 2 for a usage error, 3 when PostgreSQL is unavailable.`,
   bank-sim chaos --kill-postgres --intents 2000
   bank-sim chaos --bug no-fencing --history run.json   then: bank-sim check run.json
   bank-sim chaos --target http://127.0.0.1:8080 --balances-url 'http://127.0.0.1:8080/accounts/{id}' --exact-replays
-  bank-sim chaos --target http://127.0.0.1:3000 --lookup none --dry-run`,
+  bank-sim chaos --target http://127.0.0.1:3000 --lookup none --dry-run
+  bank-sim chaos --deterministic --seed 7 --intents 400
+  bank-sim chaos --bug read-compare-write --seed 7 --intents 400 --shrink --save-recipe r.json
+      then: bank-sim scenario --recipe r.json
+  bank-sim chaos --seeds 1-100 --intents 400 --junit chaos.xml --save-recipe first-failure.json`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error { return runChaos(c, app, o) },
 	}
 	f := c.Flags()
-	f.StringVar(&o.seed, "seed", "", "seed for every random choice (printed on each run; default: a new one)")
+	f.StringVar(&o.seed, "seed", "", "seed of the workload and the faults (and with --deterministic of the whole run); printed on each run; default: a new one")
 	f.IntVar(&o.clients, "clients", 8, "concurrent clients, each a goroutine on the pool")
 	f.IntVar(&o.intents, "intents", 0, "how many intents to run (default 1000, unless --duration)")
 	f.DurationVar(&o.duration, "duration", 0, "start new intents until this much time has passed, instead of --intents")
@@ -141,6 +187,12 @@ never fired), 2 for a usage error, 3 when PostgreSQL is unavailable.`,
 	f.StringArrayVar(&o.targets, "target", nil, "run against someone else's transfer API at this base `URL` (repeat for copies of one service), network faults only; the flags below describe it")
 	f.StringVar(&o.amount, "amount", "100", "with --target: the smallest amount of a transfer, in naira (each is from it to twice it)")
 	o.targetFlags.register(f)
+	f.BoolVar(&o.det, "deterministic", false, "run every client as a task of a seeded scheduler: the same seed repeats the whole run, history byte for byte")
+	f.BoolVar(&o.shrink, "shrink", false, "when the run breaks a rule, shrink it to the smallest run that still does, and print it as a recipe (implies --deterministic)")
+	f.StringVar(&o.recipe, "save-recipe", "", "write the shrunk recipe as JSON to `FILE` (implies --shrink; replay it with 'bank-sim scenario --recipe FILE')")
+	f.StringVar(&o.seeds, "seeds", "", "run a campaign: every seed of `LIST` (1-100, or 1,5,9), deterministically, with a summary table")
+	f.StringVar(&o.junit, "junit", "", "with --seeds: write a JUnit XML report to `FILE`, one test case per seed")
+	f.IntVar(&o.parallel, "parallel", 2, "with --seeds: run up to `N` seeds at once")
 	_ = c.RegisterFlagCompletionFunc("bug", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 		return idem.BugNames(), cobra.ShellCompDirectiveNoFileComp
 	})
@@ -162,6 +214,42 @@ func (o chaosOptions) config(app *App, c *cobra.Command) (chaos.Config, error) {
 	seed, err := seedFlag(app, c, o.seed)
 	if err != nil {
 		return chaos.Config{}, err
+	}
+	if o.recipe != "" {
+		o.shrink = true
+	}
+	if o.shrink || o.seeds != "" {
+		o.det = true
+	}
+	what := "--deterministic"
+	switch {
+	case o.seeds != "":
+		what = "--seeds (a campaign is deterministic)"
+	case o.shrink:
+		what = "--shrink (which is deterministic)"
+	}
+	switch {
+	case o.det && o.http:
+		return chaos.Config{}, usageError("%s cannot go over --http: the sockets, proxies and HTTP servers run on real time, which no scheduler orders (an --http run repeats its intents and faults, not its interleaving)", what)
+	case o.det && o.kill:
+		return chaos.Config{}, usageError("%s cannot be combined with --kill-postgres: when the SIGKILL lands and what the restarted server still has depend on real time", what)
+	case o.det && o.duration > 0:
+		return chaos.Config{}, usageError("%s needs --intents, not --duration: how many intents fit in a duration depends on the machine", what)
+	case o.seeds != "" && o.seed != "":
+		return chaos.Config{}, usageError("give --seed or --seeds, not both")
+	case o.seeds != "" && o.history != "":
+		return chaos.Config{}, usageError("--history writes one run's history; a campaign (--seeds) runs many: repeat a seed with --deterministic --seed N --history FILE")
+	case o.junit != "" && o.seeds == "":
+		return chaos.Config{}, usageError("--junit writes a campaign's report, one test case per seed: give --seeds too")
+	case o.parallel < 1 || o.parallel > 16:
+		return chaos.Config{}, usageError("--parallel %d: give 1 to 16", o.parallel)
+	}
+	for _, f := range [][2]string{{"--save-recipe", o.recipe}, {"--junit", o.junit}} {
+		if f[1] != "" {
+			if err := checkWritableFlag(f[0], f[1]); err != nil {
+				return chaos.Config{}, err
+			}
+		}
 	}
 	switch {
 	case c.Flags().Changed("intents") && o.intents == 0:
@@ -194,6 +282,13 @@ func (o chaosOptions) config(app *App, c *cobra.Command) (chaos.Config, error) {
 			return chaos.Config{}, usageError("--%s describes a target: give it with --target URL", name)
 		}
 	}
+	if o.det && c.Flags().Changed("faults") {
+		for _, k := range outbox.PipelineFaults() {
+			if rates[k] > 0 {
+				return chaos.Config{}, usageError("%s drains the outbox after the clients, with no dispatcher or consumer beside them: --faults %s cannot fire; leave it out, or run free", what, k)
+			}
+		}
+	}
 	bug, err := parseBug(o.bug)
 	if err != nil {
 		return chaos.Config{}, err
@@ -207,7 +302,8 @@ func (o chaosOptions) config(app *App, c *cobra.Command) (chaos.Config, error) {
 		}
 	}
 	return chaos.Config{Seed: seed, Clients: o.clients, Intents: o.intents, Duration: o.duration,
-		Accounts: o.accounts, Faults: rates, Instances: o.instances, MaxAttempts: o.maxAttempts, Bug: bug, HTTP: o.http, KillPostgres: o.kill}.WithDefaults(), nil
+		Accounts: o.accounts, Faults: rates, Instances: o.instances, MaxAttempts: o.maxAttempts, Bug: bug, HTTP: o.http, KillPostgres: o.kill,
+		Deterministic: o.det}.WithDefaults(), nil
 }
 
 func runChaos(c *cobra.Command, app *App, o chaosOptions) error {
@@ -218,11 +314,14 @@ func runChaos(c *cobra.Command, app *App, o chaosOptions) error {
 	if cfg.Target != nil {
 		return runChaosTarget(c, app, o, cfg)
 	}
+	if o.seeds != "" {
+		return runCampaign(c, app, o, cfg)
+	}
 	ctx := c.Context()
 	out := app.Env.Stdout
 	p := app.palette()
 	if !o.asJSON {
-		fmt.Fprintf(out, "bank-sim %s · chaos · seed %d (repeat this run with --seed %d)\n", version(), cfg.Seed, cfg.Seed)
+		fmt.Fprintf(out, "bank-sim %s · chaos · %s\n", version(), seedPromise(cfg))
 	}
 	srv, err := app.Server(ctx)
 	if err != nil {
@@ -248,26 +347,44 @@ func runChaos(c *cobra.Command, app *App, o chaosOptions) error {
 		}
 		return runFailed(fmt.Errorf("chaos run (seed %d): %w", cfg.Seed, err))
 	}
-	return o.verdict(out, p, h)
+	return o.verdict(out, p, h, func(h *chaos.History) (*chaos.Recipe, error) {
+		return shrinkRun(ctx, app, o, cfg, h, scenarios.ServerBanks(srv), !o.asJSON)
+	})
 }
 
 // verdict checks the run's history, prints the result (and saves the
-// history with --history), and returns the verdict's exit.
-func (o chaosOptions) verdict(out io.Writer, p *palette, h *chaos.History) error {
+// history with --history), and returns the verdict's exit. shrink, when
+// not nil, makes the recipe of a failing run for --shrink/--save-recipe.
+func (o chaosOptions) verdict(out io.Writer, p *palette, h *chaos.History, shrink func(*chaos.History) (*chaos.Recipe, error)) error {
 	// The verdict first: a history that cannot be written must not cost it.
 	var saveErr error
 	if o.history != "" {
 		saveErr = h.Save(o.history)
 	}
 	res := chaos.Check(h)
+	var recipe *chaos.Recipe
+	if shrink != nil && (o.shrink || o.recipe != "") && res.Verdict() == chaos.Invalid {
+		var err error
+		if recipe, err = shrink(h); err != nil {
+			return err
+		}
+	}
 	if o.asJSON {
-		if err := writeJSON(out, newChaosJSON(h.Seed, res)); err != nil {
+		j := newChaosJSON(h.Seed, res)
+		j.withHistory(h)
+		j.Recipe = recipe
+		if err := writeJSON(out, j); err != nil {
 			return err
 		}
 	} else {
 		printChaosResult(out, p, h, res)
 		if o.history != "" && saveErr == nil {
 			fmt.Fprintf(out, "%s\n", p.dim.Sprintf("history written to %s (re-check it with: bank-sim check %s)", o.history, o.history))
+		}
+		if recipe != nil {
+			printRecipe(out, p, recipe, o.recipe)
+		} else if o.shrink || o.recipe != "" {
+			fmt.Fprintf(out, "%s\n", p.dim.Sprint("nothing to shrink: the run broke no rule"))
 		}
 	}
 	if saveErr != nil {
@@ -302,18 +419,35 @@ func runFailed(err error) error {
 }
 
 type chaosJSON struct {
-	Seed    uint64 `json:"seed"`
-	Verdict string `json:"verdict"`
-	Valid   bool   `json:"valid"`
+	// Seed is a string: JSON numbers above 2^53 are rounded by JavaScript
+	// and jq, and a rounded seed is another run.
+	Seed    chaos.Seed `json:"seed"`
+	Verdict string     `json:"verdict"`
+	Valid   bool       `json:"valid"`
 	// Missing lists the defences never exercised and the faults that never
 	// fired (why a run is INCONCLUSIVE).
 	Missing []string     `json:"missing"`
 	Result  chaos.Result `json:"result"`
+	// Deterministic is set for a deterministic run: its scheduler's steps
+	// and the SHA-256 of its history, which the same seed repeats.
+	Deterministic *chaos.Determinism `json:"deterministic,omitempty"`
+	HistorySHA256 string             `json:"historySha256,omitempty"`
+	// Recipe is the shrunk run (--shrink).
+	Recipe *chaos.Recipe `json:"recipe,omitempty"`
 }
 
 func newChaosJSON(seed uint64, res chaos.Result) chaosJSON {
-	return chaosJSON{Seed: seed, Verdict: res.Verdict(), Valid: res.Verdict() == chaos.Valid,
+	return chaosJSON{Seed: chaos.Seed(seed), Verdict: res.Verdict(), Valid: res.Verdict() == chaos.Valid,
 		Missing: append([]string{}, res.Coverage.Missing()...), Result: res}
+}
+
+// withHistory adds what a deterministic history repeats.
+func (j *chaosJSON) withHistory(h *chaos.History) {
+	if h.Deterministic == nil {
+		return
+	}
+	j.Deterministic = h.Deterministic
+	j.HistorySHA256, _ = h.Hash()
 }
 
 func writeJSON(w io.Writer, v any) error {
@@ -376,7 +510,18 @@ func printChaosResult(out io.Writer, p *palette, h *chaos.History, res chaos.Res
 	if s.Duration > 0 {
 		transfersPerSecond = float64(s.Transfers) / s.Duration.Seconds()
 	}
-	fmt.Fprintf(tw, "speed\t%.0f intents/s\t%.0f transfers/s (%s)\n", s.IntentsPerSecond, transfersPerSecond, s.Duration.Round(time.Millisecond))
+	switch {
+	case h.Deterministic != nil && s.Duration == 0:
+		// Re-checked offline: a deterministic history keeps no time.
+	case h.Deterministic != nil:
+		fmt.Fprintf(tw, "speed\t%.0f intents/s\t%.0f transfers/s (%s, deterministic: one statement at a time)\n", s.IntentsPerSecond, transfersPerSecond, s.Duration.Round(time.Millisecond))
+	default:
+		fmt.Fprintf(tw, "speed\t%.0f intents/s\t%.0f transfers/s (%s)\n", s.IntentsPerSecond, transfersPerSecond, s.Duration.Round(time.Millisecond))
+	}
+	if d := h.Deterministic; d != nil {
+		hash, _ := h.Hash()
+		fmt.Fprintf(tw, "history\tsha256 %s\t(%d scheduler steps; the same seed and flags give the same)\n", hash, d.Steps)
+	}
 	_ = tw.Flush()
 
 	printCoverage(out, p, res.Coverage)
@@ -419,7 +564,11 @@ func printChaosResult(out io.Writer, p *palette, h *chaos.History, res chaos.Res
 	if res.Worst != res.First {
 		show("worst violation", res.Worst)
 	}
-	fmt.Fprintf(out, "\n%s %d violation(s) · seed %d (repeat with --seed %d)\n", p.bad.Sprint("INVALID"), len(res.Violations), h.Seed, h.Seed)
+	repeat := fmt.Sprintf("--seed %d", h.Seed)
+	if h.Deterministic != nil {
+		repeat += " --deterministic"
+	}
+	fmt.Fprintf(out, "\n%s %d violation(s) · seed %d (repeat with %s)\n", p.bad.Sprint("INVALID"), len(res.Violations), h.Seed, repeat)
 }
 
 // printCoverage prints how often each defence path was taken and each fault
@@ -449,40 +598,7 @@ func printCoverage(out io.Writer, p *palette, c chaos.Coverage) {
 	_ = tw.Flush()
 }
 
-func checkTitle(kind string) string {
-	if inv, ok := chaos.SideEffectInvariant(kind); ok {
-		return inv
-	}
-	switch kind {
-	case chaos.KindTotal:
-		return "total money conserved at every audit and at the end"
-	case chaos.KindNegative:
-		return "no negative balance"
-	case chaos.KindTwice:
-		return "no intent moved money more than once"
-	case chaos.KindAckMissing:
-		return "every acknowledged transfer exists, once, as asked"
-	case chaos.KindRejected:
-		return "no refused intent moved money"
-	case chaos.KindWrong:
-		return "every final answer is one the lesson's rules allow for that request"
-	case chaos.KindFrozen:
-		return "no account frozen under a transfer was debited by it"
-	case chaos.KindReplay:
-		return "every later answer to a key is its first, replayed byte for byte"
-	case chaos.KindAbandoned:
-		return "no key in progress without a live holder before healing"
-	case chaos.KindStuckKey:
-		return "no key left in progress at the end"
-	case chaos.KindUnresolved:
-		return "every intent settled after healing"
-	case chaos.KindLedger:
-		return "each balance is opening + credits − debits"
-	case chaos.KindKeyLost:
-		return "every key that gave a final answer is still completed at the end"
-	}
-	return kind
-}
+func checkTitle(kind string) string { return chaos.CheckTitle(kind) }
 
 // progressBar shows how far a long run has got. On a terminal it redraws
 // one line; otherwise (stdout piped, or --json) it prints a line to stderr

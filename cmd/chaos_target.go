@@ -20,6 +20,13 @@ func (o chaosOptions) targetConfig(app *App, c *cobra.Command, seed uint64, rate
 			return chaos.Config{}, usageError("--%s is for bank-sim's own server, not for --target: someone else's server is run, numbered and broken by its owner", name)
 		}
 	}
+	// The scheduler steps bank-sim's own clients and servers statement by
+	// statement; someone else's server runs on its own time.
+	for _, name := range []string{"deterministic", "shrink", "save-recipe", "seeds", "junit", "parallel"} {
+		if c.Flags().Changed(name) {
+			return chaos.Config{}, usageError("--%s needs bank-sim's own server, run statement by statement by its scheduler; a --target runs on its own time, so a seed repeats its intents and faults, not its interleaving", name)
+		}
+	}
 	if !c.Flags().Changed("faults") {
 		rates = nil // the network's, chaos.TargetRates
 	}
@@ -94,7 +101,7 @@ func runChaosTarget(c *cobra.Command, app *App, o chaosOptions, cfg chaos.Config
 		}
 		return targetError(err)
 	}
-	return o.verdict(out, p, h)
+	return o.verdict(out, p, h, nil)
 }
 
 // targetError gives a target run's error its exit code: 3 for a target or

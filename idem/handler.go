@@ -78,6 +78,12 @@ type Hooks struct {
 	// for it under WaitForResult, with the claim the wait ended with. It
 	// only observes: chaos counts the wait policy's path with it.
 	Waited func(ctx context.Context, c Claim)
+	// Pause, when set, takes the place of the wait policy's real pauses
+	// between two polls of the key, and the wait is then measured in
+	// pauses (WaitTimeout/WaitInterval of them) instead of real time: a
+	// simulator that schedules every step makes the wait last the same
+	// number of polls on every run. An error ends the wait.
+	Pause func(ctx context.Context, d time.Duration) error
 }
 
 // Effects is what a successful transfer causes beyond its own rows (an SMS,
@@ -335,18 +341,31 @@ func (h *Handler) wait(ctx context.Context, req Request, hash string) (Claim, er
 	if timeout <= 0 {
 		timeout = 2 * time.Second
 	}
+	pause := hooksFrom(ctx).Pause
 	deadline := time.Now().Add(timeout)
+	var waited time.Duration
 	for {
-		select {
-		case <-ctx.Done():
-			return Claim{}, ctx.Err()
-		case <-time.After(interval):
+		if pause != nil {
+			if err := pause(ctx, interval); err != nil {
+				return Claim{}, err
+			}
+		} else {
+			select {
+			case <-ctx.Done():
+				return Claim{}, ctx.Err()
+			case <-time.After(interval):
+			}
 		}
+		waited += interval
 		claim, err := h.Store.Begin(ctx, h.DB, req.UserID, req.Key, hash, h.now())
 		if err != nil {
 			return Claim{}, err
 		}
-		if claim.Action != Respond || claim.Response.Status != 409 || time.Now().After(deadline) {
+		over := time.Now().After(deadline)
+		if pause != nil {
+			over = waited >= timeout
+		}
+		if claim.Action != Respond || claim.Response.Status != 409 || over {
 			return claim, nil
 		}
 	}

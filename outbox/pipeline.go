@@ -100,17 +100,10 @@ type Pipeline struct {
 // StartPipeline starts the dispatchers and the consumer on db, sending to
 // sms and log, until Stop.
 func StartPipeline(ctx context.Context, db bank.DB, sms *Provider, log *Log, cfg PipelineConfig) *Pipeline {
-	if cfg.Dispatchers <= 0 {
-		cfg.Dispatchers = 3
-	}
-	if cfg.Consumer == "" {
-		cfg.Consumer = DefaultConsumer
-	}
-	p := &Pipeline{db: db, sms: sms, log: log, cfg: cfg, fired: map[string]int{}, paths: map[string]int{},
-		tries: map[string]int{}, failed: map[int64]bool{}}
+	p := NewPipeline(db, sms, log, cfg)
 	ctx, p.stop = context.WithCancel(ctx)
 	sms.LoseIf(func(m Message) bool { return p.fires(FaultProviderTimeout, m.Key) })
-	for k := range cfg.Dispatchers {
+	for k := range p.cfg.Dispatchers {
 		p.wg.Add(1)
 		go func() {
 			defer p.wg.Done()
@@ -123,6 +116,21 @@ func StartPipeline(ctx context.Context, db bank.DB, sms *Provider, log *Log, cfg
 		p.consume(ctx)
 	}()
 	return p
+}
+
+// NewPipeline is a pipeline that runs nothing until Settle: no dispatcher
+// and no consumer beside the clients, and so no fault. A deterministic chaos
+// run uses it, since its goroutines would run on real time, which no
+// scheduler orders.
+func NewPipeline(db bank.DB, sms *Provider, log *Log, cfg PipelineConfig) *Pipeline {
+	if cfg.Dispatchers <= 0 {
+		cfg.Dispatchers = 3
+	}
+	if cfg.Consumer == "" {
+		cfg.Consumer = DefaultConsumer
+	}
+	return &Pipeline{db: db, sms: sms, log: log, cfg: cfg, fired: map[string]int{}, paths: map[string]int{},
+		tries: map[string]int{}, failed: map[int64]bool{}, stop: func() {}}
 }
 
 // fires decides whether fault fires at its next opportunity on id.

@@ -9,7 +9,7 @@ import (
 // Report is a whole run: what was probed, what it exposes, each check's
 // verdict with its evidence, and the money sent back at the end.
 type Report struct {
-	Seed         uint64       `json:"seed"`
+	Seed         uint64       `json:"seed,string"` // a string: JavaScript and jq round numbers above 2^53
 	Target       []string     `json:"target"`
 	Contract     Contract     `json:"contract"`
 	Balances     string       `json:"balances,omitempty"`
@@ -95,7 +95,7 @@ func (r *Report) tally() {
 // money each moves.
 type Plan struct {
 	Target   []string    `json:"target"`
-	Seed     uint64      `json:"seed"`
+	Seed     uint64      `json:"seed,string"`
 	Checks   []PlanCheck `json:"checks"`
 	Money    string      `json:"money"`
 	Balances string      `json:"balances"`

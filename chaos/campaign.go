@@ -1,0 +1,197 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/banksim/bank-sim/scenarios"
+)
+
+// SeedResult is one seed of a campaign.
+type SeedResult struct {
+	Seed    Seed   `json:"seed"`
+	Verdict string `json:"verdict"`
+	Stats   Stats  `json:"stats"`
+	// Faults is how many faults fired.
+	Faults int `json:"faults"`
+	// Unknowns is how many intents ended their fault phase without a final
+	// answer (healing settled them, or not).
+	Unknowns int `json:"unknowns"`
+	// Steps and Hash are the scheduler's steps and the history's SHA-256:
+	// the same seed gives the same on any machine.
+	Steps int    `json:"steps"`
+	Hash  string `json:"historySha256"`
+	// First is the first violation (INVALID), Missing what the run never
+	// exercised (INCONCLUSIVE).
+	First   *Violation `json:"first,omitempty"`
+	Missing []string   `json:"missing,omitempty"`
+	// Error is set when the run could not happen.
+	Error string        `json:"error,omitempty"`
+	Wall  time.Duration `json:"wallNs"`
+	// History is the run's history, kept for the failing seeds only (to
+	// shrink one).
+	History *History `json:"-"`
+}
+
+// CampaignOptions tune Campaign.
+type CampaignOptions struct {
+	// Parallel is how many seeds run at once (2 when zero).
+	Parallel int
+	// Done, when set, is told each seed's result as it finishes (in any
+	// order).
+	Done func(r SeedResult, done, total int)
+}
+
+// Campaign runs cfg deterministically once per seed, Parallel at a time,
+// each on a fresh bank, and returns the results in the order of seeds. A
+// seed whose run could not happen has Error set; the others go on.
+func Campaign(ctx context.Context, dbs scenarios.Databases, cfg Config, seeds []uint64, o CampaignOptions) []SeedResult {
+	if o.Parallel <= 0 {
+		o.Parallel = 2
+	}
+	cfg.Deterministic = true
+	out := make([]SeedResult, len(seeds))
+	var mu sync.Mutex
+	done := 0
+	sem := make(chan struct{}, o.Parallel)
+	var wg sync.WaitGroup
+	for i, seed := range seeds {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			c := cfg
+			c.Seed = seed
+			r := SeedResult{Seed: Seed(seed)}
+			if ctx.Err() != nil {
+				r.Error = ctx.Err().Error()
+			} else {
+				h, err := RunOn(ctx, dbs, c, nil)
+				r = seedResult(seed, h, err)
+			}
+			mu.Lock()
+			out[i] = r
+			done++
+			n := done
+			if o.Done != nil {
+				o.Done(r, n, len(seeds))
+			}
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+func seedResult(seed uint64, h *History, err error) SeedResult {
+	r := SeedResult{Seed: Seed(seed)}
+	if err != nil {
+		r.Error, r.Verdict = err.Error(), "ERROR"
+		return r
+	}
+	res := Check(h)
+	r.Verdict, r.Stats, r.Unknowns, r.Wall = res.Verdict(), res.Stats, res.Stats.Healed, h.Wall
+	for _, n := range h.Fired {
+		r.Faults += n
+	}
+	if h.Deterministic != nil {
+		r.Steps = h.Deterministic.Steps
+	}
+	r.Hash, _ = h.Hash()
+	switch r.Verdict {
+	case Invalid:
+		v := *res.First
+		r.First, r.History = &v, h
+	case Inconclusive:
+		r.Missing = res.Coverage.Missing()
+	}
+	return r
+}
+
+// ParseSeeds reads a campaign's seeds: "1-100", "7", "1,5,9", "1-10,20-25".
+// At most MaxCampaignSeeds, each once, in the order given.
+func ParseSeeds(s string) ([]uint64, error) {
+	var out []uint64
+	seen := map[uint64]bool{}
+	add := func(v uint64) error {
+		if seen[v] {
+			return fmt.Errorf("seed %d is given twice", v)
+		}
+		seen[v] = true
+		out = append(out, v)
+		if len(out) > MaxCampaignSeeds {
+			return fmt.Errorf("more than %d seeds", MaxCampaignSeeds)
+		}
+		return nil
+	}
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := strconv.ParseUint(strings.TrimSpace(lo), 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("%q is not a seed or a range of seeds like 1-100", part)
+		}
+		if !isRange {
+			if err := add(a); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		b, err := strconv.ParseUint(strings.TrimSpace(hi), 10, 64)
+		if err != nil || b < a {
+			return nil, fmt.Errorf("%q is not a range of seeds like 1-100 (from the lower to the higher)", part)
+		}
+		if b-a >= MaxCampaignSeeds {
+			return nil, fmt.Errorf("%q: more than %d seeds", part, MaxCampaignSeeds)
+		}
+		for v := a; ; v++ {
+			if err := add(v); err != nil {
+				return nil, err
+			}
+			if v == b {
+				break
+			}
+		}
+	}
+	return out, nil
+}
+
+// MaxCampaignSeeds bounds a campaign.
+const MaxCampaignSeeds = 10_000
+
+// FirstFailing is the failing seed (INVALID) that comes first in seeds'
+// order, or nil.
+func FirstFailing(results []SeedResult) *SeedResult {
+	for i := range results {
+		if results[i].Verdict == Invalid {
+			return &results[i]
+		}
+	}
+	return nil
+}
+
+// Tally counts a campaign's verdicts.
+func Tally(results []SeedResult) map[string]int {
+	t := map[string]int{}
+	for _, r := range results {
+		t[r.Verdict]++
+	}
+	return t
+}
+
+// SortedVerdicts lists the verdicts of t, worst first.
+func SortedVerdicts(t map[string]int) []string {
+	order := map[string]int{"ERROR": 0, Invalid: 1, Inconclusive: 2, Valid: 3}
+	var out []string
+	for v := range t {
+		out = append(out, v)
+	}
+	sort.Slice(out, func(a, b int) bool { return order[out[a]] < order[out[b]] })
+	return out
+}

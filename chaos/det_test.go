@@ -1,0 +1,84 @@
+package chaos_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/banksim/bank-sim/chaos"
+	"github.com/banksim/bank-sim/postgres/pgtest"
+	"github.com/banksim/bank-sim/scenarios"
+)
+
+// detRun runs cfg deterministically on a fresh bank and returns the history
+// and every choice its scheduler made.
+func detRun(t testing.TB, cfg chaos.Config) (*chaos.History, []chaos.Decision) {
+	t.Helper()
+	cfg.Deterministic = true
+	ctx, cancel := context.WithTimeoutCause(context.Background(), 5*time.Minute, errors.New("the deterministic run did not finish within 5 minutes"))
+	defer cancel()
+	var ds []chaos.Decision
+	h, err := chaos.RunOnWith(ctx, scenarios.ServerBanks(pgtest.Server(t)), cfg, chaos.Options{Decisions: func(d chaos.Decision) { ds = append(ds, d) }})
+	if err != nil {
+		t.Fatalf("seed %d, %d clients: %v", cfg.Seed, cfg.Clients, err)
+	}
+	return h, ds
+}
+
+// The same seed and config run twice give the same history, byte for byte
+// (the same SHA-256), for one client, four and sixteen, and several seeds.
+// A difference names the first event where the two runs parted, and the
+// first choice where their schedulers did.
+func TestDeterministicRunsRepeat(t *testing.T) {
+	t.Parallel()
+	for _, seed := range []uint64{1, 2, 3} {
+		for _, clients := range []int{1, 4, 16} {
+			t.Run(fmt.Sprintf("seed %d clients %d", seed, clients), func(t *testing.T) {
+				t.Parallel()
+				cfg := chaos.Config{Seed: seed, Clients: clients, Intents: 120, Faults: chaos.AuditRates()}
+				a, da := detRun(t, cfg)
+				b, db := detRun(t, cfg)
+				ha, _ := a.Hash()
+				hb, _ := b.Hash()
+				if ha != hb {
+					t.Errorf("seed %d, %d clients: the histories differ (%s, %s)\n%s", seed, clients, ha[:12], hb[:12], chaos.FirstDifference(a, b))
+					if d := chaos.FirstDifferentDecision(da, db); d != "" {
+						t.Errorf("the schedulers parted at %s", d)
+					}
+					return
+				}
+				if a.Deterministic == nil || a.Deterministic.Steps != len(da) || a.Deterministic.Schedule != b.Deterministic.Schedule {
+					t.Fatalf("the history does not say what the scheduler did: %+v, %d choices", a.Deterministic, len(da))
+				}
+				res := chaos.Check(a)
+				if !res.Valid() {
+					t.Fatalf("seed %d, %d clients: %d violations with the correct handler, first %s: %s", seed, clients, len(res.Violations), res.First.Kind, res.First.Detail)
+				}
+				t.Logf("%d steps, %s, hash %s, %d transfers", len(da), res.Verdict(), ha[:12], len(a.Final.Transfers))
+			})
+		}
+	}
+}
+
+// Another seed is another run, and so is another number of clients: the
+// hash tells runs apart.
+func TestDeterministicRunsDiffer(t *testing.T) {
+	t.Parallel()
+	cfg := chaos.Config{Seed: 1, Clients: 4, Intents: 60}
+	a, _ := detRun(t, cfg)
+	cfg.Seed = 2
+	b, _ := detRun(t, cfg)
+	cfg.Seed, cfg.Clients = 1, 3
+	c, _ := detRun(t, cfg)
+	ha, _ := a.Hash()
+	hb, _ := b.Hash()
+	hc, _ := c.Hash()
+	if ha == hb || ha == hc {
+		t.Fatalf("different runs, one hash: %s %s %s", ha, hb, hc)
+	}
+	if chaos.FirstDifference(a, b) == "" || chaos.FirstDifference(a, a) != "" {
+		t.Fatal("FirstDifference does not tell runs apart")
+	}
+}

@@ -1,0 +1,4 @@
+package chaos
+
+// Ddmin is ddmin, for the tests.
+var Ddmin = ddmin
