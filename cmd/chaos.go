@@ -39,12 +39,12 @@ type chaosOptions struct {
 	targets []string
 	amount  string
 	targetFlags
-	det         bool
-	shrink      bool
-	recipe      string
-	seeds       string
-	junit       string
-	parallel    int
+	det      bool
+	shrink   bool
+	recipe   string
+	seeds    string
+	junit    string
+	parallel int
 }
 
 func newChaosCmd(app *App) *cobra.Command {
