@@ -13,6 +13,7 @@ import (
 
 	"github.com/banksim/bank-sim/bank"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // DefaultLockTTL is how long a claim holds its key before a retry may take
@@ -194,19 +195,7 @@ func (s *Store) Begin(ctx context.Context, db bank.Querier, userID int64, key, h
 // The body is stored as the bytes that were sent, so a replay is the
 // original answer byte for byte.
 func (s *Store) Complete(ctx context.Context, tx bank.Querier, userID int64, key, lockID string, resp bank.Response) error {
-	fence := "lock_id = $3"
-	if s.Flaws.NoFencing {
-		fence = "$3::text IS NOT NULL"
-	}
-	body := "$5::text"
-	if s.Flaws.JSONBReplay {
-		body = "$5::jsonb::text" // the mistake: jsonb reorders the members
-	}
-	tag, err := tx.Exec(ctx, `
-		UPDATE idempotency_keys
-		SET status = 'completed', response_status = $4, response_body = `+body+`, lock_id = NULL, locked_until = NULL
-		WHERE user_id = $1 AND key = $2 AND `+fence,
-		s.scope(userID), key, lockID, resp.Status, string(resp.Body))
+	tag, err := tx.Exec(ctx, s.completeSQL("$5::text"), s.scope(userID), key, lockID, resp.Status, string(resp.Body))
 	if err != nil {
 		return fmt.Errorf("complete key: %w", err)
 	}
@@ -214,6 +203,56 @@ func (s *Store) Complete(ctx context.Context, tx bank.Querier, userID int64, key
 		return ErrLostLock
 	}
 	return nil
+}
+
+// completeSQL is the UPDATE that completes a key with the answer whose body
+// is the text expression body: $1 to $4 are the scope, the key, the
+// holder's lock id and the status.
+func (s *Store) completeSQL(body string) string {
+	// The fencing check: only the holder of the key's current lock
+	// completes it.
+	fence := "lock_id = $3"
+	if s.Flaws.NoFencing {
+		fence = "$3::text IS NOT NULL"
+	}
+	if s.Flaws.JSONBReplay {
+		body = "(" + body + ")::jsonb::text" // the mistake: jsonb reorders the members
+	}
+	return `
+		UPDATE idempotency_keys
+		SET status = 'completed', response_status = $4, response_body = ` + body + `, lock_id = NULL, locked_until = NULL
+		WHERE user_id = $1 AND key = $2 AND ` + fence
+}
+
+// sqlstateLostLock is the error the fenced completion of a pipelined
+// transfer raises when the key's lock is no longer the caller's.
+const sqlstateLostLock = "BS001"
+
+// QueueComplete is Complete for a transfer on a pipeline: it queues the
+// key's completion with out's answer behind the transfer's writes, to be
+// sent with them and the COMMIT in one round trip. Since the COMMIT is
+// already on its way when the UPDATE's answer comes back, the fencing
+// check cannot be a count read afterwards: if the UPDATE completes no key,
+// the statement fails (bank_fail), PostgreSQL skips the COMMIT and the
+// transaction rolls back, transfer included; the caller's error is then
+// ErrLostLock, as from Complete.
+func (s *Store) QueueComplete(p *bank.Pipeline, userID int64, key, lockID string, out *bank.Outcome) {
+	body, bodyArgs := out.BodySQL(5)
+	sql := `
+		WITH completed AS (` + s.completeSQL(body) + `
+		RETURNING true)
+		SELECT CASE WHEN EXISTS (SELECT FROM completed) THEN true
+		ELSE bank_fail('` + sqlstateLostLock + `', 'lost the idempotency lock; rolling back') END`
+	p.Queue(sql, append([]any{s.scope(userID), key, lockID, out.Status()}, bodyArgs...)...)
+}
+
+// lostLock turns the fenced completion's failure into ErrLostLock.
+func lostLock(err error) error {
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) && pg.Code == sqlstateLostLock {
+		return ErrLostLock
+	}
+	return err
 }
 
 // Release gives the key up after an unexpected failure, so that a retry can
