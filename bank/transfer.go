@@ -119,6 +119,11 @@ const (
 	// Schema), and returns its id.
 	InsertTransferSQL = "INSERT INTO transfers (from_account, to_account, amount_kobo, intent) VALUES ($1, $2, $3, $4) RETURNING id"
 
+	// LockSenderSQL and ReadRecipientSQL are how the lesson reads the two
+	// accounts (the sender-lock-only mistake): crossing transfers deadlock.
+	LockSenderSQL    = accountColumns + "id = $1::bigint FOR UPDATE"
+	ReadRecipientSQL = accountColumns + "id = $1::bigint"
+
 	accountColumns = "SELECT id, owner_id, status, balance_kobo FROM accounts WHERE "
 )
 
@@ -272,10 +277,10 @@ func lockAccounts(ctx context.Context, tx Querier, req TransferRequest, flaws Fl
 	case flaws.NoRowLock:
 		return found, read(accountColumns+"id IN ($1::bigint, $2::bigint)", req.From, req.To)
 	case flaws.SenderLockOnly:
-		if err := read(accountColumns+"id = $1::bigint FOR UPDATE", req.From); err != nil {
+		if err := read(LockSenderSQL, req.From); err != nil {
 			return nil, err
 		}
-		return found, read(accountColumns+"id = $1::bigint", req.To)
+		return found, read(ReadRecipientSQL, req.To)
 	default:
 		return found, read(LockAccountsSQL, req.From, req.To)
 	}

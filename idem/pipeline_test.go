@@ -242,7 +242,8 @@ func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEnd
 // TestHandlerRoundTrips counts the round trips of a request with a new key,
 // a refused one and a replay, once the statements are prepared on the
 // connection, pipelined and one statement at a time. The claim is always a
-// round trip of its own: it must commit before the transfer begins.
+// round trip of its own, which commits before the transfer begins; it
+// carries the read of the key's row, which a replay needs.
 func TestHandlerRoundTrips(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewDatabase(t, scenarios.BankTemplate)
@@ -272,7 +273,7 @@ func TestHandlerRoundTrips(t *testing.T) {
 		{"new key, pipelined", false, 1, body(1, 2, 100), false, 201, 3, "claim; BEGIN+lock; debit+credit+INSERT+complete+COMMIT"},
 		{"new key, one statement at a time", true, 1, body(1, 2, 100), false, 201, 8, "claim; BEGIN; lock; debit; credit; INSERT; complete; COMMIT"},
 		{"refused, pipelined", false, 2, body(2, 1, 9_000_000), false, 422, 3, "claim; BEGIN+lock; complete+COMMIT"},
-		{"replay", false, 1, body(1, 2, 100), true, 201, 2, "the claim that finds the key; its read"},
+		{"replay", false, 1, body(1, 2, 100), true, 201, 1, "the claim that finds the key, with the read of its row"},
 	} {
 		h := &idem.Handler{DB: conn, Store: &idem.Store{}, Unpipelined: tt.unpipelined}
 		// Once to prepare the statements on the connection, once to count.
