@@ -10,6 +10,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -302,7 +304,7 @@ func newClient(token string, urls ...string) (*client.Client, *[]time.Duration) 
 	return &client.Client{
 		URLs:  urls,
 		Token: token,
-		HTTP:  &http.Client{Timeout: 5 * time.Second},
+		HTTP:  &http.Client{Timeout: 30 * time.Second}, // a bound: no test waits it out
 		Rand:  rand.New(rand.NewPCG(1, 2)),
 		Sleep: func(_ context.Context, d time.Duration) error { waits = append(waits, d); return nil },
 	}, &waits
@@ -323,17 +325,14 @@ func TestClientThroughConnectionFaults(t *testing.T) {
 	cases := []struct {
 		name     string
 		fault    faults.ConnFault
-		timeout  time.Duration
 		replayed bool // the server acted on attempt 1
 	}{
-		{"Tunnel", &faults.Tunnel{}, 0, true},
-		{"Reset", &faults.Reset{}, 0, false},
-		// The proxy releases the held answer only when the client gives up,
-		// so the short timeout decides nothing but how long the test takes.
-		{"Hold", &faults.Hold{Max: time.Minute}, 200 * time.Millisecond, true},
-		{"Unavailable", &faults.Unavailable{RetryAfter: 2}, 0, false},
-		{"Truncate", &faults.Truncate{Keep: 0.5}, 0, true},
-		{"Latency", &faults.Latency{Latency: time.Millisecond, Jitter: time.Millisecond}, 0, false},
+		{"Tunnel", &faults.Tunnel{}, true},
+		{"Reset", &faults.Reset{}, false},
+		{"Hold", &faults.Hold{Max: time.Minute}, true},
+		{"Unavailable", &faults.Unavailable{RetryAfter: 2}, false},
+		{"Truncate", &faults.Truncate{Keep: 0.5}, true},
+		{"Latency", &faults.Latency{Latency: time.Millisecond, Jitter: time.Millisecond}, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -341,8 +340,16 @@ func TestClientThroughConnectionFaults(t *testing.T) {
 			srv, pool := newServer(t, 4)
 			p := proxyTo(t, srv).On(c.fault, 1)
 			cl, waits := newClient("token-ada", p.URL())
-			if c.timeout > 0 {
-				cl.HTTP.Timeout = c.timeout
+			if c.name == "Hold" {
+				// The client gives up on attempt 1 once the proxy holds the
+				// server's answer: a response slower than its timeout. A
+				// timer instead (it was 200 ms) could end the attempt while
+				// the server was still working on a loaded machine, and the
+				// retry was then told 409.
+				held := make(chan struct{})
+				var once sync.Once
+				p.Env.Struck = func(faults.Strike) { once.Do(func() { close(held) }) }
+				cl.HTTP = &http.Client{Timeout: time.Minute, Transport: &giveUpFirst{held: held, base: http.DefaultTransport}}
 			}
 			out, err := cl.Send(context.Background(), cl.NewIntent(bank.TransferRequest{From: 1, To: 2, AmountKobo: 500}))
 			if err != nil {
@@ -369,6 +376,29 @@ func TestClientThroughConnectionFaults(t *testing.T) {
 			}
 		})
 	}
+}
+
+// giveUpFirst ends the first request it carries when held closes, as a
+// client whose timeout ran out; the others it carries as they are.
+type giveUpFirst struct {
+	held <-chan struct{}
+	base http.RoundTripper
+	sent atomic.Int32
+}
+
+func (g *giveUpFirst) RoundTrip(req *http.Request) (*http.Response, error) {
+	if g.sent.Add(1) > 1 {
+		return g.base.RoundTrip(req)
+	}
+	ctx, cancel := context.WithCancel(req.Context())
+	go func() {
+		select {
+		case <-g.held:
+		case <-ctx.Done():
+		}
+		cancel()
+	}()
+	return g.base.RoundTrip(req.WithContext(ctx))
 }
 
 func TestClientGivesUpAsUnknownAndResolves(t *testing.T) {

@@ -11,6 +11,8 @@
 //	GET  /transfers?key=K    the stored answer to the caller's key K: how a
 //	                         client resolves an outcome it never heard
 //	GET  /accounts/{id}      the caller's own account (404 for anyone else's)
+//	GET  /sms                the SMS the provider sent to the caller's phone
+//	                         (when the server sends SMS through an outbox)
 //	GET  /healthz            200 when PostgreSQL answers
 package api
 
@@ -26,6 +28,7 @@ import (
 
 	"github.com/banksim/bank-sim/bank"
 	"github.com/banksim/bank-sim/idem"
+	"github.com/banksim/bank-sim/outbox"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -60,6 +63,9 @@ type Config struct {
 	RetryAfter time.Duration
 	// Log, when set, is told about unexpected failures (500s).
 	Log func(format string, args ...any)
+	// SMS, when set, is the SMS provider the server's outbox sends to;
+	// GET /sms shows the caller the messages it sent to their phone.
+	SMS *outbox.Provider
 }
 
 type server struct {
@@ -83,6 +89,10 @@ func NewServer(cfg Config) http.Handler {
 	mux.HandleFunc("GET /transfers/{id}", s.authed(s.getTransfer))
 	mux.HandleFunc("GET /accounts/{id}", s.authed(s.getAccount))
 	mux.HandleFunc("GET /healthz", s.healthz)
+	if cfg.SMS != nil {
+		mux.HandleFunc("GET /sms", s.authed(s.getSMS))
+		mux.HandleFunc("/sms", methodNotAllowed("GET"))
+	}
 	// The mux's own 404 and 405 are text/plain; these give problem details.
 	mux.HandleFunc("/transfers", methodNotAllowed("GET, POST"))
 	mux.HandleFunc("/transfers/{id}", methodNotAllowed("GET"))
@@ -273,6 +283,24 @@ func (s *server) getAccount(w http.ResponseWriter, r *http.Request) {
 	default:
 		writeJSON(w, 200, a)
 	}
+}
+
+// smsView is one SMS as GET /sms shows it.
+type smsView struct {
+	ID         int64  `json:"id"`
+	Text       string `json:"text"`
+	TransferID int64  `json:"transferId"`
+}
+
+// getSMS shows the caller the SMS the provider sent to their phone, oldest
+// first: what the customer saw, which is how a person checks that a transfer
+// texted them once.
+func (s *server) getSMS(w http.ResponseWriter, r *http.Request) {
+	msgs := []smsView{}
+	for _, m := range s.cfg.SMS.MessagesTo(userOf(r)) {
+		msgs = append(msgs, smsView{ID: m.ID, Text: m.Text, TransferID: m.TransferID})
+	}
+	writeJSON(w, 200, map[string][]smsView{"messages": msgs})
 }
 
 func (s *server) healthz(w http.ResponseWriter, r *http.Request) {

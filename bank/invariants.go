@@ -103,6 +103,9 @@ func checkOnce(l Ledger) Check {
 	if len(bad) > 0 {
 		return Check{InvOnce, false, strings.Join(bad, "; ")}
 	}
+	if len(byIntent) == 0 {
+		return Check{InvOnce, true, "no transfer was made"}
+	}
 	return Check{InvOnce, true, fmt.Sprintf("%s, each at most one transfer", count(len(byIntent), "intent", "intents"))}
 }
 
@@ -139,6 +142,9 @@ func checkTruth(l Ledger, told []Told) Check {
 	}
 	if len(bad) > 0 {
 		return Check{InvTruth, false, strings.Join(dedupe(bad), "; ")}
+	}
+	if checked == 0 {
+		return Check{InvTruth, true, "no client was given a final answer, so none could be false"}
 	}
 	return Check{InvTruth, true, fmt.Sprintf("%s the ledger", count(checked, "final answer matches", "final answers match"))}
 }

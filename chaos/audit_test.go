@@ -14,7 +14,7 @@ import (
 // correct handler by none.
 func TestAuditCatchesEveryBugAndNotTheCleanHandler(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	start := time.Now()
 	rep, err := chaos.Audit(ctx, scenarios.ServerBanks(pgtest.Server(t)), chaos.AuditConfig{Seed: 42})

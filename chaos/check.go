@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/banksim/bank-sim/bank"
+	"github.com/banksim/bank-sim/outbox"
 )
 
 // Violation kinds, one per check.
@@ -24,12 +25,33 @@ const (
 	KindUnresolved = "unresolved"             // an intent still unknown after healing
 	KindLedger     = "balance-ledger-differs" // a balance is not opening + credits − debits
 	KindKeyLost    = "key-lost"               // a key that gave a final answer is not completed at the end
+
+	// The side effects' (outbox.Snapshot), judged after healing.
+	KindSMSNotOnce    = "sms-not-once"             // a committed transfer without exactly one SMS
+	KindGhostEffect   = "sms-or-event-for-nothing" // an SMS, event or outbox row for a transfer that does not exist
+	KindOutboxLeft    = "outbox-row-left"          // an outbox row not done after healing
+	KindClaimOverlap  = "outbox-claim-overlap"     // two dispatchers held one row at once
+	KindEventLost     = "event-lost"               // a committed transfer with no event, or an event never applied
+	KindEffectTwice   = "effect-applied-twice"     // one event, more than one consumer effect
+	KindLockTwoHolder = "lock-two-holders"         // the lock outside the database granted while another held it
 )
+
+// sideEffectKinds maps each side-effect invariant to its violation kind.
+var sideEffectKinds = map[string]string{
+	outbox.InvOneSMS:      KindSMSNotOnce,
+	outbox.InvNoGhost:     KindGhostEffect,
+	outbox.InvOutboxDone:  KindOutboxLeft,
+	outbox.InvOneClaim:    KindClaimOverlap,
+	outbox.InvNoEventLost: KindEventLost,
+	outbox.InvEffectOnce:  KindEffectTwice,
+	outbox.InvOneHolder:   KindLockTwoHolder,
+}
 
 // Kinds lists every violation kind in the order Check reports them.
 func Kinds() []string {
 	return []string{KindTotal, KindNegative, KindTwice, KindAckMissing, KindRejected, KindWrong, KindFrozen, KindReplay,
-		KindAbandoned, KindStuckKey, KindUnresolved, KindLedger, KindKeyLost}
+		KindAbandoned, KindStuckKey, KindUnresolved, KindLedger, KindKeyLost,
+		KindSMSNotOnce, KindGhostEffect, KindOutboxLeft, KindClaimOverlap, KindEventLost, KindEffectTwice, KindLockTwoHolder}
 }
 
 // Violation is one broken rule.
@@ -100,6 +122,7 @@ func Check(h *History) Result {
 	c.replays()
 	c.keys()
 	c.keysKept()
+	c.sideEffects()
 	c.finish()
 	return c.res
 }
@@ -377,6 +400,20 @@ func (c *checker) keysKept() {
 	}
 }
 
+// sideEffects judges what the transfers caused beyond the database, as the
+// history recorded it after healing (a history from before the side effects
+// were recorded has none, and is not judged on them).
+func (c *checker) sideEffects() {
+	if c.h.SideEffects == nil {
+		return
+	}
+	for _, chk := range c.h.SideEffects.Check() {
+		if kind, ok := sideEffectKinds[chk.Name]; ok && !chk.OK {
+			c.add(Violation{Kind: kind, Intent: -1, AtNs: c.end(), Detail: chk.Name + ": " + chk.Detail})
+		}
+	}
+}
+
 func (c *checker) finish() {
 	for k := range c.res.Violations {
 		v := &c.res.Violations[k]
@@ -387,7 +424,16 @@ func (c *checker) finish() {
 			c.res.Worst = v
 		}
 	}
+	judged := map[string]bool{} // the side effects' invariants this history was judged on
+	if c.h.SideEffects != nil {
+		for _, chk := range c.h.SideEffects.Check() {
+			judged[chk.Name] = true
+		}
+	}
 	for _, k := range Kinds() {
+		if inv, side := SideEffectInvariant(k); side && !judged[inv] {
+			continue // not recorded (an older history), or not run (no lock over HTTP)
+		}
 		if k == KindAbandoned && (c.h.BeforeHeal == nil || len(c.h.Crashes) > 0) {
 			// Not checked across a crash of PostgreSQL: a holder whose
 			// release could not reach the database leaves its key to lock
@@ -475,4 +521,15 @@ func Timeline(h *History, index int) []string {
 	}
 	lines = append(lines, "  outcome: "+in.Outcome)
 	return lines
+}
+
+// SideEffectInvariant returns the side effects' invariant that violation
+// kind k stands for, if it is one of theirs.
+func SideEffectInvariant(k string) (string, bool) {
+	for inv, kind := range sideEffectKinds {
+		if kind == k {
+			return inv, true
+		}
+	}
+	return "", false
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/banksim/bank-sim/bank"
 	"github.com/banksim/bank-sim/chaos"
 	"github.com/banksim/bank-sim/idem"
+	"github.com/banksim/bank-sim/outbox"
 )
 
 func receipt(id, from, to, amount, balance int64) chaos.Bytes {
@@ -104,6 +105,16 @@ func goodHistory() *chaos.History {
 		Fired:      map[string]int{chaos.FaultLoseResponse: 1},
 		Server:     map[string]int{},
 		Duration:   100,
+		// Each transfer texted once, its event published (transfer 2's
+		// twice: delivery is at least once) and applied once.
+		SideEffects: &outbox.Snapshot{SMSChecked: true, LogChecked: true, Consumer: "notifier", Leases: true, LockChecked: true,
+			Transfers: []int64{1, 2, 3},
+			SMS:       []outbox.SMS{{ID: 1, Message: outbox.Message{TransferID: 1}}, {ID: 2, Message: outbox.Message{TransferID: 2}}, {ID: 3, Message: outbox.Message{TransferID: 3}}},
+			Events: []outbox.Record{{ID: "evt-2", TransferID: 1}, {ID: "evt-4", TransferID: 2}, {ID: "evt-4", TransferID: 2, Offset: 1},
+				{ID: "evt-6", TransferID: 3}},
+			Applied: map[string]int{"evt-2": 1, "evt-4": 1, "evt-6": 1},
+			Grants:  4,
+		},
 	}
 	return h
 }
@@ -196,6 +207,31 @@ func TestCheckerFlagsEachViolationKind(t *testing.T) {
 		},
 		// A checker that checks keys only across a crash of PostgreSQL.
 		chaos.KindKeyLost: func(h *chaos.History) { h.CompletedKeys = h.CompletedKeys[:3] },
+		// A checker that counts SMS per message instead of per transfer.
+		chaos.KindSMSNotOnce: func(h *chaos.History) {
+			h.SideEffects.SMS = append(h.SideEffects.SMS, outbox.SMS{ID: 4, Message: outbox.Message{TransferID: 3}})
+		},
+		// A checker that counts SMS per committed transfer only.
+		chaos.KindGhostEffect: func(h *chaos.History) {
+			h.SideEffects.Events = append(h.SideEffects.Events, outbox.Record{ID: "evt-9", TransferID: 4})
+			h.SideEffects.Applied["evt-9"] = 1
+		},
+		// A checker that looks only at what was sent, not at what is left.
+		chaos.KindOutboxLeft: func(h *chaos.History) {
+			h.SideEffects.Pending = []string{"row 9 (sms for transfer 3, 5 attempts, failed)"}
+		},
+		// A checker that trusts the SMS count alone.
+		chaos.KindClaimOverlap: func(h *chaos.History) {
+			h.SideEffects.Overlaps = []string{"row 1: d2.1 claimed it while d1.1 still held it"}
+		},
+		// A checker that counts effects, not events.
+		chaos.KindEventLost: func(h *chaos.History) { delete(h.SideEffects.Applied, "evt-6") },
+		// A checker that counts events applied, not how often.
+		chaos.KindEffectTwice: func(h *chaos.History) { h.SideEffects.Applied["evt-4"] = 2 },
+		// A checker that looks at the money alone.
+		chaos.KindLockTwoHolder: func(h *chaos.History) {
+			h.SideEffects.DoubleHolders = []string{"idem-lock:1:k granted to b while a still held it"}
+		},
 	}
 	if len(cases) != len(chaos.Kinds()) {
 		t.Fatalf("%d cases for %d kinds", len(cases), len(chaos.Kinds()))
@@ -524,5 +560,35 @@ func BenchmarkCheck(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// The checks listed are the side effects' invariants the history was judged
+// on: none for a history that recorded no side effects, and not the lock's
+// for a run with no lock in front of its servers (over HTTP).
+func TestCheckerListsOnlyTheSideEffectsItJudged(t *testing.T) {
+	t.Parallel()
+	listed := func(h *chaos.History) map[string]bool {
+		out := map[string]bool{}
+		for _, c := range chaos.Check(h).Checks {
+			out[c.Kind] = true
+		}
+		return out
+	}
+	h := goodHistory()
+	if l := listed(h); !l[chaos.KindLockTwoHolder] || !l[chaos.KindSMSNotOnce] {
+		t.Errorf("a history with side effects and a lock: listed %v", l)
+	}
+	h.SideEffects.LockChecked = false
+	h.SideEffects.DoubleHolders = []string{"ignored: no lock was checked"}
+	if l := listed(h); l[chaos.KindLockTwoHolder] || !l[chaos.KindSMSNotOnce] {
+		t.Errorf("no lock: listed %v", l)
+	}
+	if res := chaos.Check(h); !res.Valid() {
+		t.Errorf("a lock that was not checked broke the history: %+v", res.Violations)
+	}
+	h.SideEffects = nil
+	if l := listed(h); l[chaos.KindSMSNotOnce] || l[chaos.KindEventLost] {
+		t.Errorf("no side effects recorded: listed %v", l)
 	}
 }

@@ -2,10 +2,12 @@ package chaos
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/banksim/bank-sim/bank"
 	"github.com/banksim/bank-sim/idem"
+	"github.com/banksim/bank-sim/outbox"
 )
 
 // Defence paths: the ways a correct handler can be made to defend the bank.
@@ -46,6 +48,10 @@ const (
 	PathMissingRecipient   = "refused-missing-recipient"
 	PathSameAccount        = "refused-same-account"
 	PathCrossing           = "crossing" // two transfers between the same accounts, opposite ways, at the same time
+
+	// The lock outside the database, in front of server copy 0.
+	PathLockTakenAfterExpiry = "lock-taken-after-expiry" // the lock granted over an expired one its holder never released
+	PathLockReleaseRefused   = "lock-release-refused"    // a compare-and-delete found the lock no longer its caller's and deleted nothing
 )
 
 // pathInfo says what a path is and what reaches it.
@@ -82,6 +88,13 @@ var pathList = []pathInfo{
 	{PathMissingRecipient, "422 to an account that does not exist", "the workload"},
 	{PathSameAccount, "422 to the account it comes from", "the workload"},
 	{PathCrossing, "opposite transfers between two accounts at the same time", "concurrent clients on few accounts"},
+	{outbox.PathTakeover, "an outbox row claimed again after its dispatcher's lease expired", "dispatcher-crash, dispatcher-pause, clock-jump"},
+	{outbox.PathLostClaim, "a dispatcher paused past its lease found its row taken over and sent nothing", "dispatcher-pause with clock-jump"},
+	{outbox.PathResendReplayed, "an SMS sent again, recognised by the provider's key: no second message", "dispatcher-crash, provider-timeout"},
+	{outbox.PathRetryAfterFailure, "a failed send retried after its backoff, and sent", "provider-timeout"},
+	{outbox.PathRedeliverySkipped, "an event redelivered and found processed: no second effect", "consumer-crash"},
+	{PathLockTakenAfterExpiry, "the lock outside the database taken over after its holder stalled past the expiry", "crash-after-claim, clock-jump on server copy 0"},
+	{PathLockReleaseRefused, "a holder's compare-and-delete found the lock no longer its own (expired or taken over) and deleted nothing", "crash-after-claim, clock-jump on server copy 0"},
 }
 
 // Paths lists every defence path, in the order the coverage table prints
@@ -206,12 +219,28 @@ func Cover(h *History) Coverage {
 
 	var c Coverage
 	for _, p := range pathList {
+		if !applies(h, p.name) {
+			continue
+		}
 		c.Paths = append(c.Paths, PathCount{Path: p.name, What: p.what, ReachedBy: p.reachedBy, Count: counts[p.name]})
 	}
 	for _, k := range FaultKinds() {
 		c.Faults = append(c.Faults, FaultCount{Kind: k, Rate: h.Config.Faults[k], Fired: h.Fired[k]})
 	}
 	return c
+}
+
+// applies reports whether a history can take path p: the side effects'
+// paths need a history that recorded its side effects, and the lock's a run
+// with the lock in front of a server (in process).
+func applies(h *History, p string) bool {
+	switch {
+	case p == PathLockTakenAfterExpiry || p == PathLockReleaseRefused:
+		return h.SideEffects != nil && h.SideEffects.LockChecked
+	case slices.Contains(outbox.PipelinePaths(), p):
+		return h.SideEffects != nil
+	}
+	return true
 }
 
 // sharedKeys counts the key texts that two or more users sent, where every

@@ -12,6 +12,7 @@ import (
 	"github.com/banksim/bank-sim/bank"
 	"github.com/banksim/bank-sim/faults"
 	"github.com/banksim/bank-sim/idem"
+	"github.com/banksim/bank-sim/outbox"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -113,6 +114,14 @@ type engine struct {
 	servers  []faults.Server
 	faults   map[string]faults.Fault
 	crash    *faults.CrashAfterClaim
+	// sms, log and locks are the systems beyond the database: every
+	// transfer commits an SMS and an event in its outbox, which pipeline
+	// drains to sms and log while clients run; locks is the lock service in
+	// front of server copy 0 (the article's Redis).
+	sms      *outbox.Provider
+	log      *outbox.Log
+	locks    *outbox.Locks
+	pipeline *outbox.Pipeline
 	// rig carries the run over real HTTP (Config.HTTP); nil in process.
 	rig *httpRig
 
@@ -136,6 +145,7 @@ type engine struct {
 	// crashPostgres kills and restarts PostgreSQL (Config.KillPostgres).
 	crashPostgres func(ctx context.Context) error
 	crashes       []Crash
+	sideEffects   *outbox.Snapshot
 	crashErr      error
 	crashWG       sync.WaitGroup
 	crashOnce     sync.Once
@@ -161,6 +171,12 @@ func newEngine(db bank.DB, cfg Config) *engine {
 	// One store, shared by every copy of the server, as PostgreSQL is.
 	store := &idem.Store{NewLockID: idem.SeededLockIDs(cfg.Seed)}
 	e.store = store
+	e.sms, e.log, e.locks = outbox.NewProvider(cfg.Seed), outbox.NewLog(3), outbox.NewLocks(clock.Now)
+	var flaws outbox.Flaws
+	if cfg.Bug != nil {
+		flaws = cfg.Bug.Outbox
+	}
+	lockTokens := idem.SeededLockIDs(cfg.Seed ^ 0x7265646973)
 	for k := range cfg.Instances {
 		skew := appClockSkew(k)
 		h := &idem.Handler{DB: db, Store: store, Now: func() time.Time { return clock.Now().Add(skew) }}
@@ -172,16 +188,37 @@ func newEngine(db bank.DB, cfg Config) *engine {
 		if cfg.Bug != nil {
 			cfg.Bug.Apply(h)
 		}
+		h.Effects = &outbox.Effects{DB: db, SMS: e.sms, Log: e.log, Flaws: flaws}
 		e.handlers = append(e.handlers, h)
-		e.servers = append(e.servers, func(ctx context.Context, req idem.Request) (bank.Response, error) {
+		serve := func(ctx context.Context, req idem.Request) (bank.Response, error) {
 			resp, err := h.Handle(ctx, req)
 			if errors.Is(err, idem.ErrLostLock) {
 				e.count(PathFencing)
 			}
 			return resp, err
-		})
+		}
+		if k == 0 {
+			serve = e.behindLock(serve, lockTokens, flaws)
+		}
+		e.servers = append(e.servers, serve)
 	}
 	return e
+}
+
+// behindLock puts the lock outside the database in front of a server, as
+// the article's Redis: SET NX PX for the key's TTL before the work (409 when
+// another holds it), compare-and-delete after. A holder stopped by
+// crash-after-claim holds it past its expiry; the key row's fencing in
+// PostgreSQL, not the lock, is what stops its late commit.
+func (e *engine) behindLock(serve faults.Server, tokens func() string, flaws outbox.Flaws) faults.Server {
+	return func(ctx context.Context, req idem.Request) (bank.Response, error) {
+		lk, ok := e.locks.Acquire(fmt.Sprintf("idem-lock:%d:%s", req.UserID, req.Key), tokens(), idem.DefaultLockTTL)
+		if !ok {
+			return idem.InProgress(), nil
+		}
+		defer e.locks.Release(lk, flaws)
+		return serve(ctx, req)
+	}
 }
 
 // appClockSkew is how far server copy k's own clock is from the simulated
@@ -233,8 +270,11 @@ func (e *engine) observe(ctx context.Context) context.Context {
 			e.count(PathWaited)
 		}
 	}
-	return bank.WithTxRetry(idem.WithHooks(ctx, h), func(error) { e.count(PathTxRetry) })
+	return bank.WithTxRetry(idem.WithHooks(ctx, h), e.txRetried)
 }
+
+// txRetried counts a transaction that InTx runs again.
+func (e *engine) txRetried(error) { e.count(PathTxRetry) }
 
 // open replaces the lesson's accounts with the run's own, and makes the
 // database's clock (on which locks expire) follow the run's.
@@ -270,6 +310,15 @@ func newIntent(i int, p Planned) *Intent {
 func (e *engine) run(ctx context.Context, progress Progress) (*History, error) {
 	e.start = time.Now()
 	cfg := e.cfg
+	pipeCfg := outbox.PipelineConfig{Seed: cfg.Seed, Rates: map[string]float64{}}
+	if cfg.Bug != nil {
+		pipeCfg.Flaws = cfg.Bug.Outbox
+	}
+	for _, k := range outbox.PipelineFaults() {
+		pipeCfg.Rates[k] = cfg.Faults[k]
+	}
+	e.pipeline = outbox.StartPipeline(ctx, e.db, e.sms, e.log, pipeCfg)
+	defer e.pipeline.Stop()
 	total := cfg.Intents
 	var deadline time.Time
 	if total <= 0 {
@@ -380,7 +429,8 @@ func (e *engine) run(ctx context.Context, progress Progress) (*History, error) {
 	}
 
 	h := &History{Seed: cfg.Seed, Config: cfg, Opening: e.lay.accounts, Audits: e.audits, Fired: e.fired,
-		Server: e.server, Crashes: e.crashes, Cleanup: e.cleanup, Stalls: e.stalls, BeforeHeal: e.beforeHeal, Freezes: e.freezes}
+		Server: e.server, Crashes: e.crashes, Cleanup: e.cleanup, Stalls: e.stalls, BeforeHeal: e.beforeHeal, Freezes: e.freezes,
+		SideEffects: e.sideEffects}
 	h.Intents = make([]Intent, len(e.intents))
 	for i, in := range e.intents {
 		h.Intents[i] = *in
@@ -440,7 +490,46 @@ func (e *engine) settle(ctx context.Context) error {
 	if err := e.runCleanup(ctx); err != nil {
 		return err
 	}
-	return e.repeatAfterCleanup(ctx)
+	if err := e.repeatAfterCleanup(ctx); err != nil {
+		return err
+	}
+	return e.settleSideEffects(ctx)
+}
+
+// settleSideEffects heals the side effects once no transfer can commit any
+// more: their faults stop, the clock moves past every lease and backoff, the
+// outbox is drained and the consumer catches up. Then the faults that fired
+// and the defence paths taken join the run's, and the side effects are read
+// for the checker.
+func (e *engine) settleSideEffects(ctx context.Context) error {
+	e.pipeline.Stop()
+	if err := e.pipeline.Settle(ctx, func(d time.Duration) { e.clock.Advance(d) }); err != nil {
+		return err
+	}
+	if err := e.clock.Err(); err != nil {
+		return err
+	}
+	world := outbox.World{SMS: e.sms, Log: e.log, Consumer: outbox.DefaultConsumer, Leases: true}
+	if e.rig == nil {
+		world.Locks = e.locks // over HTTP the servers have no lock in front
+	}
+	snap, err := outbox.Read(ctx, e.db, world)
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for k, n := range e.pipeline.Fired() {
+		e.fired[k] += n
+	}
+	for k, n := range e.pipeline.Paths() {
+		e.server[k] += n
+	}
+	st := e.locks.Stats()
+	e.server[PathLockTakenAfterExpiry] += st.TakenAfterExpiry
+	e.server[PathLockReleaseRefused] += st.ReleaseRefused
+	e.sideEffects = &snap
+	return nil
 }
 
 // send runs intent i: its fault phase, then, when it has a final answer and
@@ -698,7 +787,7 @@ func (e *engine) attempt(ctx context.Context, i int, p Planned, n int, phase, fa
 		}()
 		err = &faults.NetworkError{Message: "timed out waiting for the response"}
 	case FaultDeadlock:
-		resp, err = server(bank.WithAfterChecks(ctx, e.deadlock(ctx, key, p.Request.From)), req)
+		resp, err = server(e.deadlock(ctx, key, p.Request.From), req)
 	case FaultExpireMidWrite:
 		resp, err = server(bank.WithAfterChecks(ctx, e.expireMidWrite(ctx, req, inst)), req)
 	case FaultFreeze:
@@ -733,25 +822,44 @@ func (e *engine) attempt(ctx context.Context, i int, p Planned, n int, phase, fa
 	return a
 }
 
-// deadlock returns the hook, run once by a transfer between its checks and
-// its writes, that stages a real deadlock with it: another transaction
-// locks the request's key row and then asks for the sender's row, which the
-// transfer holds. The transfer, completing its key, then waits for that
-// transaction, and PostgreSQL breaks the cycle in the transfer's backend,
-// whose deadlock check comes first (deadlock_timeout 20 ms there, 10 s in
-// the other): the transfer is aborted with 40P01, and InTx runs it again.
-func (e *engine) deadlock(ctx context.Context, key string, from int64) func() {
+// deadlock returns ctx with the hook, run once by a transfer between its
+// checks and its writes, that stages a real deadlock with it: another
+// transaction locks the request's key row and then asks for the sender's
+// row, which the transfer holds. The transfer, completing its key, then
+// waits for that transaction, and PostgreSQL breaks the cycle in the
+// transfer's backend, whose deadlock check comes first (deadlock_timeout
+// 20 ms there, 10 s in the other): the transfer is aborted with 40P01, and
+// InTx runs it again — once the other transaction has ended. InTx's own
+// pause before a retry (a millisecond) does not wait for it: on a loaded
+// machine the retry could lock the sender's row before the other
+// transaction, woken by the abort, was granted it, and deadlock a second
+// time with a transaction that still held the key row.
+func (e *engine) deadlock(ctx context.Context, key string, from int64) context.Context {
 	var once sync.Once
-	return func() { once.Do(func() { e.interfere(ctx, key, from) }) }
+	ended := make(chan struct{})
+	hook := func() { once.Do(func() { e.interfere(ctx, key, from, ended) }) }
+	retry := func(err error) {
+		e.txRetried(err)
+		once.Do(func() { close(ended) }) // no hook ran: no other transaction
+		select {
+		case <-ended:
+		case <-time.After(stageTimeout):
+			e.stall("deadlock on key %s: the other transaction had not ended %s after the transfer was aborted", key, stageTimeout)
+		}
+	}
+	return bank.WithTxRetry(bank.WithAfterChecks(ctx, hook), retry)
 }
 
-func (e *engine) interfere(ctx context.Context, key string, from int64) {
+// interfere runs the other transaction of a staged deadlock, and closes
+// ended once it has ended (at once if it could not start).
+func (e *engine) interfere(ctx context.Context, key string, from int64, ended chan<- struct{}) {
 	started := time.Now()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stageTimeout)
 	tx, err := e.db.Begin(ctx)
 	if err != nil {
 		e.stall("deadlock on key %s: the other transaction could not begin after %s: %v", key, time.Since(started).Round(time.Millisecond), err)
 		cancel()
+		close(ended)
 		return
 	}
 	var pid int32
@@ -766,11 +874,13 @@ func (e *engine) interfere(ctx context.Context, key string, from int64) {
 		e.stall("deadlock on key %s: the other transaction could not lock the key row: %v", key, err)
 		_ = tx.Rollback(context.WithoutCancel(ctx))
 		cancel()
+		close(ended)
 		return
 	}
 	e.late.Add(1)
 	go func() {
 		defer e.late.Done()
+		defer close(ended)
 		defer cancel()
 		_, _ = tx.Exec(ctx, "SELECT 1 FROM accounts WHERE id = $1 FOR UPDATE", from)
 		_ = tx.Rollback(context.WithoutCancel(ctx))

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/banksim/bank-sim/bank"
+	"github.com/banksim/bank-sim/outbox"
 )
 
 // What a client saw for one attempt.
@@ -73,6 +74,10 @@ type History struct {
 	Stalls []string `json:"stalls,omitempty"`
 	// Crashes are the times PostgreSQL was killed (KillPostgres).
 	Crashes []Crash `json:"crashes,omitempty"`
+	// SideEffects are what the transfers caused beyond the database, read
+	// after healing: the SMS the provider accepted, the log's events, the
+	// outbox left undone, the consumer's effects, the lock's grants.
+	SideEffects *outbox.Snapshot `json:"sideEffects,omitempty"`
 }
 
 // Freeze is an account frozen under a transfer that had checked it active.

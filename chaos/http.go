@@ -192,7 +192,7 @@ func (r *httpRig) serverFaults(h *idem.Handler, tokens map[string]int64, inst in
 		case FaultClockJump:
 			e.clock.Advance(idem.DefaultLockTTL + time.Second)
 		case FaultDeadlock:
-			ctx = bank.WithAfterChecks(ctx, e.deadlock(ctx, req.Header.Get(api.HeaderKey), e.plan(i).Request.From))
+			ctx = e.deadlock(ctx, req.Header.Get(api.HeaderKey), e.plan(i).Request.From)
 		case FaultFreeze:
 			hook, thaw := e.freeze(ctx, e.plan(i).Label, e.plan(i).Request.From)
 			ctx = bank.WithAfterChecks(ctx, hook)

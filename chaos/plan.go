@@ -12,6 +12,7 @@ import (
 	"github.com/banksim/bank-sim/bank"
 	"github.com/banksim/bank-sim/faults"
 	"github.com/banksim/bank-sim/idem"
+	"github.com/banksim/bank-sim/outbox"
 )
 
 // Fault kinds a chaos run can inject, each at its own rate per attempt.
@@ -49,16 +50,32 @@ const (
 	FaultFreeze = "freeze"
 )
 
-// FaultKinds lists every fault kind, sorted.
+// FaultKinds lists every fault kind, sorted: the clients' attempts' and
+// the side effects'.
 func FaultKinds() []string {
+	k := append(attemptFaultKinds(), outbox.PipelineFaults()...)
+	sort.Strings(k)
+	return k
+}
+
+// attemptFaultKinds are the faults an attempt can meet, sorted; at most one
+// per attempt.
+func attemptFaultKinds() []string {
 	k := []string{FaultLoseResponse, FaultDropRequest, FaultDuplicate, FaultCrashAfterClaim,
 		FaultFailBeforeCommit, FaultLate, FaultSlow, FaultClockJump, FaultDeadlock, FaultExpireMidWrite, FaultDisconnect, FaultFreeze}
 	sort.Strings(k)
 	return k
 }
 
-// Rates is the probability of each fault kind on each attempt of the fault
-// phase. Their sum must not exceed 1.
+// sideEffectFault reports whether kind is one of the side effects' faults
+// (outbox.PipelineFaults), which fire per outbox row or per event rather
+// than per attempt.
+func sideEffectFault(kind string) bool { return slices.Contains(outbox.PipelineFaults(), kind) }
+
+// Rates is the probability of each fault kind at each of its chances: an
+// attempt of the fault phase for the clients' faults, whose sum must not
+// exceed 1; an outbox row's delivery, a batch's claim, an SMS or an event's
+// delivery for the side effects' (see outbox.PipelineConfig).
 type Rates map[string]float64
 
 // DefaultRates fire on about a quarter of the attempts, every kind included,
@@ -78,6 +95,12 @@ func DefaultRates() Rates {
 		FaultExpireMidWrite:   0.01,
 		FaultDisconnect:       0.03,
 		FaultFreeze:           0.01,
+		// The side effects': per row sent, per claim, per SMS, per event
+		// delivered.
+		outbox.FaultDispatcherCrash: 0.05,
+		outbox.FaultDispatcherPause: 0.05,
+		outbox.FaultProviderTimeout: 0.05,
+		outbox.FaultConsumerCrash:   0.05,
 	}
 }
 
@@ -87,18 +110,22 @@ func DefaultRates() Rates {
 // and then, and a column that missed a defence proves nothing about it).
 func AuditRates() Rates {
 	return Rates{
-		FaultLoseResponse:     0.05,
-		FaultDropRequest:      0.03,
-		FaultDuplicate:        0.05,
-		FaultCrashAfterClaim:  0.03,
-		FaultFailBeforeCommit: 0.04,
-		FaultLate:             0.03,
-		FaultSlow:             0.03,
-		FaultClockJump:        0.03,
-		FaultDeadlock:         0.03,
-		FaultExpireMidWrite:   0.03,
-		FaultDisconnect:       0.04,
-		FaultFreeze:           0.03,
+		FaultLoseResponse:           0.05,
+		FaultDropRequest:            0.03,
+		FaultDuplicate:              0.05,
+		FaultCrashAfterClaim:        0.03,
+		FaultFailBeforeCommit:       0.04,
+		FaultLate:                   0.03,
+		FaultSlow:                   0.03,
+		FaultClockJump:              0.03,
+		FaultDeadlock:               0.03,
+		FaultExpireMidWrite:         0.03,
+		FaultDisconnect:             0.04,
+		FaultFreeze:                 0.03,
+		outbox.FaultDispatcherCrash: 0.08,
+		outbox.FaultDispatcherPause: 0.08,
+		outbox.FaultProviderTimeout: 0.08,
+		outbox.FaultConsumerCrash:   0.08,
 	}
 }
 
@@ -130,10 +157,12 @@ func ParseRates(s string) (Rates, error) {
 			}
 		}
 		r[name] = p
-		sum += p
+		if !sideEffectFault(name) {
+			sum += p
+		}
 	}
 	if sum > 1 {
-		return nil, fmt.Errorf("the fault rates add up to %.2f, more than 1", sum)
+		return nil, fmt.Errorf("the attempts' fault rates add up to %.2f, more than 1", sum)
 	}
 	return r, nil
 }
@@ -575,7 +604,7 @@ func (c Config) Fault(i, attempt int) string {
 		return ""
 	}
 	u := rng(c.Seed, saltFault, uint64(i), uint64(attempt)).Float64()
-	for _, k := range FaultKinds() {
+	for _, k := range attemptFaultKinds() {
 		if u < c.Faults[k] {
 			return k
 		}

@@ -50,7 +50,7 @@ when PostgreSQL is unavailable.`,
 }
 
 func runAudit(c *cobra.Command, app *App, o auditOptions) error {
-	seed, err := parseSeed(app, o.seed)
+	seed, err := seedFlag(app, c, o.seed)
 	if err != nil {
 		return err
 	}
@@ -74,10 +74,8 @@ func runAudit(c *cobra.Command, app *App, o auditOptions) error {
 	}
 	cfg := chaos.AuditConfig{Seed: seed, Parallel: o.parallel,
 		Chaos: chaos.Config{Intents: o.intents, Clients: o.clients}}
-	bar := &progressBar{out: out}
-	if app.Env.Terminal && !o.asJSON {
-		cfg.Done = bar.update
-	}
+	bar := newProgress(app, "runs", "bank-sim audit:", o.asJSON)
+	cfg.Done = bar.update
 	rep, err := chaos.Audit(ctx, scenarios.ServerBanks(srv), cfg)
 	bar.clear()
 	if err != nil {

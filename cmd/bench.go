@@ -11,6 +11,7 @@ import (
 
 	"github.com/banksim/bank-sim/bank"
 	"github.com/banksim/bank-sim/idem"
+	"github.com/banksim/bank-sim/outbox"
 	"github.com/banksim/bank-sim/scenarios"
 	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
@@ -46,6 +47,8 @@ so that transfers cross (A→B while B→A) all the time:
   transfer, sender row locked only         the lesson's transfer: crossing transfers deadlock
   handler, a new key per request           the idempotent handler doing real work
   handler, replays of one key              the idempotent handler answering from the store
+  outbox drain, 1 and 3 dispatchers        SMS rows sent per second from a full outbox
+                                           (FOR UPDATE SKIP LOCKED, batches of 20)
 
 Each workload gets a fresh bank; the invariants are checked after each, and a
 broken one fails the command (exit 1).`,
@@ -110,6 +113,25 @@ func runBench(ctx context.Context, app *App, o benchOptions) error {
 		results = append(results, res)
 		if !o.asJSON {
 			printBench(app, []benchResult{res}, len(results) == 1)
+		}
+	}
+	for _, n := range []int{1, 3} {
+		db, err := dbs.NewBank(ctx, "bench")
+		if err != nil {
+			return err
+		}
+		res, err := measureDrain(ctx, db, n, o.duration)
+		db.Close()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err != nil {
+			broken = true
+			fmt.Fprintf(app.Env.Stderr, "bank-sim: %s: %v\n", res.Workload, err)
+		}
+		results = append(results, res)
+		if !o.asJSON {
+			printBench(app, []benchResult{res}, false)
 		}
 	}
 	if o.asJSON {
@@ -236,4 +258,77 @@ func printBench(app *App, results []benchResult, header bool) {
 		fmt.Fprintf(app.Env.Stdout, row, r.Workload, fmt.Sprint(r.Ops), fmt.Sprintf("%.0f", r.PerSecond),
 			r.P50.Round(10*time.Microsecond), r.P99.Round(10*time.Microsecond), fmt.Sprint(r.Deadlocks), fmt.Sprint(r.Errors))
 	}
+}
+
+// drainBatch is the dispatchers' batch in the outbox benchmark.
+const drainBatch = 20
+
+// measureDrain fills the outbox with more SMS rows than n dispatchers can
+// send in d, lets them drain it at once for d, and reports rows sent per
+// second, with each row's latency from its claim to its mark. A row sent
+// twice or a failed drain is an error: a benchmark that loses correctness
+// measures nothing.
+func measureDrain(ctx context.Context, db *scenarios.Database, n int, d time.Duration) (benchResult, error) {
+	res := benchResult{Workload: fmt.Sprintf("outbox drain, %d dispatcher", n)}
+	if n > 1 {
+		res.Workload += "s"
+	}
+	rows := max(1000, int(d.Seconds()*6000))
+	if _, err := db.Pool.Exec(ctx, `
+		INSERT INTO outbox (kind, transfer_id, user_id, payload)
+		SELECT 'sms', i, 1, 'You sent ₦1 to Bola' FROM generate_series(1, $1) AS i`, rows); err != nil {
+		return res, err
+	}
+	sms := outbox.NewProvider(1)
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	var wg sync.WaitGroup
+	var errs atomic.Int64
+	lat := make([][]time.Duration, n)
+	start := time.Now()
+	for w := range n {
+		disp := &outbox.Dispatcher{DB: db.Pool, Name: fmt.Sprintf("bench-%d", w+1), SMS: sms, Batch: drainBatch}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				b, err := disp.Claim(ctx)
+				if err != nil || len(b.Rows) == 0 {
+					if err != nil && ctx.Err() == nil {
+						errs.Add(1)
+					}
+					return
+				}
+				for _, r := range b.Rows {
+					t0 := time.Now()
+					if _, err := disp.Deliver(ctx, b.Token, r); err != nil {
+						if ctx.Err() == nil {
+							errs.Add(1)
+						}
+						return
+					}
+					lat[w] = append(lat[w], time.Since(t0))
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	all := slices.Concat(lat...)
+	slices.Sort(all)
+	res.Ops, res.PerSecond, res.Errors = len(all), float64(len(all))/elapsed.Seconds(), errs.Load()
+	if len(all) > 0 {
+		res.P50 = all[len(all)/2]
+		res.P99 = all[min(len(all)-1, len(all)*99/100)]
+	}
+	perTransfer := map[int64]int{}
+	for _, c := range sms.Calls() {
+		if perTransfer[c.TransferID]++; perTransfer[c.TransferID] > 1 {
+			return res, fmt.Errorf("outbox row for transfer %d sent twice", c.TransferID)
+		}
+	}
+	if res.Errors > 0 {
+		return res, fmt.Errorf("%d failed claims or sends", res.Errors)
+	}
+	return res, nil
 }

@@ -128,12 +128,14 @@ func parseBug(name string) (*idem.Bug, error) {
 	return &b, nil
 }
 
-func (o chaosOptions) config(app *App) (chaos.Config, error) {
-	seed, err := parseSeed(app, o.seed)
+func (o chaosOptions) config(app *App, c *cobra.Command) (chaos.Config, error) {
+	seed, err := seedFlag(app, c, o.seed)
 	if err != nil {
 		return chaos.Config{}, err
 	}
 	switch {
+	case c.Flags().Changed("intents") && o.intents == 0:
+		return chaos.Config{}, usageError("--intents 0: give a positive number (leave the flag out for 1000)")
 	case o.clients < 1 || o.clients > 256:
 		return chaos.Config{}, usageError("--clients %d: give 1 to 256", o.clients)
 	case o.intents < 0:
@@ -170,7 +172,7 @@ func (o chaosOptions) config(app *App) (chaos.Config, error) {
 }
 
 func runChaos(c *cobra.Command, app *App, o chaosOptions) error {
-	cfg, err := o.config(app)
+	cfg, err := o.config(app, c)
 	if err != nil {
 		return err
 	}
@@ -185,15 +187,11 @@ func runChaos(c *cobra.Command, app *App, o chaosOptions) error {
 		return err
 	}
 	if !o.asJSON {
-		fmt.Fprintf(out, "%s\n", p.dim.Sprint(srv.Describe()))
+		printWrapped(out, app.describe(srv), app.Env.Width, p.dim)
 		fmt.Fprintf(out, "%s\n", describeConfig(cfg))
 	}
-	var progress chaos.Progress
-	bar := &progressBar{out: out}
-	if app.Env.Terminal && !o.asJSON {
-		progress = bar.update
-	}
-	opts := chaos.Options{Progress: progress}
+	bar := newProgress(app, "intents settled", "bank-sim chaos:", o.asJSON)
+	opts := chaos.Options{Progress: bar.update}
 	if cfg.KillPostgres {
 		if !srv.Embedded() {
 			return usageError("--kill-postgres kills the PostgreSQL that bank-sim starts itself; it cannot kill %s", srv.Describe())
@@ -208,10 +206,10 @@ func runChaos(c *cobra.Command, app *App, o chaosOptions) error {
 		}
 		return runFailed(fmt.Errorf("chaos run (seed %d): %w", cfg.Seed, err))
 	}
+	// The verdict first: a history that cannot be written must not cost it.
+	var saveErr error
 	if o.history != "" {
-		if err := h.Save(o.history); err != nil {
-			return &ExitError{Code: ExitFailed, Err: fmt.Errorf("write the history: %w", err)}
-		}
+		saveErr = h.Save(o.history)
 	}
 	res := chaos.Check(h)
 	if o.asJSON {
@@ -220,9 +218,12 @@ func runChaos(c *cobra.Command, app *App, o chaosOptions) error {
 		}
 	} else {
 		printChaosResult(out, p, h, res)
-		if o.history != "" {
+		if o.history != "" && saveErr == nil {
 			fmt.Fprintf(out, "%s\n", p.dim.Sprintf("history written to %s (re-check it with: bank-sim check %s)", o.history, o.history))
 		}
+	}
+	if saveErr != nil {
+		return &ExitError{Code: ExitFailed, Err: fmt.Errorf("--history %s: cannot write it (%s)", o.history, plainIOError(saveErr))}
 	}
 	return verdictError(res)
 }
@@ -393,6 +394,9 @@ func printCoverage(out io.Writer, p *palette, c chaos.Coverage) {
 }
 
 func checkTitle(kind string) string {
+	if inv, ok := chaos.SideEffectInvariant(kind); ok {
+		return inv
+	}
 	switch kind {
 	case chaos.KindTotal:
 		return "total money conserved at every audit and at the end"
@@ -424,24 +428,58 @@ func checkTitle(kind string) string {
 	return kind
 }
 
-// progressBar redraws one line on a terminal.
+// progressBar shows how far a long run has got. On a terminal it redraws
+// one line; otherwise (stdout piped, or --json) it prints a line to stderr
+// every few seconds, so that a piped run is not silent for its whole length.
 type progressBar struct {
 	out   io.Writer
+	noun  string // what is counted: "intents", "runs"
+	lines bool   // a line every `every` instead of a redrawn one
+	every time.Duration
+	label string // the start of each line: "bank-sim chaos:"
 	mu    sync.Mutex
 	last  int
 	drawn bool
+	shown time.Time
+}
+
+// newProgress is the progress display for app: a bar on a terminal, lines
+// on stderr otherwise (and always under --json, whose stdout is data).
+func newProgress(app *App, noun, label string, asJSON bool) *progressBar {
+	if app.Env.Terminal && !asJSON {
+		return &progressBar{out: app.Env.Stdout, noun: noun}
+	}
+	return &progressBar{out: app.Env.Stderr, noun: noun, lines: true, every: 2 * time.Second, label: label}
 }
 
 func (b *progressBar) update(done, total int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.lines {
+		if time.Since(b.shown) < b.every && (total <= 0 || done < total) {
+			return
+		}
+		if b.shown.IsZero() {
+			// The first line only after a first interval: a short run
+			// prints none.
+			b.shown = time.Now()
+			return
+		}
+		b.shown = time.Now()
+		if total > 0 {
+			fmt.Fprintf(b.out, "%s %d/%d %s (%d%%)\n", b.label, done, total, b.noun, done*100/total)
+		} else {
+			fmt.Fprintf(b.out, "%s %d %s so far\n", b.label, done, b.noun)
+		}
+		return
+	}
 	const width = 30
 	if total <= 0 {
 		if done-b.last < 50 && b.drawn {
 			return
 		}
 		b.last, b.drawn = done, true
-		fmt.Fprintf(b.out, "\r  %d intents settled", done)
+		fmt.Fprintf(b.out, "\r  %d %s", done, b.noun)
 		return
 	}
 	pct := done * 100 / total
@@ -450,7 +488,7 @@ func (b *progressBar) update(done, total int) {
 	}
 	b.last, b.drawn = pct, true
 	filled := done * width / total
-	fmt.Fprintf(b.out, "\r  [%s%s] %3d%% %d/%d intents", strings.Repeat("█", filled), strings.Repeat("·", width-filled), pct, done, total)
+	fmt.Fprintf(b.out, "\r  [%s%s] %3d%% %d/%d %s", strings.Repeat("█", filled), strings.Repeat("·", width-filled), pct, done, total, b.noun)
 }
 
 func (b *progressBar) clear() {

@@ -1,8 +1,8 @@
 package cmd
 
 import (
-	"os"
-	"path/filepath"
+	"encoding/json"
+	"errors"
 
 	"github.com/banksim/bank-sim/chaos"
 	"github.com/spf13/cobra"
@@ -24,9 +24,9 @@ fired), 2 when the file cannot be read.`,
   bank-sim check run.json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
-			h, err := chaos.Load(args[0])
+			h, err := loadHistory(args[0])
 			if err != nil {
-				return usageError("%v", err)
+				return err
 			}
 			res := chaos.Check(h)
 			if asJSON {
@@ -43,15 +43,27 @@ fired), 2 when the file cannot be read.`,
 	return c
 }
 
-// checkWritableFlag refuses, before any work, a path that cannot be written.
-func checkWritableFlag(flag, path string) error {
-	dir := filepath.Dir(path)
-	st, err := os.Stat(dir)
-	if err != nil || !st.IsDir() {
-		return usageError("%s %s: the directory %s does not exist", flag, path, dir)
+// checkWritableFlag refuses, before any work, a path that cannot be
+// written.
+func checkWritableFlag(flag, path string) error { return checkOutputFile(flag, path) }
+
+// loadHistory reads a history saved by chaos --history, and refuses anything
+// else (an empty object, a scenario report) instead of checking it as an
+// empty run: exit 2, said in the user's terms.
+func loadHistory(path string) (*chaos.History, error) {
+	h, err := chaos.Load(path)
+	var syntax *json.SyntaxError
+	var shape *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syntax):
+		return nil, usageError("%s is not a bank-sim history: it is not JSON (at byte %d); save one with 'bank-sim chaos --history FILE'", path, syntax.Offset)
+	case errors.As(err, &shape):
+		return nil, usageError("%s is not a bank-sim history: its JSON has another shape; save one with 'bank-sim chaos --history FILE'", path)
+	case err != nil:
+		return nil, usageError("cannot read %s (%s)", path, plainIOError(err))
 	}
-	if st, err := os.Stat(path); err == nil && st.IsDir() {
-		return usageError("%s %s is a directory; give a file name", flag, path)
+	if len(h.Opening) == 0 || len(h.Final.Accounts) == 0 {
+		return nil, usageError("%s is not a bank-sim history: it has no opening bank and no final ledger; save one with 'bank-sim chaos --history FILE'", path)
 	}
-	return nil
+	return h, nil
 }

@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/banksim/bank-sim/idem"
 	"github.com/banksim/bank-sim/scenarios"
 )
 
@@ -20,11 +22,19 @@ type junitSuites struct {
 }
 
 type junitSuite struct {
-	Name     string      `xml:"name,attr"`
-	Tests    int         `xml:"tests,attr"`
-	Failures int         `xml:"failures,attr"`
-	Time     float64     `xml:"time,attr"`
-	Cases    []junitCase `xml:"testcase"`
+	Name       string          `xml:"name,attr"`
+	Tests      int             `xml:"tests,attr"`
+	Failures   int             `xml:"failures,attr"`
+	Time       float64         `xml:"time,attr"`
+	Properties []junitProperty `xml:"properties>property,omitempty"`
+	Cases      []junitCase     `xml:"testcase"`
+}
+
+// junitProperty records how the run was made: its seed, its bug, its
+// experiment, so that a failure in CI can be repeated.
+type junitProperty struct {
+	Name  string `xml:"name,attr"`
+	Value string `xml:"value,attr"`
 }
 
 type junitCase struct {
@@ -42,9 +52,20 @@ type junitFailure struct {
 }
 
 // writeJUnit writes the reports as JUnit XML, through a temporary file and a
-// rename, so that an interrupted run never leaves half a report behind.
-func writeJUnit(path string, reports []scenarios.Report, elapsed time.Duration) error {
+// rename, so that an interrupted run never leaves half a report behind. The
+// file gets the mode a new file would (0666 less the umask).
+func writeJUnit(path string, reports []scenarios.Report, elapsed time.Duration, seed uint64, bug *idem.Bug) error {
 	suite := junitSuite{Name: "bank-sim scenarios", Time: elapsed.Seconds()}
+	suite.Properties = append(suite.Properties, junitProperty{"seed", strconv.FormatUint(seed, 10)}, junitProperty{"version", version()})
+	if bug != nil {
+		suite.Properties = append(suite.Properties, junitProperty{"bug", bug.Name})
+	}
+	for _, r := range reports {
+		for _, c := range r.Changes {
+			suite.Properties = append(suite.Properties, junitProperty{"change", c.What})
+		}
+		break
+	}
 	for _, r := range reports {
 		tc := junitCase{Name: r.Scenario, Classname: "bank-sim.scenario", Time: r.Duration.Seconds(), SystemOut: storyText(r)}
 		if !r.Passed {
@@ -59,40 +80,86 @@ func writeJUnit(path string, reports []scenarios.Report, elapsed time.Duration) 
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".junit-*.xml")
+	return writeFileAtomic("--junit", path, append([]byte(xml.Header), append(data, '\n')...))
+}
+
+// writeFileAtomic writes data to path through a temporary file in the same
+// directory and a rename, with the mode a new file gets (0666 less the
+// umask, as os.Create would), instead of CreateTemp's 0600.
+func writeFileAtomic(flag, path string, data []byte) error {
+	fail := func(err error) error { return fmt.Errorf("%s %s: cannot write it (%s)", flag, path, plainIOError(err)) }
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".bank-sim-*.tmp")
 	if err != nil {
-		return fmt.Errorf("write --junit %s: %w", path, err)
+		return fail(err)
 	}
 	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(append([]byte(xml.Header), data...)); err != nil {
+	if _, err := tmp.Write(data); err != nil {
 		tmp.Close()
-		return fmt.Errorf("write --junit %s: %w", path, err)
+		return fail(err)
+	}
+	if err := tmp.Chmod(0o666 &^ umask()); err != nil {
+		tmp.Close()
+		return fail(err)
 	}
 	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write --junit %s: %w", path, err)
+		return fail(err)
 	}
 	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("write --junit %s: %w", path, err)
+		return fail(err)
 	}
 	return nil
 }
 
-// storyText is a scenario's story without colour, for reports.
+// umask is the process's file mode creation mask, read without changing it
+// (/proc/self/status on Linux); 022, the usual one, when it cannot be read.
+func umask() os.FileMode {
+	data, err := os.ReadFile("/proc/self/status")
+	if err == nil {
+		for _, line := range strings.Split(string(data), "\n") {
+			if v, ok := strings.CutPrefix(line, "Umask:"); ok {
+				if m, err := strconv.ParseUint(strings.TrimSpace(v), 8, 32); err == nil {
+					return os.FileMode(m)
+				}
+			}
+		}
+	}
+	return 0o022
+}
+
+// storyText is a scenario's story without colour, for reports: every event
+// and check, with short keys and people's names.
 func storyText(r scenarios.Report) string {
 	var b strings.Builder
 	for _, p := range r.Phases {
+		h := newHumanizer(p.Labels)
 		fmt.Fprintf(&b, "%s\n", p.Title)
 		for _, e := range p.Events {
-			fmt.Fprintf(&b, "  %s\n", e.Text)
+			switch e.Kind {
+			case scenarios.KindSend, scenarios.KindArrive, scenarios.KindAnswer:
+				continue
+			case scenarios.KindServer, scenarios.KindFault, scenarios.KindDatabase:
+				fmt.Fprintf(&b, "    %s\n", sideText(e, h.text(e.Text)))
+			case scenarios.KindExpect:
+				mark := "ok  "
+				if e.OK == nil || !*e.OK {
+					mark = "FAIL"
+				}
+				fmt.Fprintf(&b, "  %s %s%s\n", mark, sourceLabel(e.Source), h.text(e.Text))
+			default:
+				fmt.Fprintf(&b, "  %s\n", h.text(e.Text))
+			}
 		}
 		for _, c := range p.Invariants {
 			mark := "ok  "
 			if !c.OK {
 				mark = "FAIL"
+				if p.Control && p.Passed {
+					mark = "BROKE (the point of this run)"
+				}
 			}
-			fmt.Fprintf(&b, "  %s %s: %s\n", mark, c.Name, c.Detail)
+			fmt.Fprintf(&b, "  %s %s: %s\n", mark, c.Name, h.text(c.Detail))
 		}
-		fmt.Fprintf(&b, "  -> %s\n", p.Verdict)
+		fmt.Fprintf(&b, "  -> %s\n", h.text(p.Verdict))
 	}
 	return b.String()
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/banksim/bank-sim/postgres"
 	"github.com/mattn/go-isatty"
+	"github.com/spf13/cobra"
 )
 
 // Exit codes. Scripts and CI read these, so they never change meaning.
@@ -36,14 +37,41 @@ const (
 // Version is set at build time with -ldflags "-X github.com/banksim/bank-sim/cmd.Version=…".
 var Version = ""
 
+// version is Version, else what the Go toolchain recorded in the binary:
+// the module's version (a tag, or a pseudo-version from `go install
+// …@version`), else the commit it was built from, else "devel".
 func version() string {
 	if Version != "" {
 		return Version
 	}
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "devel"
 	}
-	return "dev"
+	return versionFrom(bi)
+}
+
+func versionFrom(bi *debug.BuildInfo) string {
+	if v := bi.Main.Version; v != "" && v != "(devel)" {
+		return v
+	}
+	var rev, modified string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			modified = s.Value
+		}
+	}
+	if rev == "" {
+		return "devel"
+	}
+	v := "devel-" + rev[:min(len(rev), 12)]
+	if modified == "true" {
+		v += "+dirty"
+	}
+	return v
 }
 
 // Env is everything a command may touch outside the process.
@@ -55,21 +83,41 @@ type Env struct {
 	Now    func() time.Time
 	// Terminal reports whether Stdout is a terminal (colour, progress).
 	Terminal bool
+	// StdinTerminal reports whether Stdin is a terminal: --step needs one
+	// to read the instructor's keys.
+	StdinTerminal bool
+	// StderrTerminal reports whether Stderr is a terminal, on which a
+	// prompt or a progress line can be wiped once done.
+	StderrTerminal bool
+	// Width is the terminal's width in columns, or $COLUMNS; 0 when
+	// unknown (output is then not wrapped).
+	Width int
 	// Postgres starts or reaches the database; postgres.Start in production.
 	Postgres func(ctx context.Context, o postgres.Options) (*postgres.Server, error)
 }
 
 // OSEnv is the real environment.
 func OSEnv() *Env {
-	return &Env{
-		Stdin:    os.Stdin,
-		Stdout:   os.Stdout,
-		Stderr:   os.Stderr,
-		Getenv:   os.Getenv,
-		Now:      time.Now,
-		Terminal: isatty.IsTerminal(os.Stdout.Fd()) || isatty.IsCygwinTerminal(os.Stdout.Fd()),
-		Postgres: postgres.Start,
+	width := termWidth(os.Stdout)
+	if width == 0 {
+		width = columnsEnv(os.Getenv)
 	}
+	return &Env{
+		Stdin:          os.Stdin,
+		Stdout:         os.Stdout,
+		Stderr:         os.Stderr,
+		Getenv:         os.Getenv,
+		Now:            time.Now,
+		Terminal:       isTerminal(os.Stdout),
+		StdinTerminal:  isTerminal(os.Stdin),
+		StderrTerminal: isTerminal(os.Stderr),
+		Width:          width,
+		Postgres:       postgres.Start,
+	}
+}
+
+func isTerminal(f *os.File) bool {
+	return isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd())
 }
 
 // ExitError carries an exit code up to Main, with the message to print.
@@ -119,9 +167,11 @@ func (a *App) Server(ctx context.Context) (*postgres.Server, error) {
 	if a.srv != nil {
 		return a.srv, nil
 	}
+	done := a.startingNote()
 	srv, err := a.Env.Postgres(ctx, postgres.Options{URL: a.externalURL()})
+	done()
 	if err != nil {
-		return nil, &ExitError{Code: ExitDatabase, Err: err}
+		return nil, &ExitError{Code: ExitDatabase, Err: a.databaseError(err)}
 	}
 	a.srv = srv
 	return srv, nil
@@ -178,7 +228,7 @@ func Run(ctx context.Context, env *Env, args []string) (code int) {
 	root.SetIn(env.Stdin)
 	root.SetOut(env.Stdout)
 	root.SetErr(env.Stderr)
-	err := root.ExecuteContext(ctx)
+	c, err := root.ExecuteContextC(ctx)
 	if err == nil {
 		return ExitOK
 	}
@@ -195,8 +245,17 @@ func Run(ctx context.Context, env *Env, args []string) (code int) {
 	if msg := ee.Err.Error(); msg != "" {
 		fmt.Fprintf(env.Stderr, "bank-sim: %s\n", msg)
 		if ee.Code == ExitUsage {
-			fmt.Fprintln(env.Stderr, "Run 'bank-sim --help' for usage.")
+			fmt.Fprintf(env.Stderr, "Run '%s --help' for usage.\n", helpPath(c))
 		}
 	}
 	return ee.Code
+}
+
+// helpPath is the command whose --help explains a usage error: the
+// subcommand that was run, or bank-sim itself.
+func helpPath(c *cobra.Command) string {
+	if c == nil {
+		return "bank-sim"
+	}
+	return c.CommandPath()
 }

@@ -3,8 +3,10 @@ package cmd_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -242,7 +244,35 @@ func TestServeCleansUpAndStopsWithExit130(t *testing.T) {
 	if res.StatusCode != 201 {
 		t.Fatalf("POST: %d", res.StatusCode)
 	}
-	cancel() // SIGTERM
+	// The transfer texts Ada once, through the outbox: GET /sms shows it
+	// once the dispatcher has run, and a replay sends nothing more.
+	req.Body = io.NopCloser(strings.NewReader(`{"from":1,"to":2,"amountKobo":1000000}`))
+	res, err = (&http.Client{Timeout: 30 * time.Second}).Do(req)
+	if err != nil || res.StatusCode != 201 || res.Header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("the retry: %v %v", res, err)
+	}
+	_ = res.Body.Close()
+	var sms struct {
+		Messages []struct {
+			Text       string `json:"text"`
+			TransferID int64  `json:"transferId"`
+		} `json:"messages"`
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		get, _ := http.NewRequest("GET", url+"/sms", nil)
+		get.Header.Set("Authorization", "Bearer token-ada")
+		res, err := http.DefaultClient.Do(get)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = json.NewDecoder(res.Body).Decode(&sms)
+		_ = res.Body.Close()
+		if err != nil || len(sms.Messages) > 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	time.Sleep(300 * time.Millisecond) // three more dispatcher rounds: a second SMS would show by now
+	cancel()                           // SIGTERM
 	select {
 	case c := <-code:
 		if c != cmd.ExitInterrupted {
@@ -251,11 +281,83 @@ func TestServeCleansUpAndStopsWithExit130(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("serve did not stop within a minute of the signal")
 	}
+	if len(sms.Messages) != 1 || sms.Messages[0].Text != "You sent ₦10,000 to Bola" || sms.Messages[0].TransferID != 1 {
+		t.Errorf("GET /sms for Ada: %+v, want one SMS \"You sent ₦10,000 to Bola\" about transfer 1", sms.Messages)
+	}
+	if n := strings.Count(errOut.String(), "SMS "); n != 1 || !strings.Contains(errOut.String(), `SMS 1 to Ada: "You sent ₦10,000 to Bola" (transfer 1)`) {
+		t.Errorf("the serve log shows %d SMS, want the one to Ada:\n%s", n, errOut.String())
+	}
+	if !strings.Contains(out.String(), "SMS sent: 1\n") {
+		t.Errorf("stdout does not count one SMS sent:\n%s", out.String())
+	}
 	const ledger = "Ada ₦40,000, Bola ₦15,000, Chidi ₦20,000 | total ₦75,000 | transfers 1"
-	if !strings.Contains(out.String(), "stopping: requests in flight have 5s to finish") || !strings.Contains(out.String(), ledger) {
+	if !strings.Contains(out.String(), "stopping: requests in flight have 5 s to finish") || !strings.Contains(out.String(), ledger) {
 		t.Errorf("stdout lacks the stop and the final ledger %q:\n%s", ledger, out.String())
 	}
 	if !strings.Contains(errOut.String(), "interrupted") {
 		t.Errorf("stderr does not say it was interrupted:\n%s", errOut.String())
+	}
+	// The server's side of a live demo: the request, and the balances after
+	// the transfer. The curl example needs no uuidgen.
+	if !regexp.MustCompile(`\d\d:\d\d:\d\d POST /transfers +ada +serve-st 201 transfer 1 +new +\d+ ms\n +` + regexp.QuoteMeta(ledger)).MatchString(out.String()) {
+		t.Errorf("stdout lacks the request's line and the balances after it:\n%s", out.String())
+	}
+	if strings.Contains(out.String(), "uuidgen") || !regexp.MustCompile(`Idempotency-Key: [0-9a-f-]{36}'`).MatchString(out.String()) {
+		t.Errorf("the curl example should carry a ready key:\n%s", out.String())
+	}
+}
+
+// An interrupted --all says how far it got, writes the JUnit report for the
+// scenarios that finished, and leaves no empty header behind.
+func TestInterruptedAllReportsWhatFinished(t *testing.T) {
+	out := &waitWriter{want: "PASS rules", seen: make(chan struct{})}
+	var errOut waitWriter
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	junit := filepath.Join(t.TempDir(), "junit.xml")
+	env := &cmd.Env{
+		Stdin: strings.NewReader(""), Stdout: out, Stderr: &errOut,
+		Getenv: func(k string) string { return os.Getenv(k) }, Now: time.Now, Postgres: postgres.Start,
+	}
+	code := make(chan int, 1)
+	go func() {
+		code <- cmd.Run(ctx, env, []string{"scenario", "--all", "--parallel", "1", "--seed", "3", "--junit", junit})
+	}()
+	select {
+	case <-out.seen:
+		cancel() // Ctrl-C, as the third story begins
+	case c := <-code:
+		t.Fatalf("exited %d before the second story ended:\n%s", c, out.String())
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("waited 2 minutes for the second story:\n%s", out.String())
+	}
+	select {
+	case c := <-code:
+		if c != cmd.ExitInterrupted {
+			t.Fatalf("exit %d, want %d; stderr:\n%s", c, cmd.ExitInterrupted, errOut.String())
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("did not stop within a minute of the interruption")
+	}
+	s := out.String()
+	m := regexp.MustCompile(`interrupted: (\d+) of (\d+) scenarios finished\nPASS partial-failure\nPASS rules\n`).FindStringSubmatch(s)
+	if m == nil || m[2] != fmt.Sprint(len(scenarios.List())) {
+		t.Fatalf("no summary of what finished:\n%s", s)
+	}
+	data, err := os.ReadFile(junit)
+	if err != nil {
+		t.Fatalf("no JUnit report for what finished: %v", err)
+	}
+	if n := strings.Count(string(data), "<testcase "); fmt.Sprint(n) != m[1] {
+		t.Errorf("the JUnit report has %d test cases; %s scenarios finished", n, m[1])
+	}
+	// A header is always followed by what it heads.
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		if strings.HasPrefix(l, "▸ ") || strings.HasPrefix(l, "━━ ") {
+			if i+1 >= len(lines) || lines[i+1] == "" || strings.HasPrefix(lines[i+1], "interrupted") {
+				t.Errorf("an empty header: %q", l)
+			}
+		}
 	}
 }

@@ -32,9 +32,9 @@ every balance matches the transfers.`,
 	root.PersistentFlags().BoolVar(&app.noColor, "no-color", false, "never print colour (also: NO_COLOR=1, or output that is not a terminal)")
 	root.PersistentFlags().StringVar(&app.databaseURL, "database-url", "", "use this PostgreSQL server instead of starting one (default $DATABASE_URL)")
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
-		return usageError("%v", err)
+		return usageError("%s", flagError(c, err))
 	})
 	root.AddCommand(newScenarioCmd(app), newListCmd(app), newServeCmd(app), newSendCmd(app), newBenchCmd(app),
-		newChaosCmd(app), newCheckCmd(app), newAuditCmd(app), newPruneCmd(app), newProbeCmd(app))
+		newChaosCmd(app), newCheckCmd(app), newAuditCmd(app), newPruneCmd(app), newProbeCmd(app), newExplainCmd(app), newCompareCmd(app))
 	return root
 }

@@ -3,12 +3,14 @@ package cmd
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/banksim/bank-sim/api"
@@ -45,7 +47,7 @@ outcome is unknown, 2 for a usage error.`,
   bank-sim send --as ada --to 2 --amount 10000 --key 3f0c7a2e-6b1d-4c55-9a7e-0d2b8c1e4f60   send (or resend) with your own key
   bank-sim send --as bola --to 1 --amount 99.50 --url http://127.0.0.1:9000`,
 		Args: cobra.NoArgs,
-		RunE: func(c *cobra.Command, args []string) error { return runSend(c.Context(), app, o) },
+		RunE: func(c *cobra.Command, args []string) error { return runSend(c, app, o) },
 	}
 	f := c.Flags()
 	f.StringVar(&o.as, "as", "", "who sends: ada, bola or chidi (their demo token and account)")
@@ -129,12 +131,13 @@ func (o sendOptions) check() (bank.TransferRequest, error) {
 	return bank.TransferRequest{From: u.account, To: o.to, AmountKobo: kobo}, nil
 }
 
-func runSend(ctx context.Context, app *App, o sendOptions) error {
+func runSend(cmd *cobra.Command, app *App, o sendOptions) error {
+	ctx := cmd.Context()
 	req, err := o.check()
 	if err != nil {
 		return err
 	}
-	seed, err := parseSeed(app, o.seed)
+	seed, err := seedFlag(app, cmd, o.seed)
 	if err != nil {
 		return err
 	}
@@ -160,7 +163,7 @@ func runSend(ctx context.Context, app *App, o sendOptions) error {
 				}
 			}
 			if a.Retry {
-				line += fmt.Sprintf(", will retry in %s", a.Wait.Round(time.Millisecond))
+				line += ", will retry in " + humanDuration(a.Wait)
 			}
 			fmt.Fprintln(out, line)
 		},
@@ -175,21 +178,78 @@ func runSend(ctx context.Context, app *App, o sendOptions) error {
 	if err != nil {
 		return err
 	}
+	base := strings.TrimRight(o.url, "/")
+	token := users[strings.ToLower(o.as)].token
 	switch res.Kind {
 	case client.OK:
 		fmt.Fprintf(out, "%s %s\n", p.ok.Sprint("app shows:"), res.Response.Body)
+		printBalances(ctx, app, base)
 		return nil
 	case client.Rejected:
 		var prob struct {
+			Detail  string `json:"detail"`
 			Message string `json:"message"`
 		}
 		_ = json.Unmarshal(res.Response.Body, &prob)
-		fmt.Fprintf(out, "%s %d %s: %s\n", p.bad.Sprint("refused:"), res.Response.Status, res.Response.Code(), prob.Message)
+		why := prob.Detail
+		if why == "" {
+			why = prob.Message
+		}
+		fmt.Fprintf(out, "%s %d %s: %s\n", p.bad.Sprint("refused:"), res.Response.Status, res.Response.Code(), why)
+		printBalances(ctx, app, base)
+		return errFailed
+	}
+	if allRefused(res.Attempts) {
+		// A refused connection carried nothing: no server, so no money moved.
+		fmt.Fprintf(out, "%s every attempt's connection was refused: nothing was sent, and no money moved.\n", p.bad.Sprintf("no server at %s:", base))
+		fmt.Fprintln(out, "Start one with 'bank-sim serve' (or point --url at yours), then send again.")
 		return errFailed
 	}
 	fmt.Fprintf(out, "%s the outcome is unknown after %d attempts: the transfer may or may not have happened.\n",
 		p.warn.Sprint("pending —"), len(res.Attempts))
-	fmt.Fprintf(out, "resolve with GET %s/transfers?key=%s, or send again with --key %s (safe: it will not move the money twice)\n",
-		strings.TrimRight(o.url, "/"), in.Key, in.Key)
-	return &ExitError{Code: ExitFailed, Err: fmt.Errorf("pending — resolve with GET /transfers?key=%s", in.Key)}
+	fmt.Fprintf(out, "Resolve it (the token is needed: keys belong to their user):\n  curl -H 'Authorization: Bearer %s' '%s/transfers?key=%s'\n", token, base, in.Key)
+	fmt.Fprintf(out, "or send again with --key %s (safe: the server will not move the money twice).\n", in.Key)
+	return errFailed
+}
+
+// allRefused reports whether every attempt failed to connect at all.
+func allRefused(attempts []client.Attempt) bool {
+	for _, a := range attempts {
+		if a.Err == nil || !errors.Is(a.Err, syscall.ECONNREFUSED) {
+			return false
+		}
+	}
+	return len(attempts) > 0
+}
+
+// printBalances prints the lesson's balances line, read through the API with
+// each demo user's token (an account is visible to its owner only); it
+// prints nothing when the server does not answer that way.
+func printBalances(ctx context.Context, app *App, base string) {
+	hc := &http.Client{Timeout: 5 * time.Second}
+	var parts []string
+	var total int64
+	for _, name := range []string{"ada", "bola", "chidi"} {
+		u := users[name]
+		req, err := http.NewRequestWithContext(ctx, "GET", fmt.Sprintf("%s/accounts/%d", base, u.account), nil)
+		if err != nil {
+			return
+		}
+		req.Header.Set("Authorization", "Bearer "+u.token)
+		res, err := hc.Do(req)
+		if err != nil {
+			return
+		}
+		var acct struct {
+			BalanceKobo *int64 `json:"balanceKobo"`
+		}
+		err = json.NewDecoder(res.Body).Decode(&acct)
+		res.Body.Close()
+		if err != nil || res.StatusCode != 200 || acct.BalanceKobo == nil {
+			return
+		}
+		parts = append(parts, fmt.Sprintf("%s %s", holderOf(users[name].account), bank.Naira(*acct.BalanceKobo)))
+		total += *acct.BalanceKobo
+	}
+	fmt.Fprintf(app.Env.Stdout, "balances: %s | total %s\n", strings.Join(parts, ", "), bank.Naira(total))
 }

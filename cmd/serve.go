@@ -7,12 +7,16 @@ import (
 	"net"
 	"net/http"
 	"sort"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/banksim/bank-sim/api"
+	"github.com/banksim/bank-sim/api/client"
 	"github.com/banksim/bank-sim/bank"
 	"github.com/banksim/bank-sim/idem"
+	"github.com/banksim/bank-sim/outbox"
 	"github.com/banksim/bank-sim/scenarios"
 	"github.com/spf13/cobra"
 )
@@ -23,6 +27,7 @@ type serveOptions struct {
 	bug          string
 	grace        time.Duration
 	cleanupEvery time.Duration
+	quiet        bool
 }
 
 func newServeCmd(app *App) *cobra.Command {
@@ -35,10 +40,19 @@ errors — on a fresh copy of the lesson's bank, so that curl, your own app or
 your own retry library can be pointed at it. The bank is dropped on exit.
 
 Routes: POST /transfers, GET /transfers/{id}, GET /transfers?key=K,
-GET /accounts/{id}, GET /healthz. Stop with Ctrl-C or SIGTERM: requests in
+GET /accounts/{id}, GET /sms, GET /healthz.
+
+Each transfer texts its sender ("You sent ₦10,000 to Bola"): the SMS is an
+outbox row committed with the transfer, sent by a dispatcher to an
+in-process SMS provider with the row's id as its idempotency key. The serve
+log shows every SMS the provider accepts; GET /sms shows the caller theirs. Stop with Ctrl-C or SIGTERM: requests in
 flight get --grace to finish; those still running then are rolled back, their
 keys released, and answered 503 with Retry-After. Only then is the database
 closed; the ledger is printed, and serve exits 130 (interrupted).
+
+Every request is shown as it is answered — method and path, user, the
+key's first 8 characters, status, whether it was a replay, and how long it
+took — and after each new transfer the balances; --quiet turns that off.
 
 Every --cleanup-every, the 24 h cleanup job deletes the keys older than 24 h
 that are completed or whose lock has expired, and logs how many it deleted.
@@ -59,6 +73,7 @@ mistake (new-key-per-attempt) is refused: serve runs only the server.`,
 	c.Flags().StringVar(&o.bug, "bug", "", "serve with one of the lesson's server-side mistakes (see 'bank-sim list --bugs')")
 	c.Flags().DurationVar(&o.grace, "grace", api.DefaultGrace, "on Ctrl-C or SIGTERM, how long requests in flight may take to finish before they are rolled back and answered 503")
 	c.Flags().DurationVar(&o.cleanupEvery, "cleanup-every", time.Hour, "run the cleanup of keys older than 24 h this often (0: never)")
+	c.Flags().BoolVarP(&o.quiet, "quiet", "q", false, "do not show each request and the balances after each transfer")
 	_ = c.RegisterFlagCompletionFunc("bug", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 		var names []string
 		for _, b := range idem.Bugs() {
@@ -82,16 +97,25 @@ func parseServeBug(name string) (*idem.Bug, error) {
 	if bug.NewKeyPerAttempt {
 		return nil, usageError("--bug %s is a client's mistake, not the server's: serve runs only the server, and your client decides its keys. See it with: bank-sim chaos --bug %s, or bank-sim scenario --all --bug %s", name, name, name)
 	}
+	if o := bug.Outbox; o.PublishInTransaction || o.PublishAfterCommit || o.NoDedup || o.OffsetBeforeEffect || o.LockReleaseWithoutToken || o.ShipReadThenWrite {
+		return nil, usageError("--bug %s is in a part serve does not run: serve sends each transfer's SMS through its outbox, and has no message log, consumer, external lock or orders. See it with: bank-sim scenario --all --bug %s", name, name)
+	}
 	return bug, nil
 }
+
+// dispatchEvery is how often serve's dispatcher drains the outbox.
+const dispatchEvery = 100 * time.Millisecond
 
 // checkAddr refuses a non-loopback address unless asked: the demo tokens
 // are printed for anyone to read, so the bank must not be reachable by
 // other machines by accident.
 func checkAddr(addr string, listenAny bool) error {
-	host, _, err := net.SplitHostPort(addr)
+	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
-		return usageError("--addr %q: %v (want HOST:PORT, e.g. 127.0.0.1:8080)", addr, err)
+		return usageError("--addr %q: %s (want HOST:PORT, e.g. 127.0.0.1:8080)", addr, strings.TrimPrefix(err.Error(), "address "+addr+": "))
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return usageError("--addr %s: the port must be a number from 0 to 65535 (0 picks a free one)", addr)
 	}
 	if listenAny {
 		return nil
@@ -139,14 +163,28 @@ func runServe(ctx context.Context, app *App, o serveOptions) error {
 	stopping, stop := context.WithCancel(context.Background())
 	defer stop()
 	h := &idem.Handler{DB: db.Pool, Store: &idem.Store{}, Stopping: stopping}
+	var flaws outbox.Flaws
 	if bug != nil {
 		bug.Apply(h)
+		flaws = bug.Outbox
 	}
 	logf := func(format string, args ...any) {
 		fmt.Fprintf(app.Env.Stderr, "bank-sim serve: "+format+"\n", args...)
 	}
+	// Each transfer commits an SMS row in its outbox; the dispatcher sends
+	// it to the in-process provider, which logs every message it accepts.
+	sms := outbox.NewProvider(0)
+	sms.OnAccept(func(m outbox.SMS) {
+		logf("SMS %d to %s: %q (transfer %d)", m.ID, holderOf(m.UserID), m.Text, m.TransferID)
+	})
+	h.Effects = &outbox.Effects{DB: db.Pool, SMS: sms, Flaws: flaws, Note: logf}
+	dispatcher := &outbox.Dispatcher{DB: db.Pool, Name: "serve", SMS: sms, Flaws: flaws}
+	var handler http.Handler = api.NewServer(api.Config{Handler: h, Tokens: api.DemoTokens(), Log: logf, SMS: sms})
+	if !o.quiet {
+		handler = api.LogRequests(handler, api.DemoTokens(), nil, requestLog(app, db.Pool))
+	}
 	hs := &http.Server{
-		Handler:           api.NewServer(api.Config{Handler: h, Tokens: api.DemoTokens(), Log: logf}),
+		Handler:           handler,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      30 * time.Second,
@@ -154,7 +192,7 @@ func runServe(ctx context.Context, app *App, o serveOptions) error {
 	}
 
 	fmt.Fprintf(out, "bank-sim %s serving the transfer API on %s\n", version(), p.bold.Sprint(url))
-	fmt.Fprintf(out, "%s\n", p.dim.Sprint(srv.Describe()+", database "+db.Name+" (dropped on exit)"))
+	printWrapped(out, app.describe(srv)+", database "+db.Name+" (dropped on exit)", app.Env.Width, p.dim)
 	if bug != nil {
 		// On both streams: whoever reads either must not mistake this
 		// server for a correct one.
@@ -172,13 +210,16 @@ func runServe(ctx context.Context, app *App, o serveOptions) error {
 	for _, t := range names {
 		fmt.Fprintf(out, "  %-12s %s (account %d)\n", t, holderOf(toks[t]), toks[t])
 	}
-	fmt.Fprintln(out, "try:")
-	fmt.Fprintf(out, "  curl -i -X POST %s/transfers -H 'Authorization: Bearer token-ada' \\\n", url)
-	fmt.Fprintf(out, "    -H \"Idempotency-Key: $(uuidgen)\" -H 'Content-Type: application/json' \\\n")
+	fmt.Fprintln(out, "try (run it twice: the second is a replay; change the key for a new transfer):")
+	fmt.Fprintf(out, "  curl -i -X POST %s/transfers \\\n", url)
+	fmt.Fprintf(out, "    -H 'Authorization: Bearer token-ada' \\\n")
+	fmt.Fprintf(out, "    -H 'Idempotency-Key: %s' \\\n", client.NewUUID())
+	fmt.Fprintf(out, "    -H 'Content-Type: application/json' \\\n")
 	fmt.Fprintf(out, "    -d '{\"from\":1,\"to\":2,\"amountKobo\":1000000}'\n")
 	printLedger(ctx, app, db.Pool)
+	fmt.Fprintf(out, "%s\n", p.dim.Sprintf("each transfer texts its sender through the outbox (drained every %s); GET /sms shows you yours", dispatchEvery))
 	if o.cleanupEvery > 0 {
-		fmt.Fprintf(out, "%s\n", p.dim.Sprintf("the cleanup job runs every %s (keys older than %s)", o.cleanupEvery, idem.DefaultRetention))
+		fmt.Fprintf(out, "%s\n", p.dim.Sprintf("the cleanup job runs every %s (keys older than %s)", scenarios.Dur(o.cleanupEvery), scenarios.Dur(idem.DefaultRetention)))
 	}
 	fmt.Fprintln(out, p.dim.Sprint("Ctrl-C to stop"))
 
@@ -189,6 +230,14 @@ func runServe(ctx context.Context, app *App, o serveOptions) error {
 		cleanupLoop(cleanupCtx, h.Store, db.Pool, o.cleanupEvery, logf)
 	}()
 	defer func() { stopCleanup(); <-cleanupDone }()
+
+	dispatchCtx, stopDispatch := context.WithCancel(context.WithoutCancel(ctx))
+	dispatchDone := make(chan struct{})
+	go func() {
+		defer close(dispatchDone)
+		dispatcher.Run(dispatchCtx, dispatchEvery, func(err error) { logf("outbox: %v", err) })
+	}()
+	defer func() { stopDispatch(); <-dispatchDone }()
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- hs.Serve(ln) }()
@@ -201,7 +250,7 @@ func runServe(ctx context.Context, app *App, o serveOptions) error {
 	// The database goes only after every handler has returned: requests in
 	// flight finish within the grace period, or are rolled back, their keys
 	// released, and answered 503.
-	fmt.Fprintf(out, "stopping: requests in flight have %s to finish\n", o.grace)
+	fmt.Fprintf(out, "stopping: requests in flight have %s to finish\n", scenarios.Dur(o.grace))
 	cut, err := api.Drain(hs, o.grace, stop)
 	if cut {
 		fmt.Fprintln(out, "the grace period ended: requests still running were rolled back, their keys released, and answered 503 with Retry-After")
@@ -214,10 +263,23 @@ func runServe(ctx context.Context, app *App, o serveOptions) error {
 	}
 	stopCleanup()
 	<-cleanupDone
+	stopDispatch()
+	<-dispatchDone
 	lctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	// Every transfer that committed before the stop gets its SMS: the last
+	// rows are sent now rather than left for a dispatcher that will not come.
+	if _, err := dispatcher.Drain(lctx); err != nil {
+		logf("outbox: the last drain: %v", err)
+	}
 	printLedger(lctx, app, db.Pool)
-	fmt.Fprintln(out, "stopped; the bank is dropped and PostgreSQL stops")
+	fmt.Fprintf(out, "SMS sent: %d\n", len(sms.Messages()))
+	if srv.Embedded() {
+		fmt.Fprintln(out, "stopped; the bank is dropped and PostgreSQL stops")
+	} else {
+		// Not ours to stop: only the bank's database goes.
+		fmt.Fprintln(out, "stopped; the bank's database is dropped (your PostgreSQL keeps running)")
+	}
 	// A signal stopped the server: exit 130, as for every command.
 	return ctx.Err()
 }
@@ -246,6 +308,57 @@ func cleanupLoop(ctx context.Context, store *idem.Store, db bank.Querier, every 
 			logf("cleanup: %v", err)
 		default:
 			logf("cleanup: deleted %d keys older than %s (completed, or their lock expired)", len(keys), idem.DefaultRetention)
+		}
+	}
+}
+
+// requestLog prints each request as serve answers it, and the balances
+// after each new transfer, so that a live demo shows the server's side.
+func requestLog(app *App, db bank.DB) func(api.Access) {
+	var mu sync.Mutex
+	p := app.palette()
+	return func(a api.Access) {
+		mu.Lock()
+		defer mu.Unlock()
+		user := "-"
+		if a.User != 0 {
+			user = strings.ToLower(holderOf(a.User))
+		}
+		key := "no key"
+		if a.Key != "" {
+			key = string([]rune(a.Key)[:min(8, len([]rune(a.Key)))])
+		}
+		answer := fmt.Sprintf("%d", a.Status)
+		switch {
+		case a.TransferID != 0:
+			answer += fmt.Sprintf(" transfer %d", a.TransferID)
+		case a.Code != "":
+			answer += " " + a.Code
+		}
+		replayed := "new"
+		if a.Replayed {
+			replayed = "replay"
+		}
+		if a.Method != "POST" {
+			replayed = ""
+			if a.Key == "" {
+				key = ""
+			}
+		} else if a.Status == 401 || a.Status == 413 || a.Status == 415 || a.Code == "idempotency_key_required" {
+			replayed = "" // refused before the key store
+		}
+		style := colorer(p.ok)
+		if a.Status >= 400 {
+			style = p.warn
+		}
+		fmt.Fprintf(app.Env.Stdout, "%s %-4s %-12s %-5s %-8s %s %-6s %s\n", p.dim.Sprint(app.Env.Now().Format("15:04:05")),
+			a.Method, truncate(a.Path, 12), user, key, style.Sprint(pad(answer, 23)), replayed, p.dim.Sprint(humanDuration(a.Duration)))
+		if a.Method == "POST" && a.Status == 201 && !a.Replayed {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if l, err := bank.ReadLedger(ctx, db); err == nil {
+				fmt.Fprintf(app.Env.Stdout, "         %s\n", p.bold.Sprint(l.Line()))
+			}
 		}
 	}
 }

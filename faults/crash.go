@@ -57,7 +57,7 @@ func (f *CrashAfterClaim) Deliver(ctx context.Context, env *Env, d Delivery, nex
 		f.mu.Lock()
 		f.sleepers = append(f.sleepers, s)
 		f.mu.Unlock()
-		env.note("the server claimed the key (lock %s) and went silent", c.LockID)
+		env.strike(f.Name(), LaneServer, "the server claimed the key (fencing token %s) and went silent", c.LockID)
 		return bank.Response{}, &NetworkError{Message: "timed out waiting for the response"}
 	case r := <-s.done:
 		// Nothing to claim (a replay, a 409, a bad key): no crash happened.

@@ -30,5 +30,11 @@ func (f *Delay) Deliver(ctx context.Context, env *Env, d Delivery, next Server) 
 		return bank.Response{}, ctx.Err()
 	case <-time.After(wait):
 	}
+	// Both can be ready by the time this goroutine runs (a loaded machine),
+	// and select then picks either: a client that gave up first sends
+	// nothing, whichever it picked.
+	if err := ctx.Err(); err != nil {
+		return bank.Response{}, err
+	}
 	return next(ctx, d.Request)
 }

@@ -101,9 +101,9 @@ func (f *Disconnect) Deliver(ctx context.Context, env *Env, d Delivery, next Ser
 		// body): the client stayed and heard the answer.
 		return resp, err
 	case err != nil:
-		env.note("the client went away %s; the server gave up: %v", at, err)
+		env.strike(f.Name(), LaneNetwork, "the client went away %s; the server gave up: %v", at, err)
 	default:
-		env.note("the client went away %s; the server carried on and answered %s to no one", at, resp.Summary())
+		env.strike(f.Name(), LaneNetwork, "the client went away %s; the server carried on and answered %s to no one", at, resp.Summary())
 	}
 	return bank.Response{}, &NetworkError{Message: "the connection was lost " + at.String()}
 }

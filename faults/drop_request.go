@@ -17,6 +17,6 @@ func (*DropRequest) Name() string { return "drop-request" }
 
 // Deliver implements Fault.
 func (*DropRequest) Deliver(ctx context.Context, env *Env, d Delivery, next Server) (bank.Response, error) {
-	env.note("the request never reached the server")
+	env.strike("drop-request", LaneNetwork, "the request never reached the server")
 	return bank.Response{}, &NetworkError{Message: "timed out waiting for the response"}
 }

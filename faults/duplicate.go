@@ -48,6 +48,6 @@ func (f *Duplicate) Deliver(ctx context.Context, env *Env, d Delivery, next Serv
 	if f.Observe != nil {
 		f.Observe(results)
 	}
-	env.note("%d copies reached the server at the same moment", n)
+	env.strike(f.Name(), LaneNetwork, "%d copies reached the server at the same moment", n)
 	return results[0].Response, results[0].Err
 }

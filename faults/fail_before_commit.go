@@ -34,7 +34,7 @@ func (*FailBeforeCommit) Deliver(ctx context.Context, env *Env, d Delivery, next
 	}
 	resp, err := next(idem.WithHooks(ctx, h), d.Request)
 	if err != nil && fired {
-		env.note("the transaction failed just before COMMIT and rolled back; the server answered 500")
+		env.strike("fail-before-commit", LaneDatabase, "the connection broke just before COMMIT: that transaction rolled back, and the server answered 500")
 		return idem.ServerError(), nil
 	}
 	return resp, err

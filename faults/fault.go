@@ -49,6 +49,9 @@ type Env struct {
 	// Note records something the client cannot see (e.g. "the server
 	// committed transfer 1, then the response was lost"). May be nil.
 	Note func(format string, args ...any)
+	// Struck, when set, hears where each fault struck and what it did there,
+	// instead of Note: pictures of a run mark the spot. May be nil.
+	Struck func(Strike)
 
 	mu  sync.Mutex
 	rng *rand.Rand
@@ -77,6 +80,27 @@ func (e *Env) note(format string, args ...any) {
 	if e.Note != nil {
 		e.Note(format, args...)
 	}
+}
+
+// Lanes of a picture of a run: where a fault strikes.
+const (
+	LaneNetwork  = "network"  // between the client and the server
+	LaneServer   = "server"   // inside the server process
+	LaneDatabase = "database" // inside the server's transaction
+)
+
+// Strike is one fault striking: which, where (a Lane…) and what it did.
+type Strike struct {
+	Fault, Lane, Text string
+}
+
+// strike reports what fault did at lane, to Struck, or else to Note.
+func (e *Env) strike(fault, lane, format string, args ...any) {
+	if e.Struck != nil {
+		e.Struck(Strike{Fault: fault, Lane: lane, Text: fmt.Sprintf(format, args...)})
+		return
+	}
+	e.note(format, args...)
 }
 
 // ErrNoResponse is what a client sees when its request may or may not have

@@ -19,7 +19,7 @@ func (*LoseResponse) Name() string { return "lose-response" }
 func (*LoseResponse) Deliver(ctx context.Context, env *Env, d Delivery, next Server) (bank.Response, error) {
 	resp, err := next(ctx, d.Request)
 	if err == nil {
-		env.note("the server answered %s; the answer was lost on the way back", resp.Summary())
+		env.strike("lose-response", LaneNetwork, "the server answered %s; the answer was lost on the way back", resp.Summary())
 	}
 	return bank.Response{}, &NetworkError{Message: "timed out waiting for the response"}
 }

@@ -22,9 +22,10 @@ type Network struct {
 	Server Server
 	Env    *Env
 
-	mu    sync.Mutex
-	rules []Rule
-	fired map[string]int
+	mu        sync.Mutex
+	rules     []Rule
+	overrides []Rule
+	fired     map[string]int
 }
 
 // NewNetwork returns a network to server whose random choices come from seed.
@@ -41,6 +42,16 @@ func (n *Network) Inject(r Rule) *Network {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.rules = append(n.rules, r)
+	return n
+}
+
+// Override adds rules that take precedence over every other, and silence the
+// other rules of the same fault: a live experiment's "this fault, on these
+// attempts, instead of the story's".
+func (n *Network) Override(rules ...Rule) *Network {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.overrides = append(n.overrides, rules...)
 	return n
 }
 
@@ -72,7 +83,14 @@ func (n *Network) Send(ctx context.Context, d Delivery) (bank.Response, error) {
 func (n *Network) pick(d Delivery) Fault {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	for _, r := range n.rules {
+	overridden := map[string]bool{}
+	for _, r := range n.overrides {
+		overridden[r.Fault.Name()] = true
+	}
+	for i, r := range append(slices.Clip(n.overrides), n.rules...) {
+		if i >= len(n.overrides) && overridden[r.Fault.Name()] {
+			continue
+		}
 		if len(r.Attempts) > 0 && !slices.Contains(r.Attempts, d.Attempt) {
 			continue
 		}

@@ -99,10 +99,11 @@ type Proxy struct {
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 
-	mu    sync.Mutex
-	rules []ConnRule
-	fired map[string]int
-	conns map[net.Conn]struct{}
+	mu        sync.Mutex
+	rules     []ConnRule
+	overrides []ConnRule
+	fired     map[string]int
+	conns     map[net.Conn]struct{}
 }
 
 // StartProxy listens on a free port of 127.0.0.1 and relays to upstream
@@ -219,15 +220,32 @@ func (p *Proxy) serve(c net.Conn) {
 		_ = x.Forward(p.ctx)
 		return
 	}
+	x.fault = f.Name()
 	if err := f.Exchange(p.ctx, p.Env, x); err != nil {
 		p.Env.note("proxy: %s on attempt %d: %v", f.Name(), attempt, err)
 	}
 }
 
+// Override adds rules that take precedence over every other and silence the
+// other rules of the same fault, as Network.Override does.
+func (p *Proxy) Override(rules ...ConnRule) *Proxy {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.overrides = append(p.overrides, rules...)
+	return p
+}
+
 func (p *Proxy) pick(attempt int) ConnFault {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, r := range p.rules {
+	overridden := map[string]bool{}
+	for _, r := range p.overrides {
+		overridden[r.Fault.Name()] = true
+	}
+	for i, r := range append(slices.Clip(p.overrides), p.rules...) {
+		if i >= len(p.overrides) && overridden[r.Fault.Name()] {
+			continue
+		}
 		if len(r.Attempts) > 0 && !slices.Contains(r.Attempts, attempt) {
 			continue
 		}
@@ -252,10 +270,14 @@ type Exchange struct {
 	client   net.Conn
 	upstream string
 	proxy    *Proxy
+	fault    string // the fault carrying this exchange
 }
 
-// Note reports something the client cannot see.
-func (x *Exchange) Note(format string, args ...any) { x.proxy.Env.note(format, args...) }
+// Note reports something the client cannot see: what the exchange's fault
+// did, on the network between the client and the server.
+func (x *Exchange) Note(format string, args ...any) {
+	x.proxy.Env.strike(x.fault, LaneNetwork, format, args...)
+}
 
 // RoundTrip sends the request to the server and reads its whole answer. When
 // it returns without error the server has finished: for a transfer, the

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/banksim/bank-sim/bank"
+	"github.com/banksim/bank-sim/outbox"
 )
 
 // Bug is one of the lesson's mistakes ("Failure cases and production
@@ -38,6 +39,11 @@ type Bug struct {
 	Store Flaws `json:"store,omitzero"`
 	// Bank switches on mistakes in the transfer.
 	Bank bank.Flaws `json:"bank,omitzero"`
+	// Outbox switches on mistakes in the side effects beyond the database:
+	// the transfer's SMS and event, the dispatcher, the consumer, the
+	// external lock, mark-shipped. Apply ignores it; whoever builds those
+	// parts (outbox.Effects, Dispatcher, Consumer, …) reads it.
+	Outbox outbox.Flaws `json:"outbox,omitzero"`
 }
 
 // Apply switches the bug on in h, on top of whatever h already has. It is
@@ -144,6 +150,72 @@ func Bugs() []Bug {
 			Mistake:     "The stored response is kept as jsonb, as in the lesson's table",
 			Consequence: "jsonb reorders the members, so a replay is not the original answer byte for byte: a client that compares or verifies a signature sees a different response",
 			Store:       Flaws{JSONBReplay: true},
+		},
+		{
+			Name:        "sms-in-transaction",
+			Mistake:     "The SMS is sent from inside the transfer's transaction",
+			Consequence: "When the commit then fails, the customer has an SMS for a transfer that never happened",
+			Outbox:      outbox.Flaws{SMSInTransaction: true},
+		},
+		{
+			Name:        "sms-after-commit",
+			Mistake:     "The SMS is sent after the commit, with nothing recorded in the transaction",
+			Consequence: "A server that crashes between the commit and the send never sends it: a committed transfer with no SMS",
+			Outbox:      outbox.Flaws{SMSAfterCommit: true},
+		},
+		{
+			Name:        "publish-in-transaction",
+			Mistake:     "The transfer's event is published to the log from inside the transaction (the dual write)",
+			Consequence: "A rollback leaves an event for a transfer that does not exist, and other services act on it",
+			Outbox:      outbox.Flaws{PublishInTransaction: true},
+		},
+		{
+			Name:        "publish-after-commit",
+			Mistake:     "The transfer's event is published after the commit, with nothing recorded in the transaction",
+			Consequence: "A crash between the commit and the publish loses the event: other services never hear of the transfer",
+			Outbox:      outbox.Flaws{PublishAfterCommit: true},
+		},
+		{
+			Name:        "no-provider-key",
+			Mistake:     "The dispatcher sends the SMS without the outbox row's id as the provider's idempotency key",
+			Consequence: "A dispatcher that sent and crashed before marking the row done, or whose answer timed out, sends the SMS again: two messages",
+			Outbox:      outbox.Flaws{NoProviderKey: true},
+		},
+		{
+			Name:        "dispatcher-without-skip-locked",
+			Mistake:     "The dispatcher claims its batch without FOR UPDATE SKIP LOCKED",
+			Consequence: "Two dispatchers polling at once read the same pending rows and both claim them: the later claim overwrites the earlier, and both hold the rows",
+			Outbox:      outbox.Flaws{NoSkipLocked: true},
+		},
+		{
+			Name:        "mark-done-without-claim-token",
+			Mistake:     "The dispatcher renews and marks a row without checking that it still holds the row's claim token",
+			Consequence: "A dispatcher paused past its lease wakes up and sends rows another dispatcher took over: the provider is sent them twice",
+			Outbox:      outbox.Flaws{NoClaimToken: true},
+		},
+		{
+			Name:        "consumer-without-dedup",
+			Mistake:     "The consumer applies every delivery, with no processed-events marker",
+			Consequence: "An event redelivered after a crash before the offset commit is applied twice",
+			Outbox:      outbox.Flaws{NoDedup: true},
+		},
+		{
+			Name:        "offset-before-effect",
+			Mistake:     "The consumer commits its offset before applying the event",
+			Consequence: "A crash between the two loses the event: the log will not deliver it again, and its effect never happens",
+			Outbox:      outbox.Flaws{OffsetBeforeEffect: true},
+		},
+		{
+			Name:        "lock-release-without-token",
+			Mistake:     "The lock outside the database is released with a plain DEL instead of compare-and-delete",
+			Consequence: "A holder whose lock expired deletes the next holder's lock on waking, and a third takes it: two holders at once",
+			Outbox:      outbox.Flaws{LockReleaseWithoutToken: true},
+		},
+		{
+			Name:        "ship-read-then-write",
+			Mistake:     "mark-shipped reads the status, checks it in code, and writes 'shipped' unconditionally",
+			Consequence: "Two deliveries of one request at once both read 'paid' and both answer \"shipped\": the order is handed to the courier twice",
+			Outbox:      outbox.Flaws{ShipReadThenWrite: true},
 		},
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })

@@ -69,10 +69,27 @@ type Hooks struct {
 	// BeforeCommit runs inside the transaction after the work and the
 	// stored response, just before COMMIT. An error here rolls it all back.
 	BeforeCommit func(ctx context.Context) error
+	// AfterCommit runs once the transfer's transaction has committed, before
+	// anything else the server does after it (its after-commit side
+	// effects, its answer): a server that dies here has moved the money
+	// and done nothing more.
+	AfterCommit func(ctx context.Context)
 	// Waited runs when a request that found its key in progress has waited
 	// for it under WaitForResult, with the claim the wait ended with. It
 	// only observes: chaos counts the wait policy's path with it.
 	Waited func(ctx context.Context, c Claim)
+}
+
+// Effects is what a successful transfer causes beyond its own rows (an SMS,
+// an event for other services). The handler knows no more of them than
+// this: InTx runs in the transfer's transaction, after the transfer and
+// before its key is completed, and an error rolls the transfer back;
+// AfterCommit runs after the commit and cannot undo it. A replay runs
+// neither: the first answer's transaction did. The outbox package's Effects
+// is the implementation.
+type Effects interface {
+	InTx(ctx context.Context, tx pgx.Tx, userID int64, rc bank.Receipt) error
+	AfterCommit(ctx context.Context, userID int64, rc bank.Receipt)
 }
 
 type hooksKey struct{}
@@ -119,6 +136,10 @@ type Handler struct {
 	// error. A server that must stop before its requests finish cancels it,
 	// so that it leaves no key in progress behind.
 	Stopping context.Context
+
+	// Effects, when set, are told about every successful transfer, inside
+	// its transaction and after its commit.
+	Effects Effects
 
 	Conflict     ConflictPolicy
 	WaitInterval time.Duration // between polls under WaitForResult; 10 ms when zero
@@ -267,6 +288,7 @@ func (h *Handler) transfer(ctx context.Context, req Request, claim *Claim) (bank
 	if err != nil {
 		return bank.Response{}, fmt.Errorf("transfer: %w", err)
 	}
+	h.afterCommit(ctx, req, resp)
 	return resp, nil
 }
 
@@ -293,6 +315,20 @@ func (h *Handler) transferPipelined(ctx context.Context, req Request, claim *Cla
 				return err
 			}
 		}
+		// The side effects run their statements one at a time in the
+		// transfer's transaction, after its writes (whose transfer id they
+		// need) and before the key's completion: an extra round trip, only
+		// for a handler that has them.
+		if out.Status() == 201 && h.Effects != nil {
+			tx, err := p.Tx(ctx)
+			if err != nil {
+				return fmt.Errorf("write: %w", err)
+			}
+			rc, _ := out.Receipt() // its transfer id is read now
+			if err := h.Effects.InTx(ctx, tx, req.UserID, rc); err != nil {
+				return fmt.Errorf("side effects: %w", err)
+			}
+		}
 		if claim != nil {
 			h.Store.QueueComplete(p, req.UserID, req.Key, claim.LockID, out)
 		}
@@ -313,7 +349,20 @@ func (h *Handler) transferPipelined(ctx context.Context, req Request, claim *Cla
 	if err != nil {
 		return bank.Response{}, fmt.Errorf("transfer: %w", err)
 	}
-	return out.Response(), nil
+	resp := out.Response()
+	h.afterCommit(ctx, req, resp)
+	return resp, nil
+}
+
+// afterCommit runs what follows a committed transfer: the AfterCommit hook,
+// then the effects' after-commit part.
+func (h *Handler) afterCommit(ctx context.Context, req Request, resp bank.Response) {
+	if hook := hooksFrom(ctx).AfterCommit; hook != nil {
+		hook(ctx)
+	}
+	if rc, ok := resp.Receipt(); ok && h.Effects != nil {
+		h.Effects.AfterCommit(ctx, req.UserID, rc)
+	}
 }
 
 // complete stores resp as the key's answer in tx and runs the BeforeCommit
@@ -340,7 +389,16 @@ func (h *Handler) work(ctx context.Context, tx pgx.Tx, req Request) (bank.Respon
 	if refusal != nil {
 		return *refusal, nil
 	}
-	return bank.TransferWith(ctx, tx, req.UserID, parsed, h.Bank)
+	resp, err := bank.TransferWith(ctx, tx, req.UserID, parsed, h.Bank)
+	if err != nil || h.Effects == nil {
+		return resp, err
+	}
+	if rc, ok := resp.Receipt(); ok {
+		if err := h.Effects.InTx(ctx, tx, req.UserID, rc); err != nil {
+			return bank.Response{}, fmt.Errorf("side effects: %w", err)
+		}
+	}
+	return resp, nil
 }
 
 // wait is the second article's answer to a duplicate in flight: instead of

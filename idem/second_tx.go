@@ -22,6 +22,7 @@ func (h *Handler) transferThenStore(ctx context.Context, req Request, claim Clai
 	if err != nil {
 		return bank.Response{}, fmt.Errorf("transfer: %w", err)
 	}
+	h.afterCommit(ctx, req, resp)
 	err = bank.InTx(ctx, h.DB, func(tx pgx.Tx) error {
 		return h.complete(ctx, tx, req, claim, resp)
 	})

@@ -189,7 +189,7 @@ type Leftover struct {
 // listLeftovers reads every bank_sim_* database and decides what it is.
 func listLeftovers(ctx context.Context, conn *pgx.Conn) ([]Leftover, error) {
 	rows, err := conn.Query(ctx, `
-		SELECT d.datname, d.datistemplate,
+		SELECT d.datname, d.datistemplate AND d.datconnlimit <> -2, -- an invalid one is only dropped
 		       CASE WHEN has_database_privilege(d.datname, 'CONNECT') THEN pg_database_size(d.oid) ELSE -1 END,
 		       (SELECT count(*) FROM pg_stat_activity a WHERE a.datid = d.oid AND a.pid <> pg_backend_pid())
 		FROM pg_database d

@@ -433,16 +433,21 @@ func startEmbedded(ctx context.Context, o Options) (*Server, error) {
 	}
 	// A killed earlier run in this slot may have left scenario databases:
 	// nobody else can be using them, since we hold the slot.
-	err = dropLeftovers(ctx, conn)
-	s.release(conn, err)
-	if err != nil {
-		return fail(unavailable("cleaning leftover databases: %v", err))
-	}
+	dropped, dropErr := dropLeftovers(ctx, conn)
+	s.release(conn, dropErr)
 	how := "new cluster"
 	if st.Reused {
 		how = "cluster reused"
 	}
 	s.desc = fmt.Sprintf("embedded PostgreSQL %s on 127.0.0.1:%d (%s), slot %d, %s", version, st.Port, bin.path, st.Slot, how)
+	if dropped > 0 {
+		s.desc += fmt.Sprintf("; dropped %d %s left by killed bank-sim runs", dropped, plural(dropped, "database", "databases"))
+	}
+	if dropErr != nil {
+		// Not fatal: the run gets databases of its own; the next run (or
+		// bank-sim prune) tries again.
+		s.desc += fmt.Sprintf("; could not drop leftovers (%v)", dropErr)
+	}
 	return s, nil
 }
 

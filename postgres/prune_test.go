@@ -95,7 +95,7 @@ func (r *externalRun) kill(t *testing.T, admin *pgx.Conn) {
 	r.cmd.Wait()
 	key, _ := ownerOf(r.Names[0])
 	ctx := context.Background()
-	for deadline := time.Now().Add(10 * time.Second); ; {
+	for deadline := time.Now().Add(30 * time.Second); ; {
 		held, err := heldKeys(ctx, admin)
 		if err != nil {
 			t.Fatal(err)
@@ -104,7 +104,7 @@ func (r *externalRun) kill(t *testing.T, admin *pgx.Conn) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the server still shows the killed run's lock %s after 10 s", r.Owner)
+			t.Fatalf("the server still shows the killed run's lock %s after 30 s", r.Owner)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -321,7 +321,16 @@ func TestInterruptedCreateLeavesNothing(t *testing.T) {
 	for _, e := range s.tpls {
 		tpl = e.name
 	}
-	blocker, err := admin.Begin(ctx)
+	// The blocker gets a connection of its own: on admin, its open
+	// transaction would freeze what waitFor sees, for pg_stat_activity is
+	// read once per transaction (the test then failed whenever the CREATE
+	// below had not reached its lock by waitFor's first look).
+	blockConn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer blockConn.Close(ctx)
+	blocker, err := blockConn.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -408,10 +417,11 @@ func cancelDroppingProxy(t *testing.T, url string) string {
 	return strings.Replace(url, target, ln.Addr().String(), 1)
 }
 
-// waitFor polls query, a count, until it returns want, for at most 10 s.
+// waitFor polls query, a count, until it returns want, for at most 30 s.
+// conn must not be in a transaction: pg_stat_activity would not change.
 func waitFor(t *testing.T, conn *pgx.Conn, what, query string, want int) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; {
+	for deadline := time.Now().Add(30 * time.Second); ; {
 		var n int
 		if err := conn.QueryRow(context.Background(), query).Scan(&n); err != nil {
 			t.Fatal(err)
@@ -428,7 +438,7 @@ func waitFor(t *testing.T, conn *pgx.Conn, what, query string, want int) {
 				activity = append(activity, fmt.Sprint(a))
 			}
 			rows.Close()
-			t.Fatalf("waited 10 s for %s; sessions: %v", what, activity)
+			t.Fatalf("waited 30 s for %s; sessions: %v", what, activity)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -490,4 +500,101 @@ func TestPruneCache(t *testing.T) {
 	if _, slots, err := PruneCache(filepath.Join(dir, "nothing-here"), false); err != nil || len(slots) != 0 {
 		t.Errorf("a cache that does not exist: %v %v", slots, err)
 	}
+}
+
+// invalidate marks a database the way PostgreSQL 15 does when a DROP
+// DATABASE is interrupted part way (datconnlimit -2), and checks that
+// ALTER DATABASE now refuses it, as it did in the run this test stands for.
+func invalidate(t *testing.T, admin *pgx.Conn, name string) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := admin.Exec(ctx, "UPDATE pg_database SET datconnlimit = -2 WHERE datname = $1", name); err != nil {
+		t.Fatal(err)
+	}
+	// The refusal is FATAL: it ends the session, so it gets one of its own.
+	probe, err := pgx.ConnectConfig(ctx, admin.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer probe.Close(ctx)
+	_, err = probe.Exec(ctx, "ALTER DATABASE "+quote(name)+" IS_TEMPLATE false")
+	if !isCode(err, "55000") {
+		t.Fatalf("ALTER DATABASE on the invalidated %s: %v, want 55000 (cannot alter invalid database)", name, err)
+	}
+}
+
+// A database left invalid by an interrupted DROP is dropped by the next
+// run in the slot, which starts; it once made every later Start fail with
+// "cannot alter invalid database".
+func TestAnInterruptedDropIsFinishedInTheSlot(t *testing.T) {
+	ctx := context.Background()
+	dir := warmCache(t)
+	s, _ := start(t, Options{CacheDir: dir})
+	db, err := s.CreateDatabase(ctx, testTemplate, "half-dropped")
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := pgx.Connect(ctx, s.adminURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	invalidate(t, admin, db.Name)
+	admin.Close(ctx)
+	old := s.postPID
+	s.proc.Signal(syscall.SIGKILL)
+	<-s.done
+	waitDead(t, old, deathBound)
+
+	s2, _ := start(t, Options{CacheDir: dir})
+	if s2.slotPath != s.slotPath {
+		t.Fatalf("slot %s, want %s", s2.slotPath, s.slotPath)
+	}
+	if exists(t, s2, db.Name) {
+		t.Fatalf("the invalid %s is still there", db.Name)
+	}
+	if !strings.Contains(s2.Describe(), "dropped 1 database left") {
+		t.Errorf("Describe does not say what was dropped: %q", s2.Describe())
+	}
+}
+
+// On a server bank-sim does not own, an invalid orphan is listed by prune
+// and dropped by the next run, template or not; the run starts.
+func TestAnInterruptedDropIsFinishedOnAServer(t *testing.T) {
+	url, admin, unmarked := userServer(t)
+	killed := startExternalRun(t, url)
+	killed.kill(t, admin)
+	var plain string
+	for _, n := range killed.Names {
+		if !strings.Contains(n, "_tpl") {
+			plain = n
+			break
+		}
+	}
+	if plain == "" {
+		t.Fatalf("no scenario database among %v", killed.Names)
+	}
+	invalidate(t, admin, plain)
+
+	_, found, err := PruneServer(context.Background(), url, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := false
+	for _, l := range found {
+		if l.Name == plain {
+			listed = l.State == Orphan
+		}
+	}
+	if !listed {
+		t.Errorf("prune --dry-run does not list the invalid %s as an orphan: %+v", plain, found)
+	}
+
+	next, err := Start(context.Background(), Options{URL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Close()
+	have := databases(t, admin)
+	requireAbsent(t, have, killed.Names, "after the next run started")
+	requirePresent(t, have, unmarked, "an unmarked database")
 }

@@ -232,27 +232,55 @@ const sharedTemplatePrefix = "bank_sim_tpl_"
 // dropLeftovers removes, from an embedded cluster that has just started on
 // a new port (so nobody else can be connected to it), every bank_sim_*
 // database but the finished shared templates: scenario databases of a
-// killed run, half-built templates, and the databases of runs that used
-// this cluster through its URL.
-func dropLeftovers(ctx context.Context, conn *pgx.Conn) error {
-	rows, err := conn.Query(ctx, `SELECT datname FROM pg_database
+// killed run, half-built templates, the databases of runs that used this
+// cluster through its URL, and databases a DROP left invalid when it was
+// interrupted. It drops all it can and returns what it could not: a
+// leftover costs disk, not correctness, so it never stops a run.
+func dropLeftovers(ctx context.Context, conn *pgx.Conn) (int, error) {
+	rows, err := conn.Query(ctx, `SELECT datname, datistemplate AND datconnlimit <> -2 FROM pg_database
 		WHERE datname LIKE 'bank\_sim\_%' AND NOT (datistemplate AND datname LIKE 'bank\_sim\_tpl\_%')`)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	found, err := pgx.CollectRows(rows, pgx.RowToStructByPos[namedDB])
 	if err != nil {
-		return err
+		return 0, err
 	}
-	for _, n := range names {
-		if _, err := conn.Exec(ctx, "ALTER DATABASE "+quote(n)+" IS_TEMPLATE false"); err != nil {
+	var errs []error
+	dropped := 0
+	for _, d := range found {
+		if err := dropDatabase(ctx, conn, d.Name, d.Template); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", d.Name, err))
+			continue
+		}
+		dropped++
+	}
+	return dropped, errors.Join(errs...)
+}
+
+// namedDB is a row of pg_database as dropLeftovers and dropOwn read it.
+type namedDB struct {
+	Name     string
+	Template bool
+}
+
+// dropDatabase drops a database that may be a template, forcing out any
+// session. Only a valid template is altered first (its callers read
+// template as datistemplate AND datconnlimit <> -2): ALTER DATABASE on a
+// database that an interrupted DROP DATABASE left invalid fails with FATAL
+// 55000 "cannot alter invalid database", which ends the session, while
+// DROP DATABASE removes it.
+func dropDatabase(ctx context.Context, conn *pgx.Conn, name string, template bool) error {
+	if template {
+		if _, err := conn.Exec(ctx, "ALTER DATABASE "+quote(name)+" IS_TEMPLATE false"); err != nil {
+			if isCode(err, "3D000") { // dropped meanwhile
+				return nil
+			}
 			return err
 		}
-		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+quote(n)+" WITH (FORCE)"); err != nil {
-			return err
-		}
 	}
-	return nil
+	_, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+quote(name)+" WITH (FORCE)")
+	return err
 }
 
 // dropOwn drops every database marked with this Server's owner key that is
@@ -266,21 +294,17 @@ func (s *Server) dropOwn() error {
 		return err
 	}
 	defer s.release(conn, errors.New("closing"))
-	rows, err := conn.Query(ctx, `SELECT datname FROM pg_database WHERE starts_with(datname, $1)`, s.owner.name(""))
+	rows, err := conn.Query(ctx, `SELECT datname, datistemplate AND datconnlimit <> -2 FROM pg_database WHERE starts_with(datname, $1)`, s.owner.name(""))
 	if err != nil {
 		return err
 	}
-	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	found, err := pgx.CollectRows(rows, pgx.RowToStructByPos[namedDB])
 	if err != nil {
 		return err
 	}
 	var errs []error
-	for _, n := range names {
-		if _, err := conn.Exec(ctx, "ALTER DATABASE "+quote(n)+" IS_TEMPLATE false"); err != nil && !isCode(err, "3D000") {
-			errs = append(errs, err)
-			continue
-		}
-		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+quote(n)+" WITH (FORCE)"); err != nil {
+	for _, d := range found {
+		if err := dropDatabase(ctx, conn, d.Name, d.Template); err != nil {
 			errs = append(errs, err)
 		}
 	}

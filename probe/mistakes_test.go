@@ -69,12 +69,30 @@ var mistakes = map[string]mistake{
 		"which takes a server stalled past its lock; a client cannot stall a healthy server"},
 	"no-row-lock": {blind: "the account must change status (be frozen) between the transfer's checks and its debit; " +
 		"the contract gives a client no way to freeze an account"},
+	// The side effects' mistakes (the outbox package) live beyond the
+	// transfer's answer: an SMS, an event, a dispatcher, a consumer, a lock
+	// in front of the keys, orders. The contract shows none of them.
+	"sms-in-transaction":             {blind: sideEffect},
+	"sms-after-commit":               {blind: sideEffect},
+	"publish-in-transaction":         {blind: sideEffect},
+	"publish-after-commit":           {blind: sideEffect},
+	"no-provider-key":                {blind: sideEffect},
+	"dispatcher-without-skip-locked": {blind: sideEffect},
+	"mark-done-without-claim-token":  {blind: sideEffect},
+	"consumer-without-dedup":         {blind: sideEffect},
+	"offset-before-effect":           {blind: sideEffect},
+	"lock-release-without-token":     {blind: sideEffect},
+	"ship-read-then-write":           {blind: "mark-shipped is an orders operation, not part of the transfer contract"},
 	// Run on two copies whose clocks are 31 s apart, the most a black-box
 	// client could be given.
 	"app-clock": {copies: 2, skew: 31 * time.Second, blind: "a server whose clock runs ahead takes over a live claim, " +
 		"but the fencing check rolls the late holder back: the client sees at most a 5xx it retries, and one transfer; " +
 		"the money is lost only when the cleanup job, run by a server whose clock runs behind, deletes a fresh key, and a client cannot run the cleanup"},
 }
+
+// sideEffect is why the probe cannot see the side effects' mistakes.
+const sideEffect = "a side effect beyond the database (an SMS, an event, its dispatcher or consumer, the lock in front of the keys): " +
+	"the transfer contract answers the same, and a client sees no SMS or event; bank-sim scenario and chaos check them"
 
 // Against each of the lesson's server-side mistakes, the probe fails on the
 // check that explains it.

@@ -3,6 +3,7 @@ package scenarios
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/banksim/bank-sim/bank"
 	"github.com/banksim/bank-sim/faults"
@@ -36,7 +37,8 @@ func init() {
 		}
 		detail := "every key is completed or was released"
 		if len(stuck) > 0 {
-			detail = fmt.Sprintf("%s in progress with no request working on them: %v", plural(len(stuck), "key", "keys"), stuck)
+			detail = fmt.Sprintf("%s in progress with no request working on %s: %s", plural(len(stuck), "key", "keys"),
+				map[bool]string{true: "it", false: "them"}[len(stuck) == 1], strings.Join(stuck, ", "))
 		}
 		r.Invariant("no key is left in progress after its holder returned", len(stuck) == 0, detail)
 		if protected {
@@ -53,7 +55,23 @@ func init() {
 	}
 
 	Register(Scenario{
-		Name:    "client-disconnect",
+		Name:  "client-disconnect",
+		Title: "A client that goes away mid-request",
+		Explain: Explanation{
+			Shows: "Ada's phone loses its signal in the middle of four transfers, each time at another point " +
+				"of the server's work: before the key is claimed, while the claim's answer is on its way back " +
+				"from PostgreSQL, just after the claim, and inside the transaction. Each time her app retries " +
+				"with the same key.",
+			Breaks: "A server that runs the claim on the request's own context hears \"context canceled\" when " +
+				"the client goes away — even when PostgreSQL has already committed the claim. It returns " +
+				"without releasing the key, and the key stays in progress with nobody working on it: every " +
+				"retry is told 409 until the lock expires.",
+			Defence: "Once a key may be claimed, run the request's database work on a context of its own, " +
+				"detached from the client and bounded by a work timeout below the lock's 30 s. The work then " +
+				"finishes (the retry gets the replay) or rolls back and releases the key.",
+			SQL: "-- the release after an unexpected failure, the holder's own claim only:\n" +
+				"DELETE FROM idempotency_keys WHERE user_id = $1 AND key = $2 AND lock_id = $3;",
+		},
 		Summary: "the client goes away mid-request at four points; a claim made on the request's context stays in progress with nobody working on it",
 		Phases: []Phase{{
 			Title:   "without protection: the claim and the transfer run on the request's context",
@@ -72,7 +90,7 @@ func init() {
 
 // keysInProgress lists the keys still in progress, as user/key.
 func keysInProgress(ctx context.Context, r *Run) ([]string, error) {
-	rows, err := r.DB.Query(ctx, "SELECT user_id::text || '/' || key FROM idempotency_keys WHERE status = 'in_progress' ORDER BY 1")
+	rows, err := r.DB.Query(ctx, "SELECT 'user ' || user_id::text || ', key ' || key FROM idempotency_keys WHERE status = 'in_progress' ORDER BY 1")
 	if err != nil {
 		return nil, fmt.Errorf("read keys in progress: %w", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/banksim/bank-sim/bank"
 	"github.com/banksim/bank-sim/faults"
 	"github.com/banksim/bank-sim/idem"
 )
@@ -20,41 +21,66 @@ func init() {
 		h.Store.Flaws = flaws
 		crash := &faults.CrashAfterClaim{}
 		r.Defer(crash.KillAll)
-		net := r.Network(h, clock).On(crash, 1)
+		serverA := r.NetworkTo("server A", h, clock).On(crash, 1)
+		serverB := r.NetworkTo("server B", h, clock)
 		in := Intent{Label: "ada-crash", UserID: 1, Key: "crash-demo-00000000001",
-			Request: AdaPaysBola}
+			Request: bank.TransferRequest{From: 1, To: 2, AmountKobo: r.Amount()}}
 
-		r.Step("Ada sends ₦10,000; server A claims the key and goes silent")
-		_, err := r.Send(ctx, net, in, 1, "")
+		r.Step("Ada sends %s; server A claims the key and goes silent: her app times out", bank.Naira(in.Request.AmountKobo))
+		_, err := r.SendSetup(ctx, serverA, in, 1, "")
 		sleepers := crash.Sleepers()
 		if !r.Expect(err != nil && len(sleepers) == 1, "server A is stuck holding the key") {
 			return nil
 		}
 		clock.Advance(10 * time.Second)
-		early, _ := r.Send(ctx, net, in, 2, "retry after 10 s")
+		early, _ := r.Send(ctx, serverB, in, 2, "retry after 10 s")
 		clock.Advance(21 * time.Second)
-		late, _ := r.Send(ctx, net, in, 3, "retry after 31 s")
+		late, _ := r.Send(ctx, serverB, in, 3, "retry after 31 s")
 
-		r.Step("server A wakes up and tries to finish its transfer")
 		_, aerr := sleepers[0].Wake()
 		if aerr != nil {
-			r.Server("server A: %v", errors.Unwrap(aerr))
+			r.Step("server A wakes up: %v", errors.Unwrap(aerr))
 		} else {
-			r.Server("server A committed its transfer too")
+			r.Step("server A wakes up and commits its transfer too")
 		}
 		if protected {
-			r.Expect(early.Status == 409 && early.Code() == idem.CodeInProgress, "after 10 s: 409 request_in_progress")
-			r.Expect(late.Status == 201 && !late.Replayed, "after 31 s: the lock has expired; the retry takes over and transfers")
-			r.Expect(errors.Is(aerr, idem.ErrLostLock), "server A fails the fencing check and rolls back")
-			r.ExpectBalances(ctx, 4_000_000, 1_500_000, 2_000_000)
-			r.ExpectTransfers(ctx, 1)
+			lesson := r.Lesson()
+			lesson.Expect(early.Status == 409 && early.Code() == idem.CodeInProgress, "after 10 s: 409 request_in_progress")
+			lesson.Expect(late.Status == 201 && !late.Replayed, "after 31 s: the lock has expired; the retry takes over and transfers")
+			lesson.Expect(errors.Is(aerr, idem.ErrLostLock), "server A fails the fencing check and rolls back")
+			lesson.ExpectBalances(ctx, 5_000_000-r.Amount(), 500_000+r.Amount(), 2_000_000)
+			lesson.ExpectTransfers(ctx, 1)
 		}
 		return nil
 	}
 
 	Register(Scenario{
 		Name:    "crash-takeover",
-		Summary: "a server claims the key and goes silent; a retry takes over after the 30 s lock; fencing stops the late server",
+		Title:   "A server that crashes, and one that is only slow",
+		Lesson:  "A server that crashes, and one that is only slow",
+		Order:   OrderCrash,
+		Amount:  AdaPaysBola.AmountKobo,
+		Summary: "a server claims the key and goes silent: 409 at +10 s, takeover at +31 s, and the late server fails the fencing check and rolls back",
+		Explain: Explanation{
+			Shows: "Server A claims Ada's key and then stops, before its transaction commits. Her app " +
+				"retries after 10 seconds and after 31; then server A turns out to have been only slow, and " +
+				"tries to finish. The clock is moved by hand, so the 31 seconds take no time.",
+			Breaks: "The key's lock expires after 30 seconds, so a crashed server cannot block the key " +
+				"forever: the retry at +31 s takes it over and transfers. But without a fencing token nothing " +
+				"stops server A when it wakes: its transaction commits too, and the money moves twice.",
+			Defence: "Each claim writes a fresh random lock_id — a fencing token. Completing a key is an " +
+				"UPDATE that matches the caller's own lock_id; after a takeover server A's no longer " +
+				"matches, the UPDATE changes no row, and server A rolls back its whole transaction, transfer " +
+				"included. The lock outlives a normal request; the token keeps a slow one harmless.",
+			SQL: "-- take over only an expired lock, with a new token:\n" +
+				"UPDATE idempotency_keys\n" +
+				"   SET lock_id = $3, locked_until = bank_now() + interval '30 seconds'\n" +
+				" WHERE user_id = $1 AND key = $2\n" +
+				"   AND status = 'in_progress' AND locked_until < bank_now();\n" +
+				"-- complete only with one's own token (no row: ROLLBACK):\n" +
+				"UPDATE idempotency_keys SET status = 'completed', …\n" +
+				" WHERE user_id = $1 AND key = $2 AND lock_id = $3;",
+		},
 		Phases: []Phase{{
 			Title:   "without protection: a lock that expires, but no fencing token",
 			Control: true,

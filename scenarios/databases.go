@@ -2,21 +2,37 @@ package scenarios
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"sync"
 	"time"
 
 	"github.com/banksim/bank-sim/bank"
+	"github.com/banksim/bank-sim/outbox"
 	"github.com/banksim/bank-sim/postgres"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // BankTemplate is the lesson's bank as a template database: every phase gets
-// a clone of it instead of running the DDL again.
+// a clone of it instead of running the DDL again. It holds the side effects'
+// tables too (outbox.Schema), and its version covers both schemas.
 var BankTemplate = postgres.Template{
-	Version: bank.SchemaVersion(),
-	Init:    func(ctx context.Context, conn *pgx.Conn) error { return bank.Setup(ctx, conn) },
+	Version: templateVersion(),
+	Init: func(ctx context.Context, conn *pgx.Conn) error {
+		if err := bank.Setup(ctx, conn); err != nil {
+			return err
+		}
+		return outbox.Setup(ctx, conn)
+	},
+}
+
+// templateVersion covers both schemas in one short hash, so that template
+// names stay the length of one schema's version.
+func templateVersion() string {
+	h := sha256.Sum256([]byte(bank.SchemaVersion() + "/" + outbox.SchemaVersion()))
+	return hex.EncodeToString(h[:])[:12]
 }
 
 // ServerBanks makes fresh banks on srv. Closing one drops its database

@@ -2,70 +2,200 @@ package scenarios
 
 import (
 	"context"
-	"fmt"
+	"sync"
+	"time"
 
-	"github.com/banksim/bank-sim/faults"
+	"github.com/banksim/bank-sim/bank"
 	"github.com/banksim/bank-sim/idem"
 )
 
 // Two copies of one request at the same moment, each on its own goroutine
-// and its own pooled connection, so they truly overlap in PostgreSQL.
+// and its own pooled connection, so they truly overlap in PostgreSQL. The
+// overlap is staged, not hoped for: copy 1 stops at the point that matters
+// (with its key claimed, or with its account rows locked) until copy 2 has
+// reached it too, so every run shows the same race.
 func init() {
-	// twice sends the double tap and returns both copies' answers.
-	twice := func(ctx context.Context, r *Run, h *idem.Handler, in Intent) []faults.CopyResult {
-		var copies []faults.CopyResult
-		dup := &faults.Duplicate{Copies: 2, Observe: func(c []faults.CopyResult) { copies = c }}
-		net := r.Network(h, nil).On(dup, 1)
-		r.Step("Ada taps Send twice; both requests reach the server at the same moment")
-		_, _ = net.Send(ctx, faults.Delivery{Attempt: 1, Intent: in.Label,
-			Request: idem.Request{UserID: in.UserID, Key: in.Key, Body: in.body()}})
-		for i, c := range copies {
-			r.record(in, fmt.Sprintf("copy %d", i+1), c.Response, c.Err)
-		}
-		return copies
+	// staged sends the two copies: copy 1 under hold1, which closes held
+	// where it stops, and copy 2 once copy 1 is held. hold2 prepares copy
+	// 2's context and says when copy 2 has got where the story needs it (nil:
+	// when copy 2 has been answered); then copy 1 carries on.
+	type stage struct {
+		hold1 func(ctx context.Context, held chan<- struct{}, release <-chan struct{}) context.Context
+		hold2 func(ctx context.Context, copy1Done <-chan struct{}) (context.Context, <-chan struct{})
 	}
+	twice := func(ctx context.Context, r *Run, h *idem.Handler, in Intent, st stage) ([2]bank.Response, error) {
+		net := r.Network(h, nil)
+		var answers [2]bank.Response
+		held, release, done1 := make(chan struct{}), make(chan struct{}), make(chan struct{})
+		var once sync.Once
+		free := func() { once.Do(func() { close(release) }) }
+		defer free()
+		go func() {
+			defer close(done1)
+			answers[0], _ = r.Send(st.hold1(ctx, held, release), net, in, 1, "copy 1")
+		}()
+		if err := await(ctx, held, "copy 1 to hold its place"); err != nil {
+			return answers, err
+		}
+		ctx2, copy2There := st.hold2(ctx, done1)
+		done2 := make(chan struct{})
+		go func() {
+			defer close(done2)
+			answers[1], _ = r.Send(ctx2, net, in, 1, "copy 2")
+		}()
+		if copy2There == nil {
+			copy2There = done2
+		}
+		if err := await(ctx, copy2There, "copy 2 to reach copy 1's key or rows"); err != nil {
+			return answers, err
+		}
+		free()
+		if err := await(ctx, done1, "copy 1's answer"); err != nil {
+			return answers, err
+		}
+		return answers, await(ctx, done2, "copy 2's answer")
+	}
+
+	// atClaim holds copy 1 right after it claimed the key, before its
+	// transaction: the key is in progress while copy 2 arrives.
+	atClaim := func(ctx context.Context, held chan<- struct{}, release <-chan struct{}) context.Context {
+		return idem.WithHooks(ctx, idem.Hooks{AfterClaim: func(context.Context, idem.Claim) {
+			close(held)
+			select {
+			case <-release:
+			case <-time.After(stageTimeout):
+			}
+		}})
+	}
+
 	protected := func(policy idem.ConflictPolicy) func(ctx context.Context, r *Run) error {
 		return func(ctx context.Context, r *Run) error {
 			h := r.Handler(nil)
 			h.Conflict = policy
 			in := r.AdaTap("ada-double-tap")
-			copies := twice(ctx, r, h, in)
-			fresh, other := 0, 0
-			for _, c := range copies {
-				switch {
-				case c.Err == nil && c.Response.Status == 201 && !c.Response.Replayed:
-					fresh++
-				case c.Err == nil && c.Response.Status == 201 && c.Response.Replayed:
-					other++
-				case c.Err == nil && c.Response.Status == 409 && c.Response.Code() == idem.CodeInProgress && policy == idem.Reject409:
-					other++
+			st := stage{hold1: atClaim}
+			if policy == idem.Reject409 {
+				r.Step("Ada taps Send twice; copy 2 arrives while copy 1 holds the key, still working")
+				// Copy 2 is answered 409 at once; copy 1 carries on after.
+				st.hold2 = func(ctx context.Context, _ <-chan struct{}) (context.Context, <-chan struct{}) {
+					r.Server("copy 1 has claimed the key and is still working when copy 2 arrives")
+					return ctx, nil
+				}
+			} else {
+				r.Step("Ada taps Send twice; copy 2 arrives while copy 1 holds the key, and waits")
+				// Copy 2 finds the key in progress and starts to poll it
+				// (its second claim attempt); copy 1 carries on then, and
+				// copy 2's next look finds copy 1's stored answer.
+				st.hold2 = func(ctx context.Context, done1 <-chan struct{}) (context.Context, <-chan struct{}) {
+					waiting := make(chan struct{})
+					looks := 0
+					return idem.WithHooks(ctx, idem.Hooks{BeforeClaim: func(context.Context) {
+						looks++
+						if looks < 2 {
+							return
+						}
+						if looks == 2 {
+							r.Server("copy 2 finds the key in progress and waits for its answer")
+							close(waiting)
+						}
+						// Copy 1 has answered before copy 2 looks again.
+						select {
+						case <-done1:
+						case <-time.After(stageTimeout):
+						}
+					}}), waiting
 				}
 			}
-			r.Expect(fresh == 1, "exactly one copy moves the money (201)")
+			answers, err := twice(ctx, r, h, in, st)
+			if err != nil {
+				return err
+			}
+			first, second := answers[0], answers[1]
+			r.Lesson().Expect(first.Status == 201 && !first.Replayed, "copy 1 moves the money: 201")
 			if policy == idem.Reject409 {
-				r.Expect(other == 1, "the other copy gets the replay, or 409 request_in_progress and a hint to retry")
+				r.Lesson().Expect(second.Status == 409 && second.Code() == idem.CodeInProgress,
+					"copy 2 finds the key in progress: 409 request_in_progress, retry shortly")
 			} else {
-				r.Expect(other == 1, "the other copy waits for the first and gets its replay")
+				r.Expect(second.Status == 201 && second.Replayed, "copy 2 waits for copy 1 and gets its answer, replayed")
 			}
 			later, err := r.Send(ctx, r.Network(h, nil), in, 2, "later")
-			r.Expect(err == nil && later.Status == 201 && later.Replayed, "a later retry gets the replay")
-			r.ExpectBalances(ctx, 4_000_000, 1_500_000, 2_000_000)
-			r.ExpectTransfers(ctx, 1)
+			r.Lesson().Expect(err == nil && later.Status == 201 && later.Replayed, "a later retry gets the replay")
+			r.Lesson().ExpectBalances(ctx, 5_000_000-r.Amount(), 500_000+r.Amount(), 2_000_000)
+			r.Lesson().ExpectTransfers(ctx, 1)
 			return nil
 		}
 	}
 
 	Register(Scenario{
 		Name:    "double-tap",
-		Summary: "two copies of one request at the same moment on a real connection pool",
+		Title:   "Two copies at the same moment",
+		Lesson:  "Two copies at the same moment",
+		Order:   OrderDoubleTap,
+		Amount:  AdaPaysBola.AmountKobo,
+		Summary: "two copies of one request at the same moment on a real connection pool: one transfer; the other copy is told 409, or waits for the replay",
+		Explain: Explanation{
+			Shows: "Ada's thumb lands on Send twice, and two identical requests reach the server a few " +
+				"milliseconds apart, each on its own database connection. bank-sim stages the overlap: the " +
+				"second copy arrives while the first is still working.",
+			Breaks: "Without a key the server cannot tell the copies apart: both pass every check, both " +
+				"commit, and one tap moves ₦20,000.",
+			Defence: "The idempotency key's primary key (user_id, key) lets exactly one copy claim it. The " +
+				"other finds the key in progress and is told 409 request_in_progress with Retry-After — or, " +
+				"with the wait policy, polls until the first copy's answer is stored and replays it. Either " +
+				"way the money moves once.",
+			SQL: "INSERT INTO idempotency_keys\n" +
+				"       (user_id, key, request_hash, status, lock_id, locked_until, created_at)\n" +
+				"VALUES ($1, $2, $3, 'in_progress', $4,\n" +
+				"        bank_now() + interval '30 seconds', bank_now())\n" +
+				"ON CONFLICT (user_id, key) DO NOTHING;\n" +
+				"-- one row inserted: this copy proceeds; none: it reads the key instead",
+		},
 		Phases: []Phase{{
 			Title:   "without protection: a transaction, but no idempotency key",
 			Control: true,
 			Run: func(ctx context.Context, r *Run) error {
 				h := r.Handler(nil)
 				h.NoKey = true
-				copies := twice(ctx, r, h, r.AdaTap("ada-double-tap"))
-				r.Expect(len(copies) == 2, "both copies are answered")
+				r.Step("Ada taps Send twice; both copies reach the server at the same moment")
+				// Copy 1 stops with both account rows locked; copy 2 queues
+				// for the same rows; then copy 1 commits, and copy 2 after.
+				st := stage{
+					hold1: func(ctx context.Context, held chan<- struct{}, release <-chan struct{}) context.Context {
+						var once sync.Once
+						return bank.WithAfterChecks(ctx, func() {
+							once.Do(func() {
+								close(held)
+								select {
+								case <-release:
+								case <-time.After(stageTimeout):
+								}
+							})
+						})
+					},
+					hold2: func(ctx context.Context, done1 <-chan struct{}) (context.Context, <-chan struct{}) {
+						queued := make(chan struct{})
+						go func() {
+							if waitForLockWaiters(ctx, r, 1) == nil {
+								r.Server("copy 2 waits for the account rows copy 1 has locked")
+								close(queued)
+							}
+						}()
+						// Copy 2 commits only once copy 1 has been answered, so
+						// the answers come in the same order on every run.
+						return idem.WithHooks(ctx, idem.Hooks{BeforeCommit: func(context.Context) error {
+							select {
+							case <-done1:
+							case <-time.After(stageTimeout):
+							}
+							return nil
+						}}), queued
+					},
+				}
+				answers, err := twice(ctx, r, h, r.AdaTap("ada-double-tap"), st)
+				if err != nil {
+					return err
+				}
+				r.Expect(answers[0].Status == 201 && answers[1].Status == 201, "both copies are answered 201")
 				r.ExpectTransfers(ctx, 2)
 				return nil
 			},

@@ -31,7 +31,7 @@ func init() {
 			// Once: a transaction retried after a deadlock checks again.
 			once.Do(func() { close(checked); <-resume })
 		})
-		r.Step("Ada sends ₦10,000; the transfer checks that her account is active, and is about to debit it")
+		r.Step("Ada sends %s; the transfer checks that her account is active, and is about to debit it", bank.Naira(tap.Request.AmountKobo))
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
@@ -53,9 +53,9 @@ func init() {
 		switch {
 		case err != nil:
 		case freezeWaited:
-			r.Server("the freeze waits: the transfer holds Ada's row lock")
+			r.Step("the freeze waits: the transfer holds Ada's row lock")
 		default:
-			r.Server("the freeze commits at once: nothing holds Ada's row")
+			r.Step("the freeze commits at once: nothing holds Ada's row")
 		}
 		r.Step("the transfer carries on")
 		close(resume)
@@ -67,7 +67,7 @@ func init() {
 			if err := <-froze; err != nil {
 				return false, first, retry, fmt.Errorf("freeze: %w", err)
 			}
-			r.Server("the freeze commits after the transfer")
+			r.Step("the freeze commits after the transfer")
 		}
 
 		again := Intent{Label: "ada-after-the-freeze", UserID: 1, Key: r.Key(),
@@ -94,7 +94,23 @@ func init() {
 
 	Register(Scenario{
 		Name:    "freeze-race",
-		Summary: "an account is frozen while a transfer from it is in flight: without a row lock the frozen account is debited",
+		Title:   "A freeze in the middle of a transfer",
+		Amount:  AdaPaysBola.AmountKobo,
+		Summary: "an account is frozen while a transfer from it is between its checks and its debit: without FOR UPDATE the frozen account is debited",
+		Explain: Explanation{
+			Shows: "Ada's transfer has checked that her account is active and is about to debit it when " +
+				"the bank freezes the account (a fraud alert). bank-sim stops the transfer at exactly that " +
+				"point with a hook, so the race is the same on every run.",
+			Breaks: "If the transfer reads the accounts without locking them, nothing makes the freeze wait: " +
+				"it commits at once, and the transfer, whose check is now stale, debits a frozen account.",
+			Defence: "Read both accounts with SELECT … FOR UPDATE, in id order. The checks and the debit then " +
+				"happen under a lock the freeze must wait for: the transfer that was checked before the " +
+				"freeze completes, the freeze commits after it, and the next transfer is refused 422 " +
+				"account_not_active.",
+			SQL: "SELECT id, owner_id, status, balance_kobo FROM accounts\n" +
+				" WHERE id IN ($1, $2) ORDER BY id FOR UPDATE;\n" +
+				"-- a concurrent UPDATE of the account's status now waits for COMMIT",
+		},
 		Phases: []Phase{{
 			Title:   "without protection: the accounts read without FOR UPDATE",
 			Control: true,

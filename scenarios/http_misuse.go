@@ -16,7 +16,21 @@ import (
 func init() {
 	Register(Scenario{
 		Name:    "http-misuse",
-		Summary: "no token, someone else's account, no key, malformed bodies: each refused with problem+json, nothing moved",
+		Title:   "What a careless client can send",
+		Summary: "no token 401, someone else's account 404, no key 400, malformed bodies 400/413/415: all problem+json, nothing written",
+		Explain: Explanation{
+			Shows: "Everything a careless or hostile client can send to POST /transfers — no token, a made-up " +
+				"token, no key, a short key, the wrong content type, a body too large, bodies that are not " +
+				"JSON or not the transfer's JSON — and Bola reaching for Ada's account.",
+			Breaks: "This story has no unprotected run: it pins the API's refusals. Each request must get one " +
+				"clear answer with a machine-readable code, and none may write a row — not a transfer, not " +
+				"even a key.",
+			Defence: "Refuse everything that can be refused before the database: authenticate from the token " +
+				"only, require the key, decode the body strictly (unknown members, duplicates, trailing data, " +
+				"floats and strings for numbers are 400), limit its size (413) and type (415). Answer with " +
+				"problem details (RFC 9457) and a code. Someone else's account is 404, like a missing one.",
+			SQL: "-- nothing: a refused request never reaches the database",
+		},
 		Phases: []Phase{{
 			Title: "the API refuses each with problem details and writes nothing",
 			Run: func(ctx context.Context, r *Run) error {
@@ -92,7 +106,7 @@ func check(ctx context.Context, r *Run, method, url string, h map[string]string,
 		r.Expect(false, "%s: %d %s (got a network error: %v)", what, status, code, err)
 		return
 	}
-	r.emit(Event{Kind: "attempt", Text: fmt.Sprintf("%-30s → %d %s", what, got, p.Code)})
+	r.emit(Event{Kind: KindAttempt, Text: fmt.Sprintf("%-34s → %d %s", what, got, p.Code)})
 	if method == "POST" {
 		r.Told(bank.Told{Intent: h[api.HeaderIntent], Response: p.Response()})
 	}

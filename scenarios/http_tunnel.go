@@ -24,15 +24,34 @@ func init() {
 		}
 		proxy.On(&faults.Tunnel{}, 1)
 		c := r.Client(1, proxy.URL())
-		in := c.NewIntent(AdaPaysBola)
+		in := c.NewIntent(bank.TransferRequest{From: 1, To: 2, AmountKobo: r.Amount()})
 		in.Label = "ada-pays-bola"
-		r.Step("Ada's app makes key %s, then POSTs ₦10,000 to Bola; the bus enters a tunnel", in.Key)
+		r.Step("Ada's app makes key %s, then POSTs %s to Bola; the bus enters a tunnel", in.Key, bank.Naira(r.Amount()))
 		return r.SendHTTP(ctx, c, in, 1)
 	}
 
 	Register(Scenario{
 		Name:    "http-tunnel",
-		Summary: "over real HTTP: the connection drops after the commit and the client retries; without a key ₦20,000 moves",
+		Title:   "Over HTTP, with a retrying client",
+		Lesson:  "Over HTTP, with a retrying client",
+		Order:   OrderHTTP,
+		Amount:  AdaPaysBola.AmountKobo,
+		Summary: "over real HTTP: the connection drops after the commit; attempt 2 is a 201, replayed (without a key ₦20,000 moves)",
+		Explain: Explanation{
+			Shows: "The lesson's last step on real sockets: the transfer API behind an HTTP server on " +
+				"127.0.0.1, the retrying client, and a proxy between them that drops the connection after " +
+				"the server has committed — the tunnel, in TCP.",
+			Breaks: "The client sees a network error and cannot know the transfer happened. If the server " +
+				"ignores the key, the retry is a second transfer: ₦20,000.",
+			Defence: "The client makes the key once per intent, outside its retry loop, and retries only " +
+				"what may succeed later (a network error, 409, 429, 5xx) with backoff and jitter. The server " +
+				"replays the stored answer with Idempotent-Replayed: true, so the app shows the original " +
+				"transfer, same id, same balance.",
+			SQL: "-- the server's side is lost-response's: the key's answer commits with\n" +
+				"-- the transfer, and a retry reads it:\n" +
+				"SELECT status, response_status, response_body\n" +
+				"  FROM idempotency_keys WHERE user_id = $1 AND key = $2;",
+		},
 		Phases: []Phase{{
 			Title:   "without protection: a transaction per request, but the server ignores the key",
 			Control: true,
@@ -43,9 +62,10 @@ func init() {
 				if err != nil {
 					return err
 				}
+				a := r.Amount()
 				r.Expect(len(out.Attempts) == 2 && out.Attempts[0].Err != nil, "attempt 1 is a network error")
 				r.Expect(out.Kind == client.OK && out.Response.Status == 201 && !out.Response.Replayed, "attempt 2 is a new 201, not a replay")
-				r.ExpectBalances(ctx, 3_000_000, 2_500_000, 2_000_000)
+				r.ExpectBalances(ctx, 5_000_000-2*a, 500_000+2*a, 2_000_000)
 				r.ExpectTransfers(ctx, 2)
 				return nil
 			},
@@ -57,13 +77,15 @@ func init() {
 					return err
 				}
 				rc, _ := out.Response.Receipt()
-				r.Expect(len(out.Attempts) == 2 && out.Attempts[0].Err != nil, "attempt 1 is a network error")
-				r.Expect(out.Kind == client.OK && out.Response.Status == 201 && out.Response.Replayed, "attempt 2 is 201, replayed")
+				a := r.Amount()
+				lesson := r.Lesson()
+				lesson.Expect(len(out.Attempts) == 2 && out.Attempts[0].Err != nil, "attempt 1 is a network error")
+				lesson.Expect(out.Kind == client.OK && out.Response.Status == 201 && out.Response.Replayed, "attempt 2 is 201, replayed")
 				r.Step("app shows: %s", out.Response.Body)
-				r.Expect(rc == bank.Receipt{TransferID: firstTransferID(ctx, r), From: 1, To: 2, AmountKobo: 1_000_000, BalanceKobo: 4_000_000},
+				lesson.Expect(rc == bank.Receipt{TransferID: firstTransferID(ctx, r), From: 1, To: 2, AmountKobo: a, BalanceKobo: 5_000_000 - a},
 					"the app shows the original body (transfer %d, balance %s)", rc.TransferID, bank.Naira(rc.BalanceKobo))
-				r.ExpectBalances(ctx, 4_000_000, 1_500_000, 2_000_000)
-				r.ExpectTransfers(ctx, 1)
+				lesson.ExpectBalances(ctx, 5_000_000-a, 500_000+a, 2_000_000)
+				lesson.ExpectTransfers(ctx, 1)
 				return nil
 			},
 		}},

@@ -3,6 +3,7 @@ package scenarios
 import (
 	"context"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/banksim/bank-sim/bank"
@@ -27,21 +28,20 @@ func init() {
 		recent := Intent{Label: "ada-an-hour-ago", UserID: 1, Key: "new-completed-0001",
 			Request: bank.TransferRequest{From: 1, To: 2, AmountKobo: 200_000}}
 
-		r.Step("two days ago: Ada sends ₦1,000 (key %s)", old.Key)
-		if _, err := r.Send(ctx, net, old, 1, ""); err != nil {
+		r.Step("two days ago: Ada sent ₦1,000 (key %s), and a server claimed %s and crashed", old.Key, stuck.Key)
+		if _, err := r.SendSetup(ctx, net, old, 1, ""); err != nil {
 			return err
 		}
-		r.Step("two days ago: a server claims %s and crashes", stuck.Key)
 		crash := &faults.CrashAfterClaim{}
 		r.Defer(crash.KillAll)
-		_, _ = r.Send(ctx, r.Network(h, clock).On(crash, 1), stuck, 1, "")
+		_, _ = r.SendSetup(ctx, r.Network(h, clock).On(crash, 1), stuck, 1, "")
 		for _, s := range crash.Sleepers() {
 			s.Kill()
 		}
 
 		clock.Advance(47 * time.Hour)
-		r.Step("an hour ago: Ada sends ₦2,000 (key %s); the response is lost", recent.Key)
-		_, _ = r.Send(ctx, r.Network(h, clock).On(&faults.LoseResponse{}, 1), recent, 1, "")
+		r.Step("an hour ago: Ada sent ₦2,000 (key %s); the answer was lost", recent.Key)
+		_, _ = r.SendSetup(ctx, r.Network(h, clock).On(&faults.LoseResponse{}, 1), recent, 1, "")
 
 		clock.Advance(time.Hour)
 		r.Step("03:00: the cleanup job deletes keys older than %s that are completed or whose lock expired", retentionText(retention))
@@ -54,14 +54,12 @@ func init() {
 		if err != nil {
 			return err
 		}
-		r.Step("deleted: %v", deleted)
-		r.Step("kept: %v", kept)
-
-		r.Step("Ada's app retries the ₦2,000 intent with its key")
+		r.Step("deleted: %s · kept: %s", keyList(deleted), keyList(kept))
+		r.Step("Ada's app retries the ₦2,000 with its key")
 		resp, _ := r.Send(ctx, net, recent, 2, "")
 		if protected {
-			r.Expect(slices.Equal(deleted, []string{old.Key, stuck.Key}), "deleted: the old completed key and the old stuck key")
-			r.Expect(slices.Equal(kept, []string{recent.Key}), "kept: the key completed an hour ago")
+			r.Lesson().Expect(slices.Equal(deleted, []string{old.Key, stuck.Key}), "deleted: the old completed key and the old stuck key")
+			r.Lesson().Expect(slices.Equal(kept, []string{recent.Key}), "kept: the key completed an hour ago")
 			r.Expect(resp.Status == 201 && resp.Replayed, "the retry is replayed, not repeated")
 			r.ExpectBalances(ctx, 4_700_000, 800_000, 2_000_000)
 			r.ExpectTransfers(ctx, 2)
@@ -71,7 +69,26 @@ func init() {
 
 	Register(Scenario{
 		Name:    "key-cleanup",
-		Summary: "the cleanup job deletes old completed and old stuck keys, keeps recent ones",
+		Title:   "Clean up old keys",
+		Lesson:  "Practice: clean up old keys",
+		Order:   OrderPractice + 20,
+		Summary: "the 24 h cleanup job deletes the old completed and the old stuck key, keeps the recent one, whose retry is still replayed",
+		Explain: Explanation{
+			Shows: "The nightly job that deletes old idempotency keys, on three keys: one completed two days " +
+				"ago, one stuck in progress for two days (its server crashed; its lock long expired), and " +
+				"one completed an hour ago whose answer Ada's app never received. After the job, the app " +
+				"retries that last one.",
+			Breaks: "A job that forgets the age limit deletes the recent key too. Its retry then finds no key, " +
+				"claims it afresh and transfers again: the key was deleted while a retry could still come.",
+			Defence: "Delete only keys older than the retention (24 h covers every realistic retry) that are " +
+				"completed or whose lock has expired — never one whose lock is still valid, since its holder " +
+				"may be about to complete it. Age and expiry are read on the database's clock, and " +
+				"created_at is indexed for the job.",
+			SQL: "DELETE FROM idempotency_keys\n" +
+				" WHERE created_at < bank_now() - interval '24 hours'\n" +
+				"   AND (status = 'completed' OR locked_until < bank_now())\n" +
+				"RETURNING key;",
+		},
 		Phases: []Phase{{
 			Title:   "without protection: the job forgets the 24 h age limit",
 			Control: true,
@@ -91,7 +108,15 @@ func retentionText(d time.Duration) string {
 	if d == 0 {
 		return "0 s (no age limit)"
 	}
-	return d.String()
+	return Dur(d)
+}
+
+// keyList spells keys for the story: "a, b" or "none".
+func keyList(keys []string) string {
+	if len(keys) == 0 {
+		return "none"
+	}
+	return strings.Join(keys, ", ")
 }
 
 func keys(ctx context.Context, r *Run) ([]string, error) {

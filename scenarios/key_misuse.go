@@ -26,30 +26,51 @@ func init() {
 		tooMuch := Intent{Label: "bola-too-much", UserID: 2, Key: "tap-2026-09-24-0002",
 			Request: bank.TransferRequest{From: 2, To: 1, AmountKobo: 9_000_000}}
 
-		a, _ := r.Send(ctx, net, first, 1, "first request        ")
-		b, _ := r.Send(ctx, net, reordered, 2, "same, keys reordered ")
+		a, _ := r.Send(ctx, net, first, 1, "first request")
+		b, _ := r.Send(ctx, net, reordered, 2, "same, keys reordered")
 		c, _ := r.Send(ctx, net, other, 1, "same key, other amount")
-		d, _ := r.Send(ctx, net, bola, 1, "other user, same key ")
-		e, _ := r.Send(ctx, net, noKey, 1, "no key               ")
-		f, _ := r.Send(ctx, net, tooMuch, 1, "too much             ")
-		g, _ := r.Send(ctx, net, tooMuch, 2, "too much, retried    ")
+		d, _ := r.Send(ctx, net, bola, 1, "other user, same key")
+		e, _ := r.Send(ctx, net, noKey, 1, "no key")
+		f, _ := r.Send(ctx, net, tooMuch, 1, "too much")
+		g, _ := r.Send(ctx, net, tooMuch, 2, "too much, retried")
 		if !protected {
 			return
 		}
-		r.Expect(a.Status == 201 && !a.Replayed, "first request: 201")
-		r.Expect(b.Status == 201 && b.Replayed, "same, keys reordered: 201 replayed")
-		r.Expect(c.Status == 422 && c.Code() == idem.CodeKeyReused, "same key, other amount: 422 idempotency_key_reused")
-		r.Expect(d.Status == 201 && !d.Replayed, "other user, same key: 201, their own transfer")
-		r.Expect(e.Status == 400 && e.Code() == idem.CodeKeyRequired, "no key: 400 idempotency_key_required")
-		r.Expect(f.Status == 422 && f.Code() == bank.CodeInsufficientFunds && !f.Replayed, "too much: 422 insufficient_funds")
-		r.Expect(g.Status == 422 && g.Code() == bank.CodeInsufficientFunds && g.Replayed, "too much, retried: 422 replayed")
-		r.ExpectBalances(ctx, 4_100_000, 1_400_000, 2_000_000)
-		r.ExpectTransfers(ctx, 2)
+		lesson := r.Lesson()
+		lesson.Expect(a.Status == 201 && !a.Replayed, "first request: 201")
+		lesson.Expect(b.Status == 201 && b.Replayed, "same, keys reordered: 201 replayed")
+		lesson.Expect(c.Status == 422 && c.Code() == idem.CodeKeyReused, "same key, other amount: 422 idempotency_key_reused")
+		lesson.Expect(d.Status == 201 && !d.Replayed, "other user, same key: 201, their own transfer")
+		lesson.Expect(e.Status == 400 && e.Code() == idem.CodeKeyRequired, "no key: 400 idempotency_key_required")
+		lesson.Expect(f.Status == 422 && f.Code() == bank.CodeInsufficientFunds && !f.Replayed, "too much: 422 insufficient_funds")
+		lesson.Expect(g.Status == 422 && g.Code() == bank.CodeInsufficientFunds && g.Replayed, "too much, retried: 422 replayed")
+		lesson.ExpectBalances(ctx, 4_100_000, 1_400_000, 2_000_000)
+		lesson.ExpectTransfers(ctx, 2)
 	}
 
 	Register(Scenario{
 		Name:    "key-misuse",
-		Summary: "a key reordered, reused for another amount, shared by another user, missing, and on a refusal",
+		Title:   "Misuse: a reused key, another user, no key",
+		Lesson:  "Misuse: a reused key, another user, no key",
+		Order:   OrderKeyMisuse,
+		Summary: "a key sent reordered (replay), with another amount (422), by another user (their own transfer), not at all (400), on a refusal (replayed refusal)",
+		Explain: Explanation{
+			Shows: "One key sent back five ways: the same request with its JSON members in another order, " +
+				"the same key with ₦50,000 instead of ₦10,000, the same key string from another user, no " +
+				"key at all, and a key whose first answer was a refusal.",
+			Breaks: "A store that keeps no fingerprint of the request replays the ₦10,000 answer to the " +
+				"₦50,000 request: the app is told a transfer succeeded that never happened. A store whose " +
+				"keys are not scoped to the user hands Bola Ada's stored answer — someone else's transfer.",
+			Defence: "Store a SHA-256 fingerprint of method, path and canonical JSON (members sorted) with " +
+				"each key: reordered JSON is the same request and is replayed; another amount is answered " +
+				"422 idempotency_key_reused. Keep keys under (user_id, key), so two users' keys never meet. " +
+				"Require the key (400 without one), and store refusals like successes: a retry of a refused " +
+				"transfer is refused again, replayed.",
+			SQL: "PRIMARY KEY (user_id, key)  -- keys are scoped to the user\n" +
+				"SELECT request_hash, status, response_status, response_body\n" +
+				"  FROM idempotency_keys WHERE user_id = $1 AND key = $2;\n" +
+				"-- request_hash <> the new request's fingerprint: 422 idempotency_key_reused",
+		},
 		Phases: []Phase{{
 			Title:   "without protection: no request fingerprint, keys not scoped to the user",
 			Control: true,

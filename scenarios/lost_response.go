@@ -12,10 +12,30 @@ import (
 // Ada taps Send on a bus; the server moves the money; the response is lost
 // in a tunnel; the app retries.
 func init() {
-
 	Register(Scenario{
 		Name:    "lost-response",
-		Summary: "the response to a ₦10,000 transfer is lost and the app retries: without a key ₦20,000 moves",
+		Title:   "The response that never arrives",
+		Lesson:  "The response that never arrives; The lost response, again",
+		Order:   OrderLostResponse,
+		Amount:  AdaPaysBola.AmountKobo,
+		Summary: "the response to a ₦10,000 transfer is lost and the app retries: without a key ₦20,000 moves; with one the retry is replayed",
+		Explain: Explanation{
+			Shows: "Ada taps Send on a bus. The server moves ₦10,000 and answers, but the answer dies in a " +
+				"tunnel. After a timeout her app does what a good app does and tries again.",
+			Breaks: "A timeout tells the app nothing: the request may never have arrived, may have failed, " +
+				"or may have succeeded. The retry is a perfectly valid transfer request, so the server " +
+				"moves ₦10,000 a second time: one tap, ₦20,000.",
+			Defence: "The app makes one idempotency key for the intent, before the first attempt, and sends " +
+				"it with every retry. The server stores the key with its answer in the same transaction " +
+				"as the transfer; when the key comes back it replays that answer — same transferId — " +
+				"instead of transferring again.",
+			SQL: "-- in the transfer's own transaction, after the transfer:\n" +
+				"UPDATE idempotency_keys\n" +
+				"   SET status = 'completed', response_status = $4, response_body = $5,\n" +
+				"       lock_id = NULL, locked_until = NULL\n" +
+				" WHERE user_id = $1 AND key = $2 AND lock_id = $3;\n" +
+				"-- a retry's claim finds the key completed and replays its answer",
+		},
 		Phases: []Phase{{
 			Title:   "without protection: a transaction, but no idempotency key",
 			Control: true,
@@ -23,11 +43,12 @@ func init() {
 				h := r.Handler(nil)
 				h.NoKey = true
 				net := r.Network(h, nil).On(&faults.LoseResponse{}, 1)
-				r.Step("Ada sends ₦10,000 to Bola; the first response is lost")
+				a := r.Amount()
+				r.Step("Ada sends %s to Bola; the first response is lost", bank.Naira(a))
 				resp, err := r.SendWithRetries(ctx, net, r.AdaTap("ada-pays-bola"), 3)
-				r.Expect(err == nil && resp.Status == 201 && !resp.Replayed, "the retry is a new 201, not a replay")
-				r.ExpectBalances(ctx, 3_000_000, 2_500_000, 2_000_000)
-				r.ExpectTransfers(ctx, 2)
+				r.Lesson().Expect(err == nil && resp.Status == 201 && !resp.Replayed, "the retry is a new 201, not a replay")
+				r.Lesson().ExpectBalances(ctx, 5_000_000-2*a, 500_000+2*a, 2_000_000)
+				r.Lesson().ExpectTransfers(ctx, 2)
 				return nil
 			},
 		}, {
@@ -46,12 +67,12 @@ func init() {
 				r.Step("Ada's app makes key %s once, before the first attempt", in.Key)
 				resp, err := r.SendWithRetries(ctx, net, in, 3)
 				rc, _ := resp.Receipt()
-				r.Expect(err == nil && resp.Status == 201 && resp.Replayed, "the retry is answered 201, replayed")
-				r.Expect(rc.TransferID == firstTransferID(ctx, r), "the replay carries the original transferId (%d)", rc.TransferID)
+				r.Lesson().Expect(err == nil && resp.Status == 201 && resp.Replayed, "the retry is answered 201, replayed")
+				r.Lesson().Expect(rc.TransferID == firstTransferID(ctx, r), "the replay carries the original transferId (%d)", rc.TransferID)
 				r.Expect(len(sent) > 0 && bytes.Equal(resp.Body, sent[0]),
 					"the replay is the lost answer byte for byte (%d bytes, %d sent)", len(resp.Body), firstLen(sent))
-				r.ExpectBalances(ctx, 4_000_000, 1_500_000, 2_000_000)
-				r.ExpectTransfers(ctx, 1)
+				r.Lesson().ExpectBalances(ctx, 5_000_000-r.Amount(), 500_000+r.Amount(), 2_000_000)
+				r.Lesson().ExpectTransfers(ctx, 1)
 				return nil
 			},
 		}},

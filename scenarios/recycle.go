@@ -3,9 +3,11 @@ package scenarios
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/banksim/bank-sim/bank"
+	"github.com/banksim/bank-sim/outbox"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -65,7 +67,8 @@ func (r *recycler) close() {
 // running again on PostgreSQL's own.
 func reset(ctx context.Context, db *Database) error {
 	return pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "TRUNCATE transfers, idempotency_keys RESTART IDENTITY; DELETE FROM accounts; UPDATE sim_clock SET stopped_at = NULL"); err != nil {
+		if _, err := tx.Exec(ctx, "TRUNCATE transfers, idempotency_keys, "+strings.Join(outbox.Tables, ", ")+
+			" RESTART IDENTITY; DELETE FROM accounts; UPDATE sim_clock SET stopped_at = NULL"); err != nil {
 			return fmt.Errorf("reset the bank: %w", err)
 		}
 		for _, a := range bank.LessonAccounts {

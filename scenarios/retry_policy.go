@@ -17,7 +17,24 @@ import (
 // sockets, including giving up honestly.
 func init() {
 	Register(Scenario{
-		Name:    "retry-policy",
+		Name:   "retry-policy",
+		Title:  "Which responses to retry?",
+		Lesson: "Over HTTP: the client's rules; Practice: which responses to retry?",
+		Order:  OrderHTTP + 10,
+		Explain: Explanation{
+			Shows: "The client's half of the bargain: what it retries, how long it waits, when it gives up " +
+				"and what it then tells its user — first with a client that makes a new key for every " +
+				"attempt, then with the lesson's rules, on real sockets.",
+			Breaks: "A new key per attempt makes every retry look new to the server: a lost answer becomes a " +
+				"second transfer, exactly as with no keys at all.",
+			Defence: "One key per intent, made before the first attempt. Retry only what may succeed later — " +
+				"no answer, 409, 429, 5xx — never a 2xx, 400 or 422. Back off (50, 100, 200 ms …) with " +
+				"jitter; bank-sim's client also honours Retry-After. After the last attempt the outcome is " +
+				"unknown, not failed: show it as pending and resolve it with GET /transfers?key=.",
+			SQL: "-- the client's rules need no SQL; GET /transfers?key= reads the key:\n" +
+				"SELECT status, response_status, response_body\n" +
+				"  FROM idempotency_keys WHERE user_id = $1 AND key = $2;",
+		},
 		Summary: "what the client retries (network, 409, 429, 5xx) and its backoff; a new key per attempt moves ₦20,000",
 		Phases: []Phase{{
 			Title:   "without protection: the client makes a new key for every attempt",
@@ -41,8 +58,8 @@ func init() {
 				if err != nil {
 					return err
 				}
-				r.Expect(len(out.Attempts) == 2 && out.Attempts[0].Key != out.Attempts[1].Key, "the two attempts carry different keys")
-				r.Expect(out.Response.Status == 201 && !out.Response.Replayed, "the retry is a new 201, not a replay")
+				r.Lesson().Expect(len(out.Attempts) == 2 && out.Attempts[0].Key != out.Attempts[1].Key, "the two attempts carry different keys")
+				r.Lesson().Expect(out.Response.Status == 201 && !out.Response.Replayed, "every retry looks new: a new 201, not a replay")
 				r.ExpectBalances(ctx, 3_000_000, 2_500_000, 2_000_000)
 				r.ExpectTransfers(ctx, 2)
 				return nil
@@ -61,7 +78,7 @@ func init() {
 					table = append(table, outcome+" "+strconv.FormatBool(got))
 				}
 				r.Step("%s", strings.Join(table, ", "))
-				r.Expect(ok, "the client's answers match the lesson's table")
+				r.Lesson().Expect(ok, "the client's answers match the lesson's table")
 
 				h := r.Handler(nil)
 				url, err := r.HTTPServer(h, "the server")
@@ -84,8 +101,9 @@ func init() {
 				r.Expect(out.Kind == client.OK && len(out.Attempts) == 3 && !out.Response.Replayed, "attempt 3 is 201, the first to reach the server")
 				if len(out.Attempts) == 3 {
 					w1, w2 := out.Attempts[0].Wait, out.Attempts[1].Wait
-					r.Expect(w1 >= 50*time.Millisecond && w1 < 100*time.Millisecond, "after attempt 1 it waited 50 ms plus jitter under 50 ms (%s)", w1)
-					r.Expect(w2 == time.Second, "after attempt 2 it waited the 1 s of Retry-After, longer than its 100–150 ms backoff (%s)", w2)
+					r.Lesson().Expect(w1 >= 50*time.Millisecond && w1 < 100*time.Millisecond, "after attempt 1 it waited 50 ms plus jitter under 50 ms (%s)", Dur(w1))
+					// The lesson's client ignores Retry-After; bank-sim's honours it.
+					r.Expect(w2 == time.Second, "after attempt 2 it honoured Retry-After: 1 s, longer than its 100–150 ms backoff (%s)", Dur(w2))
 				}
 
 				r.Step("Bola sends ₦90,000, more than he has (straight to the server)")
@@ -96,7 +114,7 @@ func init() {
 				if err != nil {
 					return err
 				}
-				r.Expect(out.Kind == client.Rejected && len(out.Attempts) == 1 && out.Response.Code() == bank.CodeInsufficientFunds,
+				r.Lesson().Expect(out.Kind == client.Rejected && len(out.Attempts) == 1 && out.Response.Code() == bank.CodeInsufficientFunds,
 					"422 insufficient_funds is final: one attempt, no retry")
 
 				r.Step("Ada sends ₦1,000 while another server still holds its key (its lock has 30 s left)")
@@ -110,7 +128,7 @@ func init() {
 				if err != nil {
 					return err
 				}
-				r.Expect(out.Kind == client.Unknown && len(out.Attempts) == client.DefaultAttempts,
+				r.Lesson().Expect(out.Kind == client.Unknown && len(out.Attempts) == client.DefaultAttempts,
 					"after %d answers of 409 the outcome is unknown (pending), not failed", client.DefaultAttempts)
 				resp, found, err := c.Resolve(ctx, stuck.Key)
 				r.Expect(err == nil && found && resp.Status == 409, "GET /transfers?key= says it is still in progress (%s)", Describe(resp))

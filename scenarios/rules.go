@@ -29,7 +29,25 @@ func init() {
 
 	Register(Scenario{
 		Name:    "rules",
-		Summary: "seven requests, one per rule: one transfer, six refusals with their codes",
+		Title:   "The transfer, done properly",
+		Lesson:  "The transfer, done properly",
+		Order:   OrderRules,
+		Summary: "seven requests, one per rule: one 201, then 404 account_not_found, 422 account_not_active, 422 recipient_unavailable (twice), 422 insufficient_funds, 400 invalid_amount",
+		Explain: Explanation{
+			Shows: "The lesson's seven requests against the finished transfer, each in its own transaction: " +
+				"one that should succeed and six that break one rule each — someone else's account, a frozen " +
+				"sender, a frozen recipient, a recipient that does not exist, more than the balance, half a kobo.",
+			Breaks: "This story has no unprotected run: it pins the rules themselves. Each refusal must come " +
+				"before the first write, with its own status and machine-readable code, and must move nothing.",
+			Defence: "Check everything that can be checked before writing: the amount is whole kobo above " +
+				"zero, the sender's account exists and belongs to the caller (404 otherwise, so strangers learn " +
+				"nothing), both accounts are active (422), and the debit is a conditional UPDATE (422 " +
+				"insufficient_funds when it changes no row). Refusals are answers, not crashes.",
+			SQL: "SELECT id, owner_id, status, balance_kobo FROM accounts\n" +
+				" WHERE id IN ($1, $2) ORDER BY id FOR UPDATE;\n" +
+				"UPDATE accounts SET balance_kobo = balance_kobo - $3\n" +
+				" WHERE id = $1 AND balance_kobo >= $3;  -- no row: 422 insufficient_funds",
+		},
 		Phases: []Phase{{
 			Title: "every rule of the transfer",
 			Run: func(ctx context.Context, r *Run) error {
@@ -51,15 +69,15 @@ func init() {
 					}
 					req, _ := bank.ParseTransferRequest([]byte(q.body))
 					r.Told(bank.Told{Intent: intent, UserID: q.userID, Request: req, Response: resp})
-					r.emit(Event{Kind: "attempt", Text: fmt.Sprintf("%-18s %s", q.label, Describe(resp))})
+					r.emit(Event{Kind: KindAttempt, Text: fmt.Sprintf("%-18s %s", q.label, Describe(resp))})
 					want := fmt.Sprintf("%d %s", q.status, q.code)
 					if q.code == "" {
 						want = fmt.Sprintf("%d transfer", q.status)
 					}
-					r.Expect(resp.Status == q.status && resp.Code() == q.code, "%s: %s", q.label, want)
+					r.Lesson().Expect(resp.Status == q.status && resp.Code() == q.code, "%s: %s", q.label, want)
 				}
-				r.ExpectBalances(ctx, 4_000_000, 1_500_000, 2_000_000)
-				r.ExpectTransfers(ctx, 1)
+				r.Lesson().ExpectBalances(ctx, 4_000_000, 1_500_000, 2_000_000)
+				r.Lesson().ExpectTransfers(ctx, 1)
 				return nil
 			},
 		}},

@@ -17,12 +17,99 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// Scenario is one story.
+// Scenario is one story. Name, Summary and Phases make it run; the other
+// fields are its teaching material, for list, explain, compare and the order
+// of --all. A new story needs only the first three; see the README's
+// "Writing a scenario" for what each of the others adds.
 type Scenario struct {
 	Name    string
 	Summary string
 	Phases  []Phase
+
+	// Title is the story's name for people ("The response that never
+	// arrives"); Name when empty.
+	Title string
+	// Lesson is the section of the lesson this story follows ("" for a story
+	// of bank-sim's own): list and explain show it, and only a story from the
+	// lesson is told "as the lesson says".
+	Lesson string
+	// Article is, for a story that follows the seed article on event-driven
+	// idempotency (ArticleTitle) rather than the lesson, the article's
+	// section. Such a story is listed and explained in a group of its own,
+	// between the lesson's and bank-sim's own: the lesson does not tell it,
+	// so none of its checks is "as the lesson says", but bank-sim did not
+	// make it up either, and a learner can read where it comes from.
+	Article string
+	// Order is the story's place in the lesson, or in the article (see the
+	// Order… constants): list, --all and the reports follow it. Zero puts
+	// the story after the others, with bank-sim's own stories, by name.
+	Order int
+	// Amount is the story's transfer amount in kobo, which `scenario
+	// --amount` may change (read it with Run.Amount); zero when the story has
+	// no single amount to change.
+	Amount int64
+	// Explain is what `bank-sim explain NAME` prints.
+	Explain Explanation
 }
+
+// Explanation is a story's handout, in bank-sim's own words: what the story
+// shows, why the bank breaks without protection, the defence that fixes it,
+// and the SQL that carries the defence.
+type Explanation struct {
+	Shows   string
+	Breaks  string
+	Defence string
+	SQL     string
+}
+
+// The lesson's order, with room between for stories added later: a story
+// that belongs between two others takes a number between theirs.
+const (
+	OrderPartialFailure = 100  // "Partial failure"
+	OrderRules          = 200  // "The transfer, done properly"
+	OrderBalanceRace    = 250  // "Think before you move money": enough money, atomically
+	OrderLostResponse   = 300  // "The response that never arrives", "The lost response, again"
+	OrderKeyMisuse      = 400  // "Misuse: a reused key, another user, no key"
+	OrderDoubleTap      = 500  // "Two copies at the same moment"
+	OrderCrash          = 600  // "A server that crashes, and one that is only slow"
+	OrderHTTP           = 700  // "Over HTTP, with a retrying client"
+	OrderSideEffects    = 800  // "Side effects outside the database"
+	OrderFailureCases   = 900  // "Failure cases and production concerns"
+	OrderPractice       = 1000 // "Practice": the exercises
+)
+
+// ArticleTitle is the seed article that the stories with an Article follow:
+// Manuj Dixit's practical guide, which grows an order API from PostgreSQL
+// keys to a Redis lock, Kafka, an outbox and idempotent consumers.
+const ArticleTitle = "Idempotency: From a Simple API to Reliable Event-Driven Systems"
+
+// The article's order, after the lesson's stories: its phases, with room
+// between.
+const (
+	OrderArticleLock      = 2200 // "Phase 2: Add Redis only when there is a reason"
+	OrderArticleDualWrite = 2300 // "Phase 3: Introduce Kafka": the dual-write problem
+	OrderArticleOutbox    = 2400 // "Phase 4: Add the transactional outbox": the dispatcher
+	OrderArticleConsumer  = 2500 // "Phase 5: Make Kafka consumers idempotent"
+)
+
+// DisplayTitle is the story's title, or its name.
+func (s Scenario) DisplayTitle() string {
+	if s.Title != "" {
+		return s.Title
+	}
+	return s.Name
+}
+
+// FromLesson reports whether the story follows a section of the lesson.
+func (s Scenario) FromLesson() bool { return s.Lesson != "" }
+
+// FromArticle reports whether the story follows a section of the seed
+// article (ArticleTitle) and not the lesson.
+func (s Scenario) FromArticle() bool { return s.Lesson == "" && s.Article != "" }
+
+// Own reports whether the story is bank-sim's own: neither the lesson nor
+// the article tells it.
+func (s Scenario) Own() bool { return s.Lesson == "" && s.Article == "" }
 
 // Phase is one run of a story on a fresh bank.
 type Phase struct {
@@ -54,7 +141,8 @@ func Register(s Scenario) (unregister func()) {
 	}
 }
 
-// List returns every scenario, sorted by name.
+// List returns every scenario in the lesson's order (Order), then the
+// article's in its order, then bank-sim's own stories by name.
 func List() []Scenario {
 	mu.Lock()
 	defer mu.Unlock()
@@ -62,11 +150,21 @@ func List() []Scenario {
 	for _, s := range registry {
 		out = append(out, s)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	sort.Slice(out, func(i, j int) bool { return before(out[i], out[j]) })
 	return out
 }
 
-// Names returns every scenario's name, sorted.
+func before(a, b Scenario) bool {
+	if (a.Order == 0) != (b.Order == 0) {
+		return a.Order != 0
+	}
+	if a.Order != b.Order {
+		return a.Order < b.Order
+	}
+	return a.Name < b.Name
+}
+
+// Names returns every scenario's name, in List's order.
 func Names() []string {
 	var names []string
 	for _, s := range List() {
@@ -105,23 +203,75 @@ type Observer interface {
 	ScenarioEnd(r Report)
 }
 
-// Event is one line of the story.
+// Event is one thing that happened in a phase, in the order it happened.
+// Text is the full text (keys and lock ids whole); the CLI shortens it for
+// people. From, To and Lane place it in a picture of the run (the lanes are
+// the clients, "network", the servers and "database"); an event without
+// them is narration.
 type Event struct {
 	// Elapsed is real time since the scenario started.
 	Elapsed time.Duration `json:"elapsedNs"`
 	// Clock is the simulated clock's offset from its start, when the phase
-	// uses one ("+31s"); lock expiry runs on it.
+	// uses one ("+31 s"); lock expiry runs on it.
 	Clock string `json:"clock,omitempty"`
-	Kind  string `json:"kind"` // step, attempt, server, expect, balances
-	Text  string `json:"text"`
-	// OK is set for expectations.
-	OK *bool `json:"ok,omitempty"`
+	// Kind is one of the Kind… constants.
+	Kind string `json:"kind"`
+	Text string `json:"text"`
+	// OK is set for expectations, and Source says whose they are.
+	OK     *bool  `json:"ok,omitempty"`
+	Source string `json:"source,omitempty"`
+	// From and To are the lanes of an arrow: a request, an answer, a
+	// server's work in the database.
+	From string `json:"from,omitempty"`
+	To   string `json:"to,omitempty"`
+	// Lane is where a note or a fault sits.
+	Lane string `json:"lane,omitempty"`
+	// Fault names the fault that struck here.
+	Fault string `json:"fault,omitempty"`
+	// Delivery numbers the request an arrow belongs to, so that a picture
+	// can join its pieces (client → network → server).
+	Delivery int `json:"delivery,omitempty"`
+	// Setup marks an attempt that only sets the story up (Run.SendSetup):
+	// --verbose and the pictures show it, the story does not.
+	Setup bool `json:"setup,omitempty"`
+	// Moved and Transfers, on a server's database event, are the money its
+	// request moved and the transfers it committed, read from the ledger.
+	Moved     int64   `json:"movedKobo,omitempty"`
+	Transfers []int64 `json:"transfers,omitempty"`
+	// Ledger, on a server's answer with Options.Snapshots, is the balances
+	// line just after the request.
+	Ledger string `json:"ledger,omitempty"`
 }
 
-// Expectation is one thing the lesson says must happen, checked.
+// Kinds of Event. The story shows steps, attempts and balances; the server
+// side (server, fault, send, arrive, answer, database) and the expectations
+// are for --verbose and the pictures.
+const (
+	KindStep     = "step"     // narration (Run.Step)
+	KindAttempt  = "attempt"  // what a client was told (Run.Send and friends)
+	KindServer   = "server"   // what happened out of the client's sight (Run.Server)
+	KindFault    = "fault"    // a fault struck (Lane, Fault)
+	KindSend     = "send"     // a request leaves a client (From → To)
+	KindArrive   = "arrive"   // a request reaches a server
+	KindAnswer   = "answer"   // a server answers
+	KindDatabase = "database" // a server's work in the database
+	KindExpect   = "expect"   // an expectation, checked (OK, Source)
+	KindBalances = "balances" // the ledger's line after the phase
+)
+
+// Sources of expectations: facts the lesson states, and checks that are
+// bank-sim's own.
+const (
+	SourceLesson  = "lesson"
+	SourceBankSim = "bank-sim"
+)
+
+// Expectation is one thing the story says must happen, checked. Source says
+// whether the lesson states it or it is bank-sim's own check.
 type Expectation struct {
-	Text string `json:"text"`
-	OK   bool   `json:"ok"`
+	Text   string `json:"text"`
+	OK     bool   `json:"ok"`
+	Source string `json:"source"`
 }
 
 // PhaseReport is the outcome of one phase.
@@ -136,18 +286,34 @@ type PhaseReport struct {
 	Passed       bool          `json:"passed"`
 	Verdict      string        `json:"verdict"`
 	Error        string        `json:"error,omitempty"`
+	// Labels are the people's names of the phase's intents ("Ada's ₦10,000
+	// to Bola" for ada-pays-bola), for output meant to be read.
+	Labels map[string]string `json:"labels,omitempty"`
 }
 
 // Report is the outcome of one scenario.
 type Report struct {
 	Scenario string        `json:"scenario"`
+	Title    string        `json:"title"`
 	Summary  string        `json:"summary"`
-	Seed     uint64        `json:"seed"`
+	Seed     uint64        `json:"seed,string"`
+	Bug      string        `json:"bug,omitempty"`
+	Changes  []Change      `json:"changes,omitempty"`
 	Phases   []PhaseReport `json:"phases"`
 	Passed   bool          `json:"passed"`
 	Verdict  string        `json:"verdict"`
 	Duration time.Duration `json:"durationNs"`
 }
+
+// Change is one way a live experiment changed the story (Options.Faults,
+// Options.Amount), and how often a changed fault struck.
+type Change struct {
+	What  string `json:"what"`
+	Fired *int   `json:"fired,omitempty"`
+}
+
+// Changed reports whether the run was a live experiment.
+func (rep Report) Changed() bool { return len(rep.Changes) > 0 }
 
 // SeedFor derives a scenario's own seed from the run's seed, so that one
 // scenario run alone repeats exactly what it did inside --all.
@@ -166,14 +332,19 @@ func Execute(ctx context.Context, s Scenario, dbs Databases, seed uint64, obs Ob
 }
 
 // ExecuteWith is Execute with options: a bug switched on in the protected
-// phases, or the controls skipped.
+// phases, the controls skipped, or a live experiment (faults added, another
+// amount).
 func ExecuteWith(ctx context.Context, s Scenario, dbs Databases, seed uint64, obs Observer, o Options) (Report, error) {
 	start := time.Now()
 	if obs == nil {
 		obs = nopObserver{}
 	}
 	seed = SeedFor(seed, s.Name)
-	rep := Report{Scenario: s.Name, Summary: s.Summary, Seed: seed, Passed: true}
+	rep := Report{Scenario: s.Name, Title: s.DisplayTitle(), Summary: s.Summary, Seed: seed, Passed: true}
+	if o.Bug != nil {
+		rep.Bug = o.Bug.Name
+	}
+	fired := map[string]int{}
 	// One database cloned from the template per scenario; its phases reset
 	// it to the opening bank instead of cloning again, and keep the pool's
 	// connections: opening a backend costs more than the phase's own work.
@@ -184,7 +355,7 @@ func ExecuteWith(ctx context.Context, s Scenario, dbs Databases, seed uint64, ob
 		if p.Control && o.SkipControls {
 			continue
 		}
-		pr, err := runPhase(ctx, s, p, i, dbs, seed, start, obs, o)
+		pr, err := runPhase(ctx, s, p, i, dbs, seed, start, obs, o, fired)
 		if err != nil {
 			return rep, err
 		}
@@ -194,17 +365,21 @@ func ExecuteWith(ctx context.Context, s Scenario, dbs Databases, seed uint64, ob
 		}
 		obs.PhaseEnd(pr)
 	}
+	rep.Changes = o.changes(s, fired)
 	rep.Duration = time.Since(start)
-	rep.Verdict = verdict(rep)
+	rep.Verdict = verdict(rep, o.changed())
 	obs.ScenarioEnd(rep)
 	return rep, nil
 }
 
-func verdict(rep Report) string {
+func verdict(rep Report, changed bool) string {
 	for _, p := range rep.Phases {
 		if !p.Passed {
 			return fmt.Sprintf("%s: %s", p.Title, p.Verdict)
 		}
+	}
+	if changed {
+		return "changed run: the protected bank kept every invariant"
 	}
 	controls := 0
 	for _, p := range rep.Phases {
@@ -218,7 +393,7 @@ func verdict(rep Report) string {
 	return "the fault broke the unprotected bank, and the protected bank kept every invariant"
 }
 
-func runPhase(ctx context.Context, s Scenario, p Phase, index int, dbs Databases, seed uint64, start time.Time, obs Observer, o Options) (PhaseReport, error) {
+func runPhase(ctx context.Context, s Scenario, p Phase, index int, dbs Databases, seed uint64, start time.Time, obs Observer, o Options, fired map[string]int) (PhaseReport, error) {
 	obs.PhaseStart(p, index)
 	db, err := dbs.NewBank(ctx, s.Name)
 	if err != nil {
@@ -227,12 +402,19 @@ func runPhase(ctx context.Context, s Scenario, p Phase, index int, dbs Databases
 	defer db.Close()
 
 	r := &Run{
-		DB:      db.Pool,
-		Seed:    seed + uint64(index)*0x9e3779b97f4a7c15,
-		start:   start,
-		obs:     obs,
-		opening: bank.LessonAccounts,
-		done:    ctx.Done(),
+		DB:        db.Pool,
+		Seed:      seed + uint64(index)*0x9e3779b97f4a7c15,
+		start:     start,
+		obs:       obs,
+		opening:   bank.LessonAccounts,
+		done:      ctx.Done(),
+		amount:    s.Amount,
+		faults:    o.Faults,
+		snapshots: o.Snapshots,
+		labels:    map[string]string{},
+	}
+	if o.Amount > 0 && s.Amount > 0 {
+		r.amount = o.Amount
 	}
 	if !p.Control {
 		r.bug = o.Bug
@@ -242,6 +424,9 @@ func runPhase(ctx context.Context, s Scenario, p Phase, index int, dbs Databases
 
 	runErr := safeRun(ctx, p, r)
 	r.cleanup()
+	for name, n := range r.fired() {
+		fired[name] += n
+	}
 
 	ledger, lerr := bank.ReadLedger(ctx, db.Pool)
 	if lerr != nil {
@@ -249,11 +434,15 @@ func runPhase(ctx context.Context, s Scenario, p Phase, index int, dbs Databases
 	}
 	pr.Ledger = ledger
 	pr.Balances = ledger.Line()
-	r.emit(Event{Kind: "balances", Text: pr.Balances})
-	pr.Invariants = append(bank.CheckInvariants(r.opening, ledger, r.told), r.extra...)
+	r.emit(Event{Kind: KindBalances, Text: pr.Balances})
+	r.mu.Lock()
+	told := append([]bank.Told(nil), r.told...)
+	r.mu.Unlock()
+	pr.Invariants = append(bank.CheckInvariants(r.opening, ledger, told), r.extra...)
 	pr.Events = r.events
 	pr.Expectations = r.expectations
-	pr.Passed, pr.Verdict = judge(p, pr, runErr)
+	pr.Labels = r.labels
+	pr.Passed, pr.Verdict = judge(p, pr, runErr, o.changed())
 	if runErr != nil {
 		pr.Error = runErr.Error()
 	}
@@ -263,8 +452,10 @@ func runPhase(ctx context.Context, s Scenario, p Phase, index int, dbs Databases
 // judge decides a phase. A protected phase must meet every expectation and
 // keep every invariant. A control must meet its expectations (it reproduces
 // the lesson's numbers) and must break at least one invariant; a control that
-// breaks nothing proves nothing, and fails.
-func judge(p Phase, pr PhaseReport, runErr error) (bool, string) {
+// breaks nothing proves nothing, and fails. In a changed run (a live
+// experiment) the story's expectations no longer apply: the invariants alone
+// judge the protected phases, and a control only reports what broke.
+func judge(p Phase, pr PhaseReport, runErr error, changed bool) (bool, string) {
 	if runErr != nil {
 		return false, "could not finish: " + runErr.Error()
 	}
@@ -279,6 +470,17 @@ func judge(p Phase, pr PhaseReport, runErr error) (bool, string) {
 		if !c.OK {
 			broken = append(broken, c.Name)
 		}
+	}
+	if changed {
+		switch {
+		case p.Control && len(broken) == 0:
+			return true, "without protection, nothing broke this time"
+		case p.Control:
+			return true, fmt.Sprintf("without protection, %s", joinAnd(broken))
+		case len(broken) > 0:
+			return false, fmt.Sprintf("invariant broken: %s", joinAnd(broken))
+		}
+		return true, fmt.Sprintf("all %d invariants hold", len(pr.Invariants))
 	}
 	if len(missed) > 0 {
 		return false, fmt.Sprintf("expected %s", missed[0])

@@ -45,7 +45,10 @@ var lessonBalances = map[string][]string{
 		"Ada ₦30,000, Bola ₦25,000, Chidi ₦20,000 | total ₦75,000 | transfers 2",
 		"Ada ₦40,000, Bola ₦15,000, Chidi ₦20,000 | total ₦75,000 | transfers 1",
 	},
-	"overdraft-race": {"", "Ada ₦10,000, Bola ₦45,000, Chidi ₦20,000 | total ₦75,000 | transfers 40"},
+	"double-spend": {
+		"Ada ₦60,000, Bola ₦5,000, Chidi ₦20,000 | total ₦85,000 | transfers 3",
+		"Ada ₦50,000, Bola ₦5,000, Chidi ₦20,000 | total ₦75,000 | transfers 2",
+	},
 	"http-tunnel": {
 		"Ada ₦30,000, Bola ₦25,000, Chidi ₦20,000 | total ₦75,000 | transfers 2",
 		"Ada ₦40,000, Bola ₦15,000, Chidi ₦20,000 | total ₦75,000 | transfers 1",
@@ -66,6 +69,36 @@ var lessonBalances = map[string][]string{
 	"retry-policy": {
 		"Ada ₦30,000, Bola ₦25,000, Chidi ₦20,000 | total ₦75,000 | transfers 2",
 		"Ada ₦40,000, Bola ₦15,000, Chidi ₦20,000 | total ₦75,000 | transfers 1",
+	},
+	"sms-side-effect": {
+		"Ada ₦40,000, Bola ₦15,000, Chidi ₦20,000 | total ₦75,000 | transfers 1",
+		"Ada ₦40,000, Bola ₦15,000, Chidi ₦20,000 | total ₦75,000 | transfers 1",
+		"Ada ₦40,000, Bola ₦15,000, Chidi ₦20,000 | total ₦75,000 | transfers 1",
+	},
+	"dual-write": {
+		"Ada ₦40,000, Bola ₦15,000, Chidi ₦20,000 | total ₦75,000 | transfers 1",
+		"Ada ₦40,000, Bola ₦15,000, Chidi ₦20,000 | total ₦75,000 | transfers 1",
+		"Ada ₦40,000, Bola ₦15,000, Chidi ₦20,000 | total ₦75,000 | transfers 1",
+	},
+	"outbox-crash": {
+		"Ada ₦35,000, Bola ₦20,000, Chidi ₦20,000 | total ₦75,000 | transfers 2",
+		"Ada ₦35,000, Bola ₦20,000, Chidi ₦20,000 | total ₦75,000 | transfers 2",
+	},
+	"competing-dispatchers": {
+		"Ada ₦44,000, Bola ₦11,000, Chidi ₦20,000 | total ₦75,000 | transfers 6",
+		"Ada ₦44,000, Bola ₦11,000, Chidi ₦20,000 | total ₦75,000 | transfers 6",
+	},
+	"consumer-redelivery": {
+		"Ada ₦44,000, Bola ₦11,000, Chidi ₦20,000 | total ₦75,000 | transfers 3",
+		"Ada ₦44,000, Bola ₦11,000, Chidi ₦20,000 | total ₦75,000 | transfers 3",
+	},
+	"external-lock": {
+		"Ada ₦30,000, Bola ₦25,000, Chidi ₦20,000 | total ₦75,000 | transfers 2",
+		"Ada ₦40,000, Bola ₦15,000, Chidi ₦20,000 | total ₦75,000 | transfers 1",
+	},
+	"mark-shipped": {
+		"Ada ₦50,000, Bola ₦5,000, Chidi ₦20,000 | total ₦75,000 | transfers 0",
+		"Ada ₦50,000, Bola ₦5,000, Chidi ₦20,000 | total ₦75,000 | transfers 0",
 	},
 }
 
@@ -126,7 +159,7 @@ func TestControlsBreakTheRightInvariant(t *testing.T) {
 		"crash-takeover":     bank.InvOnce,
 		"key-cleanup":        bank.InvOnce,
 		"fail-before-commit": bank.InvOnce,
-		"overdraft-race":     bank.InvTotal,
+		"double-spend":       bank.InvTotal,
 		"http-tunnel":        bank.InvOnce,
 		"three-servers":      bank.InvOnce,
 		"retry-policy":       bank.InvOnce,

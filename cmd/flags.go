@@ -1,0 +1,43 @@
+package cmd
+
+import (
+	"regexp"
+	"strings"
+
+	"github.com/spf13/cobra"
+)
+
+// pflag's parse errors name Go's parsers ("strconv.ParseInt: parsing
+// "abc": invalid syntax", "time: invalid duration"). flagError says the
+// same in the user's terms: which flag, what was given, what it takes.
+var badFlagValue = regexp.MustCompile(`^invalid argument "(.*)" for "(?:-\w, )?--([\w-]+)" flag: `)
+
+func flagError(c *cobra.Command, err error) string {
+	msg := err.Error()
+	m := badFlagValue.FindStringSubmatch(msg)
+	if m == nil {
+		return msg
+	}
+	value, name := m[1], m[2]
+	want := "a valid value"
+	if f := c.Flags().Lookup(name); f != nil {
+		switch f.Value.Type() {
+		case "int", "int64", "int32", "uint", "uint64", "uint32":
+			want = "a whole number"
+		case "duration":
+			want = "a duration such as 500ms, 10s, 2m or 1h"
+		case "bool":
+			want = "true or false"
+		case "float64", "float32":
+			want = "a number"
+		}
+	}
+	return "--" + name + " " + quoteValue(value) + " is not " + want
+}
+
+func quoteValue(v string) string {
+	if strings.ContainsAny(v, " \"'") || v == "" {
+		return `"` + strings.ReplaceAll(v, `"`, `\"`) + `"`
+	}
+	return `"` + v + `"`
+}

@@ -1,0 +1,410 @@
+package outbox
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/banksim/bank-sim/bank"
+	"github.com/jackc/pgx/v5"
+)
+
+// Defaults of a Dispatcher.
+const (
+	// DefaultLease is how long a claim holds its rows; the article's minute
+	// is "illustrative", bank-sim uses the key store's 30 s.
+	DefaultLease       = 30 * time.Second
+	DefaultBatch       = 10
+	DefaultMaxAttempts = 5
+	// DefaultBackoff is the wait after a row's first failed send; it
+	// doubles with each further failure, up to maxBackoff.
+	DefaultBackoff = time.Second
+	maxBackoff     = 5 * time.Minute
+)
+
+// Outcome is what became of one row's delivery.
+type Outcome string
+
+// Outcomes of Deliver.
+const (
+	// Sent: the provider or the log accepted it, and the row is done.
+	Sent Outcome = "sent"
+	// AlreadySent: the provider had accepted this row's key before (an
+	// earlier attempt sent it and did not live to mark it); no new SMS.
+	AlreadySent Outcome = "already sent"
+	// LostClaim: the row is no longer this dispatcher's (its lease expired
+	// and another took it over, or it is done); nothing was sent.
+	LostClaim Outcome = "lost claim"
+	// Retry: the send failed; the row waits out its backoff.
+	Retry Outcome = "will retry"
+	// GaveUp: the send failed for the last allowed time; the row is failed
+	// and needs a person.
+	GaveUp Outcome = "gave up"
+	// Stale: sent, but the row was no longer this dispatcher's when it came
+	// to mark it: another dispatcher's claim stands.
+	Stale Outcome = "sent, not marked: lost the claim"
+)
+
+// DispatchHooks are points where a scenario or a test can stop a dispatcher.
+type DispatchHooks struct {
+	// Claimed runs inside the claim's transaction after its statement and
+	// before COMMIT, while the claimed rows are still locked.
+	Claimed func(ctx context.Context, rows []Row)
+	// BeforeSend runs after the dispatcher has checked that it still holds
+	// the row, just before it sends.
+	BeforeSend func(ctx context.Context, r Row)
+	// AfterSend runs after the provider or the log accepted the row, before
+	// it is marked done: a dispatcher that dies here has sent and not marked.
+	AfterSend func(ctx context.Context, r Row)
+}
+
+// Dispatcher drains the outbox: it claims a batch of rows with FOR UPDATE
+// SKIP LOCKED and a lease, sends each, and marks it done only if it still
+// holds the claim token. A failed send is retried later, with backoff, a
+// bounded number of times; every claim is recorded in outbox_attempts. A
+// lease that expires (the dispatcher died or stalled) lets another take the
+// rows over. Several dispatchers may run at once, in one process or many.
+// Leases and backoff run on the database's clock, bank_now().
+type Dispatcher struct {
+	DB bank.DB
+	// Name identifies the dispatcher in outbox_attempts and in the story.
+	Name string
+	// SMS receives the sms rows; Log the event rows.
+	SMS *Provider
+	Log *Log
+
+	Batch       int           // rows per claim; DefaultBatch when zero
+	Lease       time.Duration // DefaultLease when zero
+	MaxAttempts int           // failed sends before a row is failed; DefaultMaxAttempts when zero
+	Backoff     time.Duration // DefaultBackoff when zero
+	// NewToken makes claim tokens; random when nil. Scenarios seed it.
+	NewToken func() string
+	Flaws    Flaws
+	Hooks    DispatchHooks
+	// Note, when set, is told about each row's outcome.
+	Note func(format string, args ...any)
+}
+
+// Batch is one claim: its token and the rows it holds.
+type Batch struct {
+	Token string
+	Rows  []Row
+}
+
+// Report counts what a run of the dispatcher did.
+type Report struct {
+	Claimed  int
+	Outcomes map[Outcome]int
+}
+
+func (r *Report) add(o Report) {
+	r.Claimed += o.Claimed
+	for k, v := range o.Outcomes {
+		if r.Outcomes == nil {
+			r.Outcomes = map[Outcome]int{}
+		}
+		r.Outcomes[k] += v
+	}
+}
+
+func (d *Dispatcher) note(format string, args ...any) {
+	if d.Note != nil {
+		d.Note(format, args...)
+	}
+}
+
+func (d *Dispatcher) batch() int {
+	if d.Batch > 0 {
+		return d.Batch
+	}
+	return DefaultBatch
+}
+
+func (d *Dispatcher) lease() time.Duration {
+	if d.Lease > 0 {
+		return d.Lease
+	}
+	return DefaultLease
+}
+
+func (d *Dispatcher) token() string {
+	if d.NewToken != nil {
+		return d.NewToken()
+	}
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// ProviderKey is the provider's idempotency key for an sms row: its id, as
+// the lesson says.
+func ProviderKey(rowID int64) string { return fmt.Sprintf("outbox-%d", rowID) }
+
+// EventID is the event id of an event row: its id, as in the article.
+func EventID(rowID int64) string { return fmt.Sprintf("evt-%d", rowID) }
+
+// Claim takes up to Batch rows that are ready (not done, not failed, past
+// their backoff) and unclaimed or whose lease has expired, in id order, in
+// one short transaction: FOR UPDATE SKIP LOCKED makes a concurrent claim
+// pass over the rows this one is taking instead of taking them too (or
+// waiting for them). Each row gets the batch's token, a lease and one more
+// attempt.
+func (d *Dispatcher) Claim(ctx context.Context) (Batch, error) {
+	b := Batch{Token: d.token()}
+	lock := "FOR UPDATE SKIP LOCKED"
+	if d.Flaws.NoSkipLocked {
+		lock = "" // the mistake: a concurrent claim reads the same rows as unclaimed and takes them too
+	}
+	err := pgx.BeginFunc(ctx, d.DB, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `
+			WITH candidates AS (
+				SELECT id FROM outbox
+				WHERE done_at IS NULL AND failed_at IS NULL AND next_attempt_at <= bank_now()
+				  AND (claimed_until IS NULL OR claimed_until < bank_now())
+				ORDER BY id
+				LIMIT $1
+				`+lock+`
+			), claimed AS (
+				UPDATE outbox o
+				SET claim_token = $2, claimed_by = $3, claimed_until = bank_now() + $4::interval, attempts = o.attempts + 1
+				FROM candidates WHERE o.id = candidates.id
+				RETURNING o.id, o.kind, o.transfer_id, o.user_id, o.topic, o.msg_key, o.payload, o.attempts
+			), recorded AS (
+				INSERT INTO outbox_attempts (outbox_id, attempt, dispatcher, claim_token, claimed_at, lease_until)
+				SELECT id, attempts, $3, $2, bank_now(), bank_now() + $4::interval FROM claimed
+			)
+			SELECT id, kind, transfer_id, user_id, topic, msg_key, payload, attempts FROM claimed`,
+			d.batch(), b.Token, d.Name, d.lease())
+		if err != nil {
+			return err
+		}
+		b.Rows, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Row, error) {
+			var o Row
+			err := r.Scan(&o.ID, &o.Kind, &o.TransferID, &o.UserID, &o.Topic, &o.Key, &o.Payload, &o.Attempts)
+			return o, err
+		})
+		if err != nil {
+			return err
+		}
+		if d.Hooks.Claimed != nil {
+			d.Hooks.Claimed(ctx, b.Rows)
+		}
+		return nil
+	})
+	if err != nil {
+		return Batch{}, fmt.Errorf("claim outbox rows: %w", err)
+	}
+	sortRows(b.Rows)
+	return b, nil
+}
+
+// sortRows puts a batch in id order: UPDATE … RETURNING promises none.
+func sortRows(rows []Row) {
+	slices.SortFunc(rows, func(a, b Row) int { return cmp.Compare(a.ID, b.ID) })
+}
+
+// fence is the claim-token check of every write a dispatcher makes to a row
+// it claimed: $2 is its token. Another dispatcher that took the row over
+// after the lease expired has put its own token there.
+func (d *Dispatcher) fence() string {
+	if d.Flaws.NoClaimToken {
+		return "$2::text IS NOT NULL" // the mistake: any dispatcher that ever claimed the row may write it
+	}
+	return "claim_token = $2"
+}
+
+// Deliver sends one claimed row and settles it. First it checks that the
+// row is still its own and renews the lease for the send: a dispatcher that
+// stalled past its lease finds the row taken over and sends nothing. Then it
+// sends (an sms row with its id as the provider's idempotency key), and marks
+// the row done only if it still holds the claim token.
+func (d *Dispatcher) Deliver(ctx context.Context, token string, r Row) (Outcome, error) {
+	// The attempt's lease_until moves with the row's, so the checker sees
+	// how long this claim really lasted.
+	var renewed int
+	err := d.DB.QueryRow(ctx, `
+		WITH renewed AS (
+			UPDATE outbox SET claimed_until = bank_now() + $3::interval
+			WHERE id = $1 AND done_at IS NULL AND failed_at IS NULL AND `+d.fence()+`
+			RETURNING id, claimed_until
+		), attempt AS (
+			UPDATE outbox_attempts a SET lease_until = renewed.claimed_until
+			FROM renewed WHERE a.outbox_id = renewed.id AND a.claim_token = $2
+		)
+		SELECT count(*) FROM renewed`,
+		r.ID, token, d.lease()).Scan(&renewed)
+	if err != nil {
+		return "", fmt.Errorf("renew the claim of outbox row %d: %w", r.ID, err)
+	}
+	if renewed == 0 {
+		d.note("%s: outbox row %d is no longer its own; it sends nothing", d.Name, r.ID)
+		return LostClaim, d.record(ctx, token, r, LostClaim)
+	}
+	if d.Hooks.BeforeSend != nil {
+		d.Hooks.BeforeSend(ctx, r)
+	}
+	replayed, sendErr := d.send(ctx, r)
+	if sendErr != nil {
+		return d.fail(ctx, token, r, sendErr)
+	}
+	if d.Hooks.AfterSend != nil {
+		d.Hooks.AfterSend(ctx, r)
+	}
+	outcome := Sent
+	if replayed {
+		outcome = AlreadySent
+	}
+	// One statement: the mark and the attempt's outcome commit together.
+	var marked int
+	err = d.DB.QueryRow(ctx, `
+		WITH marked AS (
+			UPDATE outbox SET done_at = bank_now(), claim_token = NULL, claimed_until = NULL, last_error = NULL
+			WHERE id = $1 AND done_at IS NULL AND `+d.fence()+`
+			RETURNING id
+		), settled AS (
+			UPDATE outbox_attempts
+			SET outcome = CASE WHEN EXISTS (SELECT 1 FROM marked) THEN $3 ELSE $4 END,
+			    settled_seq = nextval('outbox_attempts_seq_seq')
+			WHERE outbox_id = $1 AND claim_token = $2 AND settled_seq IS NULL
+		)
+		SELECT count(*) FROM marked`, r.ID, token, string(outcome), string(Stale)).Scan(&marked)
+	if err != nil {
+		return "", fmt.Errorf("mark outbox row %d done: %w", r.ID, err)
+	}
+	if marked == 0 {
+		outcome = Stale
+	}
+	d.note("%s: outbox row %d (%s for transfer %d): %s", d.Name, r.ID, r.Kind, r.TransferID, outcome)
+	return outcome, nil
+}
+
+// send hands the row to the provider or the log. It reports whether the
+// provider had already accepted the row's key.
+func (d *Dispatcher) send(ctx context.Context, r Row) (replayed bool, err error) {
+	switch r.Kind {
+	case KindSMS:
+		if d.SMS == nil {
+			return false, errors.New("no SMS provider")
+		}
+		m := Message{Key: ProviderKey(r.ID), UserID: r.UserID, Text: r.Payload, TransferID: r.TransferID}
+		if d.Flaws.NoProviderKey {
+			m.Key = "" // the mistake: a resend after a crash is a new message to the provider
+		}
+		sent, err := d.SMS.Send(ctx, m)
+		return sent.Replayed, err
+	case KindEvent:
+		if d.Log == nil {
+			return false, errors.New("no message log")
+		}
+		_, err := d.Log.Publish(ctx, r.Topic, r.Key, EventID(r.ID), r.TransferID, []byte(r.Payload))
+		return false, err
+	}
+	return false, fmt.Errorf("outbox row %d has unknown kind %q", r.ID, r.Kind)
+}
+
+// fail gives the row back after a failed send: it waits out a backoff that
+// doubles with each failure, or is failed for good after MaxAttempts failed
+// sends. Claims that ended in a crash or a takeover do not count: nothing
+// says the row is at fault.
+func (d *Dispatcher) fail(ctx context.Context, token string, r Row, sendErr error) (Outcome, error) {
+	max := d.MaxAttempts
+	if max <= 0 {
+		max = DefaultMaxAttempts
+	}
+	backoff := d.Backoff
+	if backoff <= 0 {
+		backoff = DefaultBackoff
+	}
+	outcome := Retry
+	err := pgx.BeginFunc(ctx, d.DB, func(tx pgx.Tx) error {
+		var gaveUp bool
+		err := tx.QueryRow(ctx, `
+			UPDATE outbox
+			SET claim_token = NULL, claimed_until = NULL, last_error = $3, failures = failures + 1,
+			    next_attempt_at = bank_now() + least($4::interval * power(2, failures), $6::interval),
+			    failed_at = CASE WHEN failures + 1 >= $5 THEN bank_now() END
+			WHERE id = $1 AND done_at IS NULL AND `+d.fence()+`
+			RETURNING failed_at IS NOT NULL`, r.ID, token, sendErr.Error(), backoff, max, maxBackoff).Scan(&gaveUp)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			outcome = LostClaim
+		case err != nil:
+			return err
+		case gaveUp:
+			outcome = GaveUp
+		}
+		return recordTx(ctx, tx, token, r, outcome)
+	})
+	if err != nil {
+		return "", fmt.Errorf("give outbox row %d back: %w", r.ID, err)
+	}
+	d.note("%s: outbox row %d (%s for transfer %d): %v; %s", d.Name, r.ID, r.Kind, r.TransferID, sendErr, outcome)
+	return outcome, nil
+}
+
+func (d *Dispatcher) record(ctx context.Context, token string, r Row, o Outcome) error {
+	return pgx.BeginFunc(ctx, d.DB, func(tx pgx.Tx) error { return recordTx(ctx, tx, token, r, o) })
+}
+
+// recordTx settles the attempt that token made on r.
+func recordTx(ctx context.Context, tx pgx.Tx, token string, r Row, o Outcome) error {
+	_, err := tx.Exec(ctx, `
+		UPDATE outbox_attempts SET outcome = $3, settled_seq = nextval('outbox_attempts_seq_seq')
+		WHERE outbox_id = $1 AND claim_token = $2 AND settled_seq IS NULL`, r.ID, token, string(o))
+	if err != nil {
+		return fmt.Errorf("record the attempt on outbox row %d: %w", r.ID, err)
+	}
+	return nil
+}
+
+// RunOnce claims one batch and delivers every row of it.
+func (d *Dispatcher) RunOnce(ctx context.Context) (Report, error) {
+	b, err := d.Claim(ctx)
+	if err != nil {
+		return Report{}, err
+	}
+	rep := Report{Claimed: len(b.Rows), Outcomes: map[Outcome]int{}}
+	for _, r := range b.Rows {
+		o, err := d.Deliver(ctx, b.Token, r)
+		if err != nil {
+			return rep, err
+		}
+		rep.Outcomes[o]++
+	}
+	return rep, nil
+}
+
+// Drain runs batches until a claim finds no row ready.
+func (d *Dispatcher) Drain(ctx context.Context) (Report, error) {
+	var total Report
+	for {
+		rep, err := d.RunOnce(ctx)
+		total.add(rep)
+		if err != nil || rep.Claimed == 0 {
+			return total, err
+		}
+	}
+}
+
+// Run drains the outbox every interval until ctx ends, telling onErr (when
+// set) about each failed drain and carrying on: a database that is away for
+// a moment delays the rows, it does not lose them.
+func (d *Dispatcher) Run(ctx context.Context, every time.Duration, onErr func(error)) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		if _, err := d.Drain(ctx); err != nil && ctx.Err() == nil && onErr != nil {
+			onErr(err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,61 @@
+package outbox
+
+// Flaws switches on the known mistakes of side effects, each one branch next
+// to the line it corrupts. The zero value is the correct code. idem.Bug
+// carries one, so that --bug and the audit reach these as they reach the
+// key store's.
+type Flaws struct {
+	// SMSInTransaction sends the SMS from inside the transfer's
+	// transaction: a commit that then fails cannot call it back.
+	SMSInTransaction bool `json:"smsInTransaction,omitempty"`
+	// SMSAfterCommit sends the SMS after the commit, with nothing recorded:
+	// a server that dies in between never sends it.
+	SMSAfterCommit bool `json:"smsAfterCommit,omitempty"`
+	// PublishInTransaction publishes the event from inside the transaction
+	// (the dual write): a rollback leaves an event for nothing.
+	PublishInTransaction bool `json:"publishInTransaction,omitempty"`
+	// PublishAfterCommit publishes after the commit: a crash in between
+	// loses the event.
+	PublishAfterCommit bool `json:"publishAfterCommit,omitempty"`
+	// NoProviderKey sends without the outbox row's id as the provider's
+	// idempotency key: a dispatcher that sent and died before marking sends
+	// a second SMS.
+	NoProviderKey bool `json:"noProviderKey,omitempty"`
+	// NoSkipLocked claims a batch without FOR UPDATE SKIP LOCKED: two
+	// dispatchers read the same pending rows and both claim them.
+	NoSkipLocked bool `json:"noSkipLocked,omitempty"`
+	// NoClaimToken renews and marks a row without checking the claim token:
+	// a dispatcher whose lease expired carries on with rows another took over.
+	NoClaimToken bool `json:"noClaimToken,omitempty"`
+	// NoDedup makes the consumer apply every delivery, without the
+	// processed-events marker.
+	NoDedup bool `json:"noDedup,omitempty"`
+	// OffsetBeforeEffect commits the consumer's offset before applying the
+	// effect: a crash in between loses the event.
+	OffsetBeforeEffect bool `json:"offsetBeforeEffect,omitempty"`
+	// LockReleaseWithoutToken releases the external lock with a plain DEL
+	// instead of compare-and-delete: a holder whose lock expired deletes the
+	// next holder's.
+	LockReleaseWithoutToken bool `json:"lockReleaseWithoutToken,omitempty"`
+	// ShipReadThenWrite marks an order shipped by reading its status and
+	// then writing 'shipped' unconditionally: two concurrent calls both see
+	// 'paid' and both report "shipped".
+	ShipReadThenWrite bool `json:"shipReadThenWrite,omitempty"`
+}
+
+// Or returns f with every flaw of g switched on too.
+func (f Flaws) Or(g Flaws) Flaws {
+	return Flaws{
+		SMSInTransaction:        f.SMSInTransaction || g.SMSInTransaction,
+		SMSAfterCommit:          f.SMSAfterCommit || g.SMSAfterCommit,
+		PublishInTransaction:    f.PublishInTransaction || g.PublishInTransaction,
+		PublishAfterCommit:      f.PublishAfterCommit || g.PublishAfterCommit,
+		NoProviderKey:           f.NoProviderKey || g.NoProviderKey,
+		NoSkipLocked:            f.NoSkipLocked || g.NoSkipLocked,
+		NoClaimToken:            f.NoClaimToken || g.NoClaimToken,
+		NoDedup:                 f.NoDedup || g.NoDedup,
+		OffsetBeforeEffect:      f.OffsetBeforeEffect || g.OffsetBeforeEffect,
+		LockReleaseWithoutToken: f.LockReleaseWithoutToken || g.LockReleaseWithoutToken,
+		ShipReadThenWrite:       f.ShipReadThenWrite || g.ShipReadThenWrite,
+	}
+}

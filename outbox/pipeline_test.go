@@ -1,0 +1,132 @@
+package outbox_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/banksim/bank-sim/bank"
+	"github.com/banksim/bank-sim/idem"
+	"github.com/banksim/bank-sim/outbox"
+	"github.com/banksim/bank-sim/postgres/pgtest"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// runPipeline makes transfers through a handler whose effects go to the
+// outbox while a pipeline drains it under every fault at rate, with the
+// database's clock jumping past the leases now and then; then it stops,
+// settles, and returns the snapshot and the pipeline.
+func runPipeline(t *testing.T, pool *pgxpool.Pool, flaws outbox.Flaws, rate float64) (outbox.Snapshot, *outbox.Pipeline) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var clockMu sync.Mutex
+	now := t0
+	advance := func(d time.Duration) {
+		clockMu.Lock()
+		defer clockMu.Unlock()
+		now = now.Add(d)
+		if err := bank.SetClock(ctx, pool, now); err != nil {
+			t.Error(err)
+		}
+	}
+	advance(0)
+	sms, log := outbox.NewProvider(1), outbox.NewLog(3)
+	rates := map[string]float64{}
+	for _, f := range outbox.PipelineFaults() {
+		rates[f] = rate
+	}
+	p := outbox.StartPipeline(ctx, pool, sms, log, outbox.PipelineConfig{Seed: 9, Rates: rates, Flaws: flaws})
+
+	h := &idem.Handler{DB: pool, Store: &idem.Store{}, Effects: &outbox.Effects{DB: pool, SMS: sms, Log: log, Flaws: flaws}}
+	stopJumps := make(chan struct{})
+	jumped := make(chan struct{})
+	go func() {
+		defer close(jumped)
+		for {
+			select {
+			case <-stopJumps:
+				return
+			case <-time.After(40 * time.Millisecond):
+				advance(outbox.DefaultLease + time.Second)
+			}
+		}
+	}()
+	for i := range 60 {
+		from := int64(1 + i%2)
+		req := idem.Request{UserID: from, Key: fmt.Sprintf("pipeline-test-key-%04d", i),
+			Body: bank.TransferRequest{From: from, To: 3 - from, AmountKobo: 100}.Body()}
+		if resp, err := h.Handle(ctx, req); err != nil || resp.Status != 201 {
+			t.Fatalf("transfer %d: %v %v", i, resp, err)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond)
+	close(stopJumps)
+	<-jumped
+	p.Stop()
+	if err := p.Settle(ctx, advance); err != nil {
+		t.Fatal(err)
+	}
+	if errs := p.Errors(); len(errs) > 0 {
+		t.Errorf("the fault phase failed %d times: %v", len(errs), errs[0])
+	}
+	snap, err := outbox.Read(ctx, pool, outbox.World{SMS: sms, Log: log, Consumer: "notifier", Leases: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return snap, p
+}
+
+// Under every fault of the pipeline the correct code keeps every side
+// effect's invariant, and each fault fired and each defence path was taken
+// (a run that never took one proves nothing about it).
+func TestPipelineUnderFaults(t *testing.T) {
+	pool := pgtest.NewBank(t, 8)
+	snap, p := runPipeline(t, pool, outbox.Flaws{}, 0.15)
+	for _, c := range snap.Check() {
+		if !c.OK {
+			t.Errorf("%s: %s", c.Name, c.Detail)
+		}
+	}
+	if len(snap.Transfers) != 60 || len(snap.SMS) != 60 {
+		t.Errorf("%d transfers and %d SMS, want 60 of each", len(snap.Transfers), len(snap.SMS))
+	}
+	fired, paths := p.Fired(), p.Paths()
+	t.Logf("fired %v, paths %v", fired, paths)
+	for _, f := range outbox.PipelineFaults() {
+		if fired[f] == 0 {
+			t.Errorf("fault %s never fired", f)
+		}
+	}
+	for _, path := range outbox.PipelinePaths() {
+		if paths[path] == 0 {
+			t.Errorf("path %s never taken", path)
+		}
+	}
+}
+
+// The same run with a mistake breaks the invariant that mistake is about.
+func TestPipelineCatchesMistakes(t *testing.T) {
+	for _, tc := range []struct {
+		flaws outbox.Flaws
+		inv   string
+	}{
+		{outbox.Flaws{NoProviderKey: true}, outbox.InvOneSMS},
+		{outbox.Flaws{NoDedup: true}, outbox.InvEffectOnce},
+		{outbox.Flaws{OffsetBeforeEffect: true}, outbox.InvNoEventLost},
+	} {
+		t.Run(tc.inv, func(t *testing.T) {
+			t.Parallel()
+			pool := pgtest.NewBank(t, 8)
+			snap, _ := runPipeline(t, pool, tc.flaws, 0.15)
+			for _, c := range snap.Check() {
+				if c.Name == tc.inv && c.OK {
+					t.Errorf("%+v: %s held: %s", tc.flaws, c.Name, c.Detail)
+				}
+			}
+		})
+	}
+}
