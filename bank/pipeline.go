@@ -179,9 +179,12 @@ func (o *Outcome) Status() int {
 }
 
 // LastTransferID is the id of the transfer that this session inserted last:
-// the value the INSERT took from the transfers' sequence. PostgreSQL keeps
-// it per session, so no other connection's transfer can change it.
-const LastTransferID = "currval(pg_get_serial_sequence('transfers', 'id'))"
+// the value the INSERT took from transfers_id_seq, the sequence behind
+// transfers.id (serial). PostgreSQL keeps it per session, so no other
+// connection's transfer can change it. The sequence is named, not looked up
+// with pg_get_serial_sequence: a name is resolved once, when the statement
+// is prepared, the lookup on every execution.
+const LastTransferID = "currval('transfers_id_seq')"
 
 // BodySQL returns the answer's body as a SQL text expression, and its
 // arguments, numbered from $n, for a statement queued after the transfer's
