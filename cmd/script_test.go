@@ -53,6 +53,23 @@ func TestScripts(t *testing.T) {
 			}
 			return nil
 		},
+		// [pgbench]: PostgreSQL's pgbench is installed beside its server,
+		// where bench --vs-pgbench looks for it.
+		Condition: func(cond string) (bool, error) {
+			if cond != "pgbench" {
+				return false, fmt.Errorf("unknown condition %q", cond)
+			}
+			dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+			if d := os.Getenv("BANK_SIM_PG_BINARIES"); d != "" {
+				dirs = append(dirs, filepath.Join(d, "bin"))
+			}
+			for _, d := range dirs {
+				if _, err := os.Stat(filepath.Join(d, "pgbench")); err == nil {
+					return true, nil
+				}
+			}
+			return false, nil
+		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
 			"scrub":        scrub,
 			"postgres-url": postgresURL(t),
