@@ -21,6 +21,7 @@ import (
 	"github.com/banksim/bank-sim/outbox"
 	"github.com/banksim/bank-sim/postgres"
 	"github.com/banksim/bank-sim/scenarios"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 )
@@ -264,10 +265,14 @@ func runBench(ctx context.Context, app *App, o benchOptions) error {
 			return err
 		}
 	}
+	settings, err := serverSettings(ctx, srv.AdminURL())
+	if err != nil {
+		return &ExitError{Code: ExitDatabase, Err: err}
+	}
 	out, p := app.Env.Stdout, app.palette()
 	if !o.asJSON {
 		fmt.Fprintf(out, "bank-sim %s · bench · seed %d (repeat with --seed %d)\n", version(), plan.seed, plan.seed)
-		fmt.Fprintf(out, "%s\n", p.dim.Sprintf("%s; %d CPUs", srv.Describe(), runtime.NumCPU()))
+		fmt.Fprintf(out, "%s\n", p.dim.Sprintf("%s; %d CPUs; %s", srv.Describe(), runtime.NumCPU(), settings))
 		what := fmt.Sprintf("%v per run", o.duration)
 		if plan.rounds > 1 {
 			what += fmt.Sprintf(", %d rounds (medians)", plan.rounds)
@@ -295,7 +300,7 @@ func runBench(ctx context.Context, app *App, o benchOptions) error {
 		}
 		db, err := scenarios.ServerBanks(srv).NewBank(ctx, "bench")
 		if err != nil {
-			return err
+			return &ExitError{Code: ExitDatabase, Err: err}
 		}
 		res, err := measureDrain(ctx, db, n, o.duration)
 		db.Close()
@@ -318,9 +323,14 @@ func runBench(ctx context.Context, app *App, o benchOptions) error {
 		}
 	}
 	if o.asJSON {
+		doc := benchReport{Version: version(), Seed: strconv.FormatUint(plan.seed, 10), Server: srv.Describe(), Settings: settings,
+			CPUs: runtime.NumCPU(), DurationNs: o.duration, Rounds: plan.rounds, Results: results}
+		if pb != nil {
+			doc.Pgbench = pb.path
+		}
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(results); err != nil {
+		if err := enc.Encode(doc); err != nil {
 			return err
 		}
 	}
@@ -328,6 +338,37 @@ func runBench(ctx context.Context, app *App, o benchOptions) error {
 		return errFailed
 	}
 	return nil
+}
+
+// benchReport is what --json prints: the run's settings and every row.
+type benchReport struct {
+	Version string `json:"version"`
+	// Seed is a string: a JSON number loses a uint64's last digits in most
+	// readers.
+	Seed       string        `json:"seed"`
+	Server     string        `json:"server"`
+	Settings   string        `json:"settings"`
+	CPUs       int           `json:"cpus"`
+	DurationNs time.Duration `json:"durationNs"`
+	Rounds     int           `json:"rounds"`
+	Pgbench    string        `json:"pgbench,omitempty"`
+	Results    []benchResult `json:"results"`
+}
+
+// serverSettings are the server's settings that decide what a commit costs,
+// printed with the figures: with fsync off (bank-sim's embedded server) a
+// commit waits for no disk, and round trips and CPU are what is measured.
+func serverSettings(ctx context.Context, url string) (string, error) {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var fsync, sync string
+	if err := conn.QueryRow(ctx, "SELECT current_setting('fsync'), current_setting('synchronous_commit')").Scan(&fsync, &sync); err != nil {
+		return "", fmt.Errorf("read the server's settings: %w", err)
+	}
+	return fmt.Sprintf("fsync %s, synchronous_commit %s", fsync, sync), nil
 }
 
 // bencher runs the rows of one bench command.
@@ -359,12 +400,12 @@ func (b *bencher) layout(ctx context.Context, l benchLayout) (results []benchRes
 	}
 	defer setup.Close()
 	if err := openBenchAccounts(ctx, setup, l); err != nil {
-		return nil, false, err
+		return nil, false, &ExitError{Code: ExitDatabase, Err: err}
 	}
 	// The replay workloads' key, completed before any run.
 	h := &idem.Handler{DB: setup, Store: &idem.Store{}}
 	if resp, err := h.Handle(ctx, idem.Request{UserID: replayUser, Key: replayKey, Body: replayBody()}); err != nil || resp.Status != 201 {
-		return nil, false, fmt.Errorf("complete the replays' key: %s %v", resp.Summary(), err)
+		return nil, false, &ExitError{Code: ExitFailed, Err: fmt.Errorf("complete the replays' key: %s %v", resp.Summary(), err)}
 	}
 
 	for _, clients := range b.plan.clients {
@@ -441,7 +482,7 @@ func (b *bencher) clients(ctx context.Context, url string, l benchLayout, n int)
 	if slices.ContainsFunc(b.plan.workloads, func(w benchWorkload) bool { return w.http }) {
 		stop, err := serveBench(t, n)
 		if err != nil {
-			return nil, err
+			return nil, &ExitError{Code: ExitFailed, Err: err}
 		}
 		defer stop()
 	}
@@ -462,7 +503,7 @@ func (b *bencher) clients(ctx context.Context, url string, l benchLayout, n int)
 					}
 					r, err := b.pgbench.run(ctx, url, w.pgbench(l), n, b.o.duration, b.plan.seed+uint64(b.runs))
 					if err != nil {
-						return results, err
+						return results, &ExitError{Code: ExitFailed, Err: err}
 					}
 					pgRuns = append(pgRuns, r)
 					continue

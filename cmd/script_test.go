@@ -202,6 +202,10 @@ var unstable = []struct {
 	// Database names carry a random owner key and id (postgres/owner.go).
 	{regexp.MustCompile(`bank_sim_[0-9a-f]{16}_tpl_\w+`), "bank_sim_<key>_tpl_<schema version>"},
 	{regexp.MustCompile(`bank_sim_[0-9a-f]{16}_(\w+?)_[0-9a-f]{8}\b`), "bank_sim_<key>_${1}_<id>"},
+	// bench's measured columns (a row's rate, deadlocks and errors stay):
+	// with pgbench's rate and the ratio, then without them.
+	{regexp.MustCompile(`(?m)^(\S.*?) {2,}\d+ +<dur> +<dur> +(\d+) +(\d+) +\d+ +\d+\.\d+×$`), "$1  <ops/s> <dur> <dur> $2 $3 <pgbench/s> <ratio>"},
+	{regexp.MustCompile(`(?m)^(\S.*?) {2,}\d+ +<dur> +<dur> +(\d+) +(\d+)$`), "$1  <ops/s> <dur> <dur> $2 $3"},
 	// Database sizes vary by a few kB, and so the padding after them.
 	{regexp.MustCompile(`\d+(\.\d)? (B|KiB|MiB|GiB) +`), "<size> "},
 	{regexp.MustCompile(`\d+(\.\d)? (B|KiB|MiB|GiB)\b`), "<size>"},
@@ -214,6 +218,9 @@ func scrub(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Fatalf("usage: scrub SRC DST")
 	}
 	text := ts.ReadFile(args[0])
+	// The script's own directory, in a path the output names (a program the
+	// script wrote, say).
+	text = strings.ReplaceAll(text, ts.Getenv("WORK"), "$WORK")
 	for _, u := range unstable {
 		if u.with == timeColumn {
 			text = u.re.ReplaceAllStringFunc(text, func(m string) string {
