@@ -97,9 +97,10 @@ func newBenchCmd(app *App) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure transfers per second, against PostgreSQL's own pgbench sending the same SQL",
-		Long: `Runs each workload for --duration with each number of --clients (goroutines on
-one connection pool, a connection each), every client moving ₦1 at a time
-between two accounts picked at random: among --hot accounts (2 by default:
+		Long: `Runs each workload for --duration with each number of --clients (goroutines
+sharing one connection pool of --conns connections: by default one per
+client, at most 2 per CPU), every client moving ₦1 at a time between two
+accounts picked at random: among --hot accounts (2 by default:
 every transfer crosses or follows another) and/or spread over --accounts:
 
   plain               transfer, both rows locked in id order (bank-sim's, pipelined)
