@@ -335,14 +335,14 @@ func (h *Handler) transferPipelined(ctx context.Context, req Request, claim *Cla
 		// The round trip of the writes, the stored answer and the COMMIT.
 		if hook := hooksFrom(ctx).BeforeCommit; hook != nil {
 			if err := p.Flush(ctx); err != nil {
-				return fmt.Errorf("write: %w", lostLock(err))
+				return failedWrite("write", err)
 			}
 			if err := hook(ctx); err != nil {
 				return err
 			}
 		}
 		if err := p.Commit(ctx); err != nil {
-			return fmt.Errorf("write and commit: %w", lostLock(err))
+			return failedWrite("write and commit", err)
 		}
 		return nil
 	})
@@ -352,6 +352,16 @@ func (h *Handler) transferPipelined(ctx context.Context, req Request, claim *Cla
 	resp := out.Response()
 	h.afterCommit(ctx, req, resp)
 	return resp, nil
+}
+
+// failedWrite is the error of a pipelined round trip that carried writes.
+// A lost lock is ErrLostLock itself, as Complete returns it on the
+// statement-at-a-time path, so both paths say the same thing.
+func failedWrite(step string, err error) error {
+	if err = lostLock(err); errors.Is(err, ErrLostLock) {
+		return err
+	}
+	return fmt.Errorf("%s: %w", step, err)
 }
 
 // afterCommit runs what follows a committed transfer: the AfterCommit hook,
