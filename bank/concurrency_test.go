@@ -26,6 +26,15 @@ import (
 // minutes of one-second deadlock checks.
 func TestCrossingTransfersDoNotDeadlock(t *testing.T) {
 	t.Parallel()
+	for _, impl := range transferImpls {
+		t.Run(impl.name, func(t *testing.T) {
+			t.Parallel()
+			crossingTransfers(t, impl.run)
+		})
+	}
+}
+
+func crossingTransfers(t *testing.T, transfer transferFunc) {
 	const (
 		workers   = 8
 		perWorker = 25
@@ -70,12 +79,7 @@ func TestCrossingTransfersDoNotDeadlock(t *testing.T) {
 				}
 				intent := fmt.Sprintf("w%d-%d", w, i)
 				ictx := bank.WithIntent(ctx, intent)
-				var resp bank.Response
-				err := bank.InTx(ictx, pool, func(tx pgx.Tx) error {
-					var err error
-					resp, err = bank.Transfer(ictx, tx, userID, req)
-					return err
-				})
+				resp, err := transfer(ictx, pool, userID, req)
 				if err != nil {
 					errs <- fmt.Errorf("%s: %w", intent, err)
 					continue
@@ -121,9 +125,25 @@ func TestCrossingTransfersDoNotDeadlock(t *testing.T) {
 	assertAllInvariants(t, l, told)
 }
 
+type transferFunc func(ctx context.Context, db bank.DB, userID int64, req bank.TransferRequest) (bank.Response, error)
+
+// withFlaws is the statement-at-a-time transfer with flaws, in a
+// transaction of its own.
+func withFlaws(flaws bank.Flaws) transferFunc {
+	return func(ctx context.Context, db bank.DB, userID int64, req bank.TransferRequest) (bank.Response, error) {
+		var resp bank.Response
+		err := bank.InTx(ctx, db, func(tx pgx.Tx) error {
+			var err error
+			resp, err = bank.TransferWith(ctx, tx, userID, req, flaws)
+			return err
+		})
+		return resp, err
+	}
+}
+
 // drain runs n transfers of amount from Ada to Bola at the same moment, each
 // in its own transaction on the pool, and returns how many were told 201.
-func drain(t *testing.T, pool *pgxpool.Pool, n int, amount int64, flaws bank.Flaws) (created int, told []bank.Told) {
+func drain(t *testing.T, pool *pgxpool.Pool, n int, amount int64, transfer transferFunc) (created int, told []bank.Told) {
 	t.Helper()
 	ctx := bounded(t, fmt.Sprintf("%d concurrent transfers of %s from one account", n, bank.Naira(amount)))
 	req := bank.TransferRequest{From: 1, To: 2, AmountKobo: amount}
@@ -147,12 +167,7 @@ func drain(t *testing.T, pool *pgxpool.Pool, n int, amount int64, flaws bank.Fla
 			defer c.Release()
 			intent := fmt.Sprintf("tap-%d", i)
 			<-start
-			var resp bank.Response
-			err := bank.InTx(ctx, c, func(tx pgx.Tx) error {
-				var err error
-				resp, err = bank.TransferWith(bank.WithIntent(ctx, intent), tx, 1, req, flaws)
-				return err
-			})
+			resp, err := transfer(bank.WithIntent(ctx, intent), c.Conn(), 1, req)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -180,19 +195,20 @@ func drain(t *testing.T, pool *pgxpool.Pool, n int, amount int64, flaws bank.Fla
 func TestConcurrentTransfersFromOneAccount(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
-		name  string
-		flaws bank.Flaws
+		name     string
+		transfer transferFunc
 	}{
-		{"correct transfer", bank.Flaws{}},
-		{"conditional debit without row locks", bank.Flaws{NoRowLock: true}},
-		{"conditional debit, sender row locked only", bank.Flaws{SenderLockOnly: true}},
+		{"correct transfer", withFlaws(bank.Flaws{})},
+		{"correct transfer, pipelined", bank.PipelinedTransfer},
+		{"conditional debit without row locks", withFlaws(bank.Flaws{NoRowLock: true})},
+		{"conditional debit, sender row locked only", withFlaws(bank.Flaws{SenderLockOnly: true})},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			const n = 16
 			pool := newBank(t, n+2)
-			created, told := drain(t, pool, n, 1_000_000, tt.flaws)
+			created, told := drain(t, pool, n, 1_000_000, tt.transfer)
 			if created != 5 {
 				t.Errorf("%d transfers succeeded, want exactly 5 (₦50,000 / ₦10,000)", created)
 			}
@@ -224,7 +240,7 @@ func TestReadCompareWriteLosesUpdates(t *testing.T) {
 	flaws := bank.Flaws{ReadCompareWrite: true}
 	for round := 1; round <= 3; round++ {
 		pool := newBank(t, n+2)
-		created, told := drain(t, pool, n, 1_000_000, flaws)
+		created, told := drain(t, pool, n, 1_000_000, withFlaws(flaws))
 		l := ledger(t, pool)
 		pool.Close()
 		if l.Total() == openingTotal {

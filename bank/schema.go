@@ -34,6 +34,11 @@ import (
 // scenario stops the database's clock and moves it by hand, which is how its
 // "31 seconds later" reaches the database without waiting (see SetClock). In
 // production stopped_at stays NULL and bank_now() is now().
+//
+// bank_fail(code, message) raises an error: a statement of a pipelined
+// transaction calls it when what it finds means the transaction must not
+// commit, because the COMMIT queued behind it is already on its way and an
+// error is the only thing that stops it (see idem's fenced completion).
 const Schema = `
 CREATE TABLE accounts (
   id integer PRIMARY KEY,
@@ -70,6 +75,8 @@ CREATE TABLE sim_clock (
 INSERT INTO sim_clock DEFAULT VALUES;
 CREATE FUNCTION bank_now() RETURNS timestamptz LANGUAGE sql STABLE
   AS $$ SELECT coalesce(stopped_at, now()) FROM sim_clock $$;
+CREATE FUNCTION bank_fail(code text, message text) RETURNS boolean LANGUAGE plpgsql
+  AS $$ BEGIN RAISE EXCEPTION USING ERRCODE = code, MESSAGE = message; END $$;
 `
 
 // Account is one row of the accounts table.

@@ -100,6 +100,33 @@ type Flaws struct {
 	SenderLockOnly bool
 }
 
+// The statements of the transfer, named so that a tool that replays the
+// transfer's SQL elsewhere (bench --vs-pgbench runs them in pgbench) sends
+// exactly what bank-sim sends.
+const (
+	// LockAccountsSQL reads both accounts and locks their rows in id order,
+	// so that two transfers between the same accounts always queue the same
+	// way round. The ids are compared as bigint: accounts.id is an integer,
+	// and an id beyond it (2147483648) is an account that does not exist,
+	// not a query that cannot be sent.
+	LockAccountsSQL = accountColumns + "id IN ($1::bigint, $2::bigint) ORDER BY id FOR UPDATE"
+	// DebitSQL is the lesson's conditional debit: it changes no row when
+	// the balance is too low, and returns the new balance when it does not.
+	DebitSQL = "UPDATE accounts SET balance_kobo = balance_kobo - $1 WHERE id = $2 AND balance_kobo >= $1 RETURNING balance_kobo"
+	// CreditSQL credits the recipient.
+	CreditSQL = "UPDATE accounts SET balance_kobo = balance_kobo + $1 WHERE id = $2"
+	// InsertTransferSQL records the transfer, labelled with its intent (see
+	// Schema), and returns its id.
+	InsertTransferSQL = "INSERT INTO transfers (from_account, to_account, amount_kobo, intent) VALUES ($1, $2, $3, $4) RETURNING id"
+
+	// LockSenderSQL and ReadRecipientSQL are how the lesson reads the two
+	// accounts (the sender-lock-only mistake): crossing transfers deadlock.
+	LockSenderSQL    = accountColumns + "id = $1::bigint FOR UPDATE"
+	ReadRecipientSQL = accountColumns + "id = $1::bigint"
+
+	accountColumns = "SELECT id, owner_id, status, balance_kobo FROM accounts WHERE "
+)
+
 // Transfer moves money between two accounts inside the caller's transaction,
 // checking every rule of the lesson before the first write. Refusals are
 // returned as Responses; the error is only for failures of the database
@@ -107,20 +134,18 @@ type Flaws struct {
 //
 // Unlike the lesson, it locks both account rows, in id order: locking only the
 // sender deadlocks whenever two transfers cross (A→B while B→A).
+//
+// Transfer sends its statements one at a time, each waiting for the answer
+// to the one before; TransferPipelined is the same transfer in two round
+// trips.
 func Transfer(ctx context.Context, tx Querier, userID int64, req TransferRequest) (Response, error) {
 	return TransferWith(ctx, tx, userID, req, Flaws{})
 }
 
 // TransferWith is Transfer with some of the lesson's mistakes switched on.
 func TransferWith(ctx context.Context, tx Querier, userID int64, req TransferRequest, flaws Flaws) (Response, error) {
-	if req.From <= 0 || req.To <= 0 {
-		return Reject(400, CodeInvalidAccount, "from and to must be account numbers"), nil
-	}
-	if req.AmountKobo <= 0 {
-		return Reject(400, CodeInvalidAmount, "amountKobo must be a whole number of kobo above 0"), nil
-	}
-	if req.From == req.To {
-		return Reject(422, CodeSameAccount, "You cannot transfer to the same account"), nil
+	if refusal := checkRequest(req); refusal != nil {
+		return *refusal, nil
 	}
 
 	var readEarly int64
@@ -134,18 +159,8 @@ func TransferWith(ctx context.Context, tx Querier, userID int64, req TransferReq
 	if err != nil {
 		return Response{}, err
 	}
-
-	sender, ok := found[req.From]
-	if !ok || sender.owner != userID {
-		// The same answer for a missing account and someone else's, so that a
-		// stranger learns nothing about which account numbers exist.
-		return Rejectf(404, CodeAccountNotFound, "Account %d was not found", req.From), nil
-	}
-	if sender.status != "active" {
-		return Rejectf(422, CodeAccountNotActive, "Account %d is %s", req.From, sender.status), nil
-	}
-	if recipient, ok := found[req.To]; !ok || recipient.status != "active" {
-		return Rejectf(422, CodeRecipientUnavailable, "Account %d cannot receive transfers", req.To), nil
+	if refusal := checkAccounts(found, userID, req); refusal != nil {
+		return *refusal, nil
 	}
 
 	if hook := afterChecksFrom(ctx); hook != nil {
@@ -165,9 +180,7 @@ func TransferWith(ctx context.Context, tx Querier, userID int64, req TransferReq
 			return Response{}, fmt.Errorf("debit: %w", err)
 		}
 	} else {
-		err := tx.QueryRow(ctx,
-			"UPDATE accounts SET balance_kobo = balance_kobo - $1 WHERE id = $2 AND balance_kobo >= $1 RETURNING balance_kobo",
-			req.AmountKobo, req.From).Scan(&balance)
+		err := tx.QueryRow(ctx, DebitSQL, req.AmountKobo, req.From).Scan(&balance)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return insufficient(), nil
 		}
@@ -176,16 +189,52 @@ func TransferWith(ctx context.Context, tx Querier, userID int64, req TransferReq
 		}
 	}
 
-	if _, err := tx.Exec(ctx, "UPDATE accounts SET balance_kobo = balance_kobo + $1 WHERE id = $2", req.AmountKobo, req.To); err != nil {
+	if _, err := tx.Exec(ctx, CreditSQL, req.AmountKobo, req.To); err != nil {
 		return Response{}, fmt.Errorf("credit: %w", err)
 	}
 	var id int64
-	if err := tx.QueryRow(ctx,
-		"INSERT INTO transfers (from_account, to_account, amount_kobo, intent) VALUES ($1, $2, $3, $4) RETURNING id",
-		req.From, req.To, req.AmountKobo, intentArg(ctx)).Scan(&id); err != nil {
+	if err := tx.QueryRow(ctx, InsertTransferSQL, req.From, req.To, req.AmountKobo, intentArg(ctx)).Scan(&id); err != nil {
 		return Response{}, fmt.Errorf("record transfer: %w", err)
 	}
 	return Created(Receipt{TransferID: id, From: req.From, To: req.To, AmountKobo: req.AmountKobo, BalanceKobo: balance}), nil
+}
+
+// checkRequest applies the rules that need no account: a refusal, or nil.
+func checkRequest(req TransferRequest) *Response {
+	var r Response
+	switch {
+	case req.From <= 0 || req.To <= 0:
+		r = Reject(400, CodeInvalidAccount, "from and to must be account numbers")
+	case req.AmountKobo <= 0:
+		r = Reject(400, CodeInvalidAmount, "amountKobo must be a whole number of kobo above 0")
+	case req.From == req.To:
+		r = Reject(422, CodeSameAccount, "You cannot transfer to the same account")
+	default:
+		return nil
+	}
+	return &r
+}
+
+// checkAccounts applies the rules about the two accounts, read (and, in
+// the correct transfer, locked) in found: a refusal, or nil. Enough money
+// is not among them: the debit is where that is decided.
+func checkAccounts(found map[int64]accountRow, userID int64, req TransferRequest) *Response {
+	var r Response
+	sender, ok := found[req.From]
+	recipient, okTo := found[req.To]
+	switch {
+	case !ok || sender.owner != userID:
+		// The same answer for a missing account and someone else's, so that a
+		// stranger learns nothing about which account numbers exist.
+		r = Rejectf(404, CodeAccountNotFound, "Account %d was not found", req.From)
+	case sender.status != "active":
+		r = Rejectf(422, CodeAccountNotActive, "Account %d is %s", req.From, sender.status)
+	case !okTo || recipient.status != "active":
+		r = Rejectf(422, CodeRecipientUnavailable, "Account %d cannot receive transfers", req.To)
+	default:
+		return nil
+	}
+	return &r
 }
 
 type accountRow struct {
@@ -194,11 +243,23 @@ type accountRow struct {
 	balance int64
 }
 
-// lockAccounts reads both accounts, locking their rows in id order so that
-// two transfers between the same accounts always queue the same way round.
-// The ids are compared as bigint: accounts.id is an integer, and an id
-// beyond it (2147483648) is an account that does not exist, not a query that
-// cannot be sent.
+// scanAccounts reads the rows of an accountColumns query into found.
+func scanAccounts(found map[int64]accountRow) func(rows pgx.Rows) error {
+	return func(rows pgx.Rows) error {
+		for rows.Next() {
+			var id int64
+			var r accountRow
+			if err := rows.Scan(&id, &r.owner, &r.status, &r.balance); err != nil {
+				return err
+			}
+			found[id] = r
+		}
+		return rows.Err()
+	}
+}
+
+// lockAccounts reads both accounts with LockAccountsSQL, or as one of the
+// lesson's mistakes reads them.
 func lockAccounts(ctx context.Context, tx Querier, req TransferRequest, flaws Flaws) (map[int64]accountRow, error) {
 	found := map[int64]accountRow{}
 	read := func(query string, args ...any) error {
@@ -207,30 +268,21 @@ func lockAccounts(ctx context.Context, tx Querier, req TransferRequest, flaws Fl
 			return fmt.Errorf("read accounts: %w", err)
 		}
 		defer rows.Close()
-		for rows.Next() {
-			var id int64
-			var r accountRow
-			if err := rows.Scan(&id, &r.owner, &r.status, &r.balance); err != nil {
-				return fmt.Errorf("read accounts: %w", err)
-			}
-			found[id] = r
-		}
-		if err := rows.Err(); err != nil {
+		if err := scanAccounts(found)(rows); err != nil {
 			return fmt.Errorf("read accounts: %w", err)
 		}
 		return nil
 	}
-	const cols = "SELECT id, owner_id, status, balance_kobo FROM accounts WHERE "
 	switch {
 	case flaws.NoRowLock:
-		return found, read(cols+"id IN ($1::bigint, $2::bigint)", req.From, req.To)
+		return found, read(accountColumns+"id IN ($1::bigint, $2::bigint)", req.From, req.To)
 	case flaws.SenderLockOnly:
-		if err := read(cols+"id = $1::bigint FOR UPDATE", req.From); err != nil {
+		if err := read(LockSenderSQL, req.From); err != nil {
 			return nil, err
 		}
-		return found, read(cols+"id = $1::bigint", req.To)
+		return found, read(ReadRecipientSQL, req.To)
 	default:
-		return found, read(cols+"id IN ($1::bigint, $2::bigint) ORDER BY id FOR UPDATE", req.From, req.To)
+		return found, read(LockAccountsSQL, req.From, req.To)
 	}
 }
 

@@ -71,10 +71,17 @@ func Retryable(err error) bool {
 // again (up to MaxTxAttempts times) when PostgreSQL aborts it for a deadlock or
 // serialization failure, so that neither ever reaches a client as a 500.
 func InTx(ctx context.Context, db DB, fn func(tx pgx.Tx) error) error {
+	return retry(ctx, func() error { return pgx.BeginFunc(ctx, db, fn) })
+}
+
+// retry runs attempt, a whole transaction, and runs it again (up to
+// MaxTxAttempts times in all) while it fails with a deadlock or a
+// serialization failure.
+func retry(ctx context.Context, attempt func() error) error {
 	var err error
-	for attempt := 1; attempt <= MaxTxAttempts; attempt++ {
-		err = pgx.BeginFunc(ctx, db, fn)
-		if !Retryable(err) || attempt == MaxTxAttempts {
+	for n := 1; n <= MaxTxAttempts; n++ {
+		err = attempt()
+		if !Retryable(err) || n == MaxTxAttempts {
 			return err
 		}
 		if hook, _ := ctx.Value(txRetryKey{}).(func(error)); hook != nil {
@@ -84,7 +91,7 @@ func InTx(ctx context.Context, db DB, fn func(tx pgx.Tx) error) error {
 		select {
 		case <-ctx.Done():
 			return err
-		case <-time.After(time.Duration(attempt*attempt) * time.Millisecond):
+		case <-time.After(time.Duration(n*n) * time.Millisecond):
 		}
 	}
 	return err

@@ -53,6 +53,23 @@ func TestScripts(t *testing.T) {
 			}
 			return nil
 		},
+		// [pgbench]: PostgreSQL's pgbench is installed beside its server,
+		// where bench --vs-pgbench looks for it.
+		Condition: func(cond string) (bool, error) {
+			if cond != "pgbench" {
+				return false, fmt.Errorf("unknown condition %q", cond)
+			}
+			dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+			if d := os.Getenv("BANK_SIM_PG_BINARIES"); d != "" {
+				dirs = append(dirs, filepath.Join(d, "bin"))
+			}
+			for _, d := range dirs {
+				if _, err := os.Stat(filepath.Join(d, "pgbench")); err == nil {
+					return true, nil
+				}
+			}
+			return false, nil
+		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
 			"scrub":        scrub,
 			"postgres-url": postgresURL(t),
@@ -185,6 +202,10 @@ var unstable = []struct {
 	// Database names carry a random owner key and id (postgres/owner.go).
 	{regexp.MustCompile(`bank_sim_[0-9a-f]{16}_tpl_\w+`), "bank_sim_<key>_tpl_<schema version>"},
 	{regexp.MustCompile(`bank_sim_[0-9a-f]{16}_(\w+?)_[0-9a-f]{8}\b`), "bank_sim_<key>_${1}_<id>"},
+	// bench's measured columns (a row's rate, deadlocks and errors stay):
+	// with pgbench's rate and the ratio, then without them.
+	{regexp.MustCompile(`(?m)^(\S.*?) {2,}\d+ +<dur> +<dur> +(\d+) +(\d+) +\d+ +\d+\.\d+×$`), "$1  <ops/s> <dur> <dur> $2 $3 <pgbench/s> <ratio>"},
+	{regexp.MustCompile(`(?m)^(\S.*?) {2,}\d+ +<dur> +<dur> +(\d+) +(\d+)$`), "$1  <ops/s> <dur> <dur> $2 $3"},
 	// Database sizes vary by a few kB, and so the padding after them.
 	{regexp.MustCompile(`\d+(\.\d)? (B|KiB|MiB|GiB) +`), "<size> "},
 	{regexp.MustCompile(`\d+(\.\d)? (B|KiB|MiB|GiB)\b`), "<size>"},

@@ -315,10 +315,11 @@ func TestDisconnectEndsTheRequestAtItsPoint(t *testing.T) {
 					t.Errorf("key/transfers %s, want %s", got, want)
 				}
 				// Where the mistaken handler's work was cut off says where
-				// the client left: the claim, the BEGIN, or the first write
-				// after the checks. The correct handler is never cut off.
+				// the client left: the claim, the BEGIN, or the round trip
+				// of the writes after the checks (which carries the COMMIT
+				// too). The correct handler is never cut off.
 				cut := map[faults.DisconnectPoint]string{faults.BeforeClaim: "claim key: ", faults.DuringClaim: "claim key: ",
-					faults.AfterClaim: "transfer: context canceled", faults.InTransaction: "transfer: debit: "}[p]
+					faults.AfterClaim: "transfer: context canceled", faults.InTransaction: "transfer: write and commit: "}[p]
 				switch {
 				case !mistake && serverErr != nil:
 					t.Errorf("the correct handler failed: %v", serverErr)

@@ -20,11 +20,41 @@ func BenchmarkFingerprint(b *testing.B) {
 	}
 }
 
+// BenchmarkCanonical rewrites a body spelled with spaces, keys out of
+// order and a number in exponent form: the work behind every fingerprint.
+func BenchmarkCanonical(b *testing.B) {
+	raw := []byte(`{"to": 2, "from": 1, "amountKobo": 1e6, "note": "rent for September <flat 3>"}`)
+	const want = `{"amountKobo":1000000,"from":1,"note":"rent for September <flat 3>","to":2}`
+	b.ReportAllocs()
+	for b.Loop() {
+		got, err := idem.Canonical(raw)
+		if err != nil || string(got) != want {
+			b.Fatalf("Canonical = %s, %v; want %s", got, err, want)
+		}
+	}
+}
+
+// BenchmarkValidKey checks a good key and a bad one (too short) per op.
+func BenchmarkValidKey(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		if !idem.ValidKey("tap-2026-09-24-0001") || idem.ValidKey("tap-0001") {
+			b.Fatal("ValidKey changed its mind")
+		}
+	}
+}
+
 // BenchmarkHandleNewKey is a fresh key per op: claim, transfer and stored
-// response. Ada and Bola pay each other ₦1 in turn, so nobody runs out.
+// response, pipelined (the correct handler) and one statement at a time.
+// Ada and Bola pay each other ₦1 in turn, so nobody runs out.
 func BenchmarkHandleNewKey(b *testing.B) {
+	b.Run("pipelined", func(b *testing.B) { benchmarkHandleNewKey(b, false) })
+	b.Run("unpipelined", func(b *testing.B) { benchmarkHandleNewKey(b, true) })
+}
+
+func benchmarkHandleNewKey(b *testing.B, unpipelined bool) {
 	pool := newBank(b, 8)
-	h := &idem.Handler{DB: pool, Store: &idem.Store{}}
+	h := &idem.Handler{DB: pool, Store: &idem.Store{}, Unpipelined: unpipelined}
 	ada, bola := body(1, 2, 100), body(2, 1, 100)
 	var seq, bad atomic.Int64
 	b.ResetTimer()

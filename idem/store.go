@@ -13,6 +13,7 @@ import (
 
 	"github.com/banksim/bank-sim/bank"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // DefaultLockTTL is how long a claim holds its key before a retry may take
@@ -117,6 +118,29 @@ func (s *Store) clock(now time.Time) any {
 	return nil
 }
 
+// The statements of the key store, named so that a tool that replays them
+// elsewhere (bench --vs-pgbench runs them in pgbench) sends exactly what
+// bank-sim sends.
+const (
+	// ClaimSQL claims a key: $1 the user's scope, $2 the key, $3 the
+	// request's fingerprint, $4 the lock id, $5 the lock's TTL, $6 NULL for
+	// the database's clock (or an app server's, the app-clock mistake).
+	ClaimSQL = `
+			INSERT INTO idempotency_keys (user_id, key, request_hash, status, lock_id, locked_until, created_at)
+			SELECT $1, $2, $3, 'in_progress', $4, t + $5::interval, t
+			FROM (SELECT coalesce($6::timestamptz, bank_now()) AS t) AS clock
+			ON CONFLICT (user_id, key) DO NOTHING`
+	// ReadKeySQL reads a key that someone else had claimed.
+	ReadKeySQL = `
+			SELECT request_hash, status, response_status, response_body
+			FROM idempotency_keys WHERE user_id = $1 AND key = $2`
+)
+
+// CompleteSQL is the UPDATE with which the correct store completes a key
+// (Complete): $1 the scope, $2 the key, $3 the holder's lock id, $4 the
+// status, $5 the body.
+var CompleteSQL = (&Store{}).completeSQL("$5::text")
+
 // Begin claims key for userID, or says why the caller must not proceed.
 // The claim is one INSERT … ON CONFLICT DO NOTHING committed on its own, so
 // of two requests racing for a key exactly one wins.
@@ -134,44 +158,30 @@ func (s *Store) Begin(ctx context.Context, db bank.Querier, userID int64, key, h
 		if hook := hooksFrom(ctx).BeforeClaim; hook != nil {
 			hook(ctx)
 		}
-		tag, err := db.Exec(ctx, `
-			INSERT INTO idempotency_keys (user_id, key, request_hash, status, lock_id, locked_until, created_at)
-			SELECT $1, $2, $3, 'in_progress', $4, t + $5::interval, t
-			FROM (SELECT coalesce($6::timestamptz, bank_now()) AS t) AS clock
-			ON CONFLICT (user_id, key) DO NOTHING`,
-			scope, key, hash, lockID, ttl, at)
-		if err == nil && tag.RowsAffected() == 1 {
-			err = claimCommitted(ctx)
+		claimed, k, err := claim(ctx, db, scope, key, hash, lockID, ttl, at)
+		if err == nil && claimed {
+			if err = claimCommitted(ctx); err != nil {
+				err = fmt.Errorf("claim key: %w", err)
+			}
 		}
 		if err != nil {
-			return Claim{}, fmt.Errorf("claim key: %w", err)
+			return Claim{}, err
 		}
-		if tag.RowsAffected() == 1 {
+		if claimed {
 			return Claim{Action: Proceed, LockID: lockID}, nil
 		}
-
-		var storedHash, status string
-		var respStatus *int32
-		var respBody *string
-		err = db.QueryRow(ctx, `
-			SELECT request_hash, status, response_status, response_body
-			FROM idempotency_keys WHERE user_id = $1 AND key = $2`, scope, key).
-			Scan(&storedHash, &status, &respStatus, &respBody)
-		if errors.Is(err, pgx.ErrNoRows) {
+		if k == nil {
 			continue
 		}
-		if err != nil {
-			return Claim{}, fmt.Errorf("read key: %w", err)
-		}
-		if storedHash != hash && !s.Flaws.NoFingerprint {
+		if k.hash != hash && !s.Flaws.NoFingerprint {
 			return Claim{Action: Respond, Response: bank.Reject(422, CodeKeyReused,
 				"This Idempotency-Key was sent with a different request; use a new key for a new transfer")}, nil
 		}
-		if status == "completed" && respStatus != nil && respBody != nil {
-			return Claim{Action: Replay, Response: bank.Response{Status: int(*respStatus), Body: []byte(*respBody), Replayed: true}}, nil
+		if k.status == "completed" && k.respStatus != nil && k.respBody != nil {
+			return Claim{Action: Replay, Response: bank.Response{Status: int(*k.respStatus), Body: []byte(*k.respBody), Replayed: true}}, nil
 		}
 
-		tag, err = db.Exec(ctx, `
+		tag, err := db.Exec(ctx, `
 			UPDATE idempotency_keys SET lock_id = $3, locked_until = clock.t + $4::interval
 			FROM (SELECT coalesce($5::timestamptz, bank_now()) AS t) AS clock
 			WHERE user_id = $1 AND key = $2 AND status = 'in_progress' AND locked_until < clock.t`,
@@ -187,6 +197,58 @@ func (s *Store) Begin(ctx context.Context, db bank.Querier, userID int64, key, h
 	return Claim{}, fmt.Errorf("claim key %q: it kept changing under us", key)
 }
 
+// storedKey is a key's row as ReadKeySQL reads it.
+type storedKey struct {
+	hash, status string
+	respStatus   *int32
+	respBody     *string
+}
+
+// claim sends the claim and, in the same round trip, the read of the key's
+// row that a claim which finds the key taken needs: one round trip for a new
+// key and for a replay alike. The two statements run in one implicit
+// transaction that commits as soon as they have run, so the claim still
+// commits on its own, before the transfer begins; and since each statement
+// reads what was committed when it started, a claim that waited for another
+// request's claim of the same key reads that claim. k is nil when the key
+// was not claimed and its row was not there either (its holder released
+// it in between). On a db that cannot send batches, two round trips.
+func claim(ctx context.Context, db bank.Querier, scope int64, key, hash, lockID string, ttl time.Duration, at any) (claimed bool, k *storedKey, err error) {
+	var tag pgconn.CommandTag
+	var row storedKey
+	read := func(r pgx.Row) error {
+		err := r.Scan(&row.hash, &row.status, &row.respStatus, &row.respBody)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err == nil {
+			k = &row
+		}
+		return err
+	}
+	if sb, ok := db.(interface {
+		SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+	}); ok {
+		b := &pgx.Batch{}
+		b.Queue(ClaimSQL, scope, key, hash, lockID, ttl, at).Exec(func(t pgconn.CommandTag) error { tag = t; return nil })
+		b.Queue(ReadKeySQL, scope, key).QueryRow(read)
+		if err := sb.SendBatch(ctx, b).Close(); err != nil {
+			return false, nil, fmt.Errorf("claim key: %w", err)
+		}
+		return tag.RowsAffected() == 1, k, nil
+	}
+	if tag, err = db.Exec(ctx, ClaimSQL, scope, key, hash, lockID, ttl, at); err != nil {
+		return false, nil, fmt.Errorf("claim key: %w", err)
+	}
+	if tag.RowsAffected() == 1 {
+		return true, nil, nil
+	}
+	if err := read(db.QueryRow(ctx, ReadKeySQL, scope, key)); err != nil {
+		return false, nil, fmt.Errorf("read key: %w", err)
+	}
+	return false, k, nil
+}
+
 // Complete stores resp as the key's final answer, inside the caller's
 // transaction, so that the work and its stored response commit together. It
 // returns ErrLostLock when lockID is no longer the key's lock: the fencing
@@ -194,19 +256,7 @@ func (s *Store) Begin(ctx context.Context, db bank.Querier, userID int64, key, h
 // The body is stored as the bytes that were sent, so a replay is the
 // original answer byte for byte.
 func (s *Store) Complete(ctx context.Context, tx bank.Querier, userID int64, key, lockID string, resp bank.Response) error {
-	fence := "lock_id = $3"
-	if s.Flaws.NoFencing {
-		fence = "$3::text IS NOT NULL"
-	}
-	body := "$5::text"
-	if s.Flaws.JSONBReplay {
-		body = "$5::jsonb::text" // the mistake: jsonb reorders the members
-	}
-	tag, err := tx.Exec(ctx, `
-		UPDATE idempotency_keys
-		SET status = 'completed', response_status = $4, response_body = `+body+`, lock_id = NULL, locked_until = NULL
-		WHERE user_id = $1 AND key = $2 AND `+fence,
-		s.scope(userID), key, lockID, resp.Status, string(resp.Body))
+	tag, err := tx.Exec(ctx, s.completeSQL("$5::text"), s.scope(userID), key, lockID, resp.Status, string(resp.Body))
 	if err != nil {
 		return fmt.Errorf("complete key: %w", err)
 	}
@@ -214,6 +264,56 @@ func (s *Store) Complete(ctx context.Context, tx bank.Querier, userID int64, key
 		return ErrLostLock
 	}
 	return nil
+}
+
+// completeSQL is the UPDATE that completes a key with the answer whose body
+// is the text expression body: $1 to $4 are the scope, the key, the
+// holder's lock id and the status.
+func (s *Store) completeSQL(body string) string {
+	// The fencing check: only the holder of the key's current lock
+	// completes it.
+	fence := "lock_id = $3"
+	if s.Flaws.NoFencing {
+		fence = "$3::text IS NOT NULL"
+	}
+	if s.Flaws.JSONBReplay {
+		body = "(" + body + ")::jsonb::text" // the mistake: jsonb reorders the members
+	}
+	return `
+		UPDATE idempotency_keys
+		SET status = 'completed', response_status = $4, response_body = ` + body + `, lock_id = NULL, locked_until = NULL
+		WHERE user_id = $1 AND key = $2 AND ` + fence
+}
+
+// sqlstateLostLock is the error the fenced completion of a pipelined
+// transfer raises when the key's lock is no longer the caller's.
+const sqlstateLostLock = "BS001"
+
+// QueueComplete is Complete for a transfer on a pipeline: it queues the
+// key's completion with out's answer behind the transfer's writes, to be
+// sent with them and the COMMIT in one round trip. Since the COMMIT is
+// already on its way when the UPDATE's answer comes back, the fencing
+// check cannot be a count read afterwards: if the UPDATE completes no key,
+// the statement fails (bank_fail), PostgreSQL skips the COMMIT and the
+// transaction rolls back, transfer included; the caller's error is then
+// ErrLostLock, as from Complete.
+func (s *Store) QueueComplete(p *bank.Pipeline, userID int64, key, lockID string, out *bank.Outcome) {
+	body, bodyArgs := out.BodySQL(5)
+	sql := `
+		WITH completed AS (` + s.completeSQL(body) + `
+		RETURNING true)
+		SELECT CASE WHEN EXISTS (SELECT FROM completed) THEN true
+		ELSE bank_fail('` + sqlstateLostLock + `', 'lost the idempotency lock; rolling back') END`
+	p.Queue(sql, append([]any{s.scope(userID), key, lockID, out.Status()}, bodyArgs...)...)
+}
+
+// lostLock turns the fenced completion's failure into ErrLostLock.
+func lostLock(err error) error {
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) && pg.Code == sqlstateLostLock {
+		return ErrLostLock
+	}
+	return err
 }
 
 // Release gives the key up after an unexpected failure, so that a retry can

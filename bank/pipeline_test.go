@@ -1,0 +1,257 @@
+package bank_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+
+	"github.com/banksim/bank-sim/bank"
+	"github.com/banksim/bank-sim/postgres/pgtest"
+	"github.com/banksim/bank-sim/scenarios"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// statementAtATime is the transfer the pipelined one must answer exactly as:
+// Transfer in a transaction of its own.
+func statementAtATime(ctx context.Context, db bank.DB, userID int64, req bank.TransferRequest) (bank.Response, error) {
+	var resp bank.Response
+	err := bank.InTx(ctx, db, func(tx pgx.Tx) error {
+		var err error
+		resp, err = bank.Transfer(ctx, tx, userID, req)
+		return err
+	})
+	return resp, err
+}
+
+// transferImpls are the two forms of the correct transfer that every
+// concurrency test runs.
+var transferImpls = []struct {
+	name string
+	run  transferFunc
+}{
+	{"statement at a time", statementAtATime},
+	{"pipelined", bank.PipelinedTransfer},
+}
+
+// highIDs moves the transfers' sequence near the top of integer, so that
+// transfer ids have ten digits and a body cut or joined at the wrong place
+// shows.
+func highIDs(t *testing.T, db bank.Querier) {
+	t.Helper()
+	if _, err := db.Exec(context.Background(), "SELECT setval(pg_get_serial_sequence('transfers', 'id'), 2147480000)"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPipelinedTransferAnswersAsTransfer sends the same requests, in the
+// same order, to two identical banks without the lesson's coincidences: one
+// served by Transfer, one by the pipelined transfer. Every answer must be
+// the same bytes, and the banks the same after each: the same rules in the
+// same order, the same refusals writing nothing, the same receipt (ten-digit
+// transfer ids included). A rule checked in another order, a balance
+// reported before the debit, a refusal that writes, all show as a
+// difference.
+func TestPipelinedTransferAnswersAsTransfer(t *testing.T) {
+	t.Parallel()
+	slow := pgtest.NewBankWith(t, pgtest.BankOptions{Accounts: pgtest.MixedAccounts})
+	fast := pgtest.NewBankWith(t, pgtest.BankOptions{Accounts: pgtest.MixedAccounts})
+	highIDs(t, slow)
+	highIDs(t, fast)
+	const ada, bola, chidi, dayo = 1, 2, 3, 4
+	steps := []struct {
+		userID int64
+		req    bank.TransferRequest
+	}{
+		{ada, bank.TransferRequest{From: 11, To: 21, AmountKobo: 1_000_000}},
+		{bola, bank.TransferRequest{From: 2, To: 21, AmountKobo: 100}},         // Dayo's account: 404
+		{ada, bank.TransferRequest{From: 99, To: 21, AmountKobo: 100}},         // no such account: 404
+		{chidi, bank.TransferRequest{From: 31, To: 11, AmountKobo: 100}},       // frozen sender: 422
+		{bola, bank.TransferRequest{From: 22, To: 11, AmountKobo: 100}},        // closed sender: 422
+		{ada, bank.TransferRequest{From: 12, To: 22, AmountKobo: 100}},         // closed recipient: 422
+		{ada, bank.TransferRequest{From: 12, To: 2147483648, AmountKobo: 100}}, // beyond integer: 422
+		{ada, bank.TransferRequest{From: 2147483648, To: 21, AmountKobo: 100}}, // beyond integer: 404
+		{bola, bank.TransferRequest{From: 21, To: 11, AmountKobo: 1_500_001}},  // a kobo more than Bola has: 422
+		{bola, bank.TransferRequest{From: 21, To: 11, AmountKobo: 1_500_000}},  // exactly what Bola has: 201, ₦0 left
+		{ada, bank.TransferRequest{From: 11, To: 11, AmountKobo: 100}},         // same account: 422
+		{ada, bank.TransferRequest{From: 11, To: 21, AmountKobo: 0}},           // 400
+		{ada, bank.TransferRequest{From: 0, To: 21, AmountKobo: 100}},          // 400
+		{dayo, bank.TransferRequest{From: 2, To: 12, AmountKobo: 99_999}},      // 201
+		{ada, bank.TransferRequest{From: 12, To: 2, AmountKobo: 1_234_567}},    // 201
+	}
+	for i, s := range steps {
+		ctx := bounded(t, fmt.Sprintf("step %d", i))
+		want, err := statementAtATime(bank.WithIntent(ctx, fmt.Sprint(i)), slow, s.userID, s.req)
+		if err != nil {
+			t.Fatalf("step %d, statement at a time: %v", i, err)
+		}
+		got, err := bank.PipelinedTransfer(bank.WithIntent(ctx, fmt.Sprint(i)), fast, s.userID, s.req)
+		if err != nil {
+			t.Fatalf("step %d, pipelined: %v", i, err)
+		}
+		if got.Status != want.Status || string(got.Body) != string(want.Body) {
+			t.Errorf("step %d: user %d %+v\n pipelined          %d %s\n statement at a time %d %s", i, s.userID, s.req, got.Status, got.Body, want.Status, want.Body)
+		}
+		ls, lf := ledger(t, slow), ledger(t, fast)
+		if ls.Line() != lf.Line() || fmt.Sprint(ls.Transfers) != fmt.Sprint(lf.Transfers) {
+			t.Fatalf("step %d: the banks differ\n pipelined          %s %v\n statement at a time %s %v", i, lf.Line(), lf.Transfers, ls.Line(), ls.Transfers)
+		}
+	}
+	if n := len(ledger(t, fast).Transfers); n != 4 {
+		t.Errorf("%d transfers, want the 4 that were allowed", n)
+	}
+}
+
+// TestOutcomeBodySQL evaluates a pipelined transfer's body expression in
+// PostgreSQL, in the round trip that inserts the transfer, and compares it
+// with the body the transfer returns and with json.Marshal of its receipt,
+// byte for byte: the stored answer that a replay sends must be the answer
+// the first request got. A refusal's body too.
+func TestOutcomeBodySQL(t *testing.T) {
+	t.Parallel()
+	pool := newBank(t, 2)
+	highIDs(t, pool)
+	for _, tt := range []struct {
+		name   string
+		userID int64
+		req    bank.TransferRequest
+		status int
+	}{
+		{"201 with a ten-digit id", 1, bank.TransferRequest{From: 1, To: 2, AmountKobo: 1_234_567}, 201},
+		{"another 201", 2, bank.TransferRequest{From: 2, To: 1, AmountKobo: 99}, 201},
+		{"a refusal", 2, bank.TransferRequest{From: 2, To: 1, AmountKobo: 9_000_000}, 422},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := bounded(t, tt.name)
+			var out *bank.Outcome
+			var stored string
+			err := bank.Pipelined(ctx, pool, func(p *bank.Pipeline) error {
+				var err error
+				if out, err = bank.TransferPipelined(ctx, p, tt.userID, tt.req); err != nil {
+					return err
+				}
+				expr, args := out.BodySQL(1)
+				p.Queue("SELECT "+expr, args...).QueryRow(func(row pgx.Row) error { return row.Scan(&stored) })
+				return p.Commit(ctx)
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp := out.Response()
+			if resp.Status != tt.status {
+				t.Fatalf("got %s, want %d", resp.Summary(), tt.status)
+			}
+			if stored != string(resp.Body) {
+				t.Errorf("the database's body\n %s\nis not the answer's\n %s", stored, resp.Body)
+			}
+			if rc, ok := resp.Receipt(); ok {
+				if rc.TransferID <= 2147480000 {
+					t.Errorf("transfer id %d, want one above 2147480000", rc.TransferID)
+				}
+				marshalled, _ := json.Marshal(rc)
+				if stored != string(marshalled) {
+					t.Errorf("stored %s, json.Marshal %s", stored, marshalled)
+				}
+			}
+		})
+	}
+}
+
+// TestPipelineFailureSkipsCommit queues a credit, then a debit that the
+// accounts' CHECK refuses, then COMMIT, all in one round trip: PostgreSQL
+// must skip the COMMIT, and the credit must be rolled back with the rest.
+// This is what the unconditional pipelined debit and the fenced completion
+// rely on. A pipeline that sent COMMIT apart from the statements before it,
+// or a debit that changed no row instead of failing, would keep the credit.
+func TestPipelineFailureSkipsCommit(t *testing.T) {
+	t.Parallel()
+	pool := newBank(t, 2)
+	ctx := bounded(t, "a pipelined transaction whose debit fails")
+	before := ledger(t, pool).Line()
+	err := bank.Pipelined(ctx, pool, func(p *bank.Pipeline) error {
+		p.Queue(bank.CreditSQL, int64(100), int64(2))
+		p.Queue(bank.PipelinedDebitSQL, int64(5_000_001), int64(1)) // Ada has ₦50,000
+		return p.Commit(ctx)
+	})
+	var pg *pgconn.PgError
+	if !errors.As(err, &pg) || pg.Code != "23514" {
+		t.Fatalf("err = %v, want the CHECK violation (23514)", err)
+	}
+	if after := ledger(t, pool).Line(); after != before {
+		t.Errorf("the failed transaction left a trace:\nbefore %s\nafter  %s", before, after)
+	}
+	// The connection went back to the pool outside any transaction.
+	if _, err := bank.PipelinedTransfer(ctx, pool, 1, bank.TransferRequest{From: 1, To: 2, AmountKobo: 100}); err != nil {
+		t.Errorf("the next transfer on the pool: %v", err)
+	}
+}
+
+// roundTrips counts the round trips a connection makes: one per query or
+// exec, one per batch.
+type roundTrips struct{ n atomic.Int64 }
+
+func (r *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	r.n.Add(1)
+	return ctx
+}
+func (r *roundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (r *roundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	r.n.Add(1)
+	return ctx
+}
+func (r *roundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+
+// TestTransferRoundTrips counts the round trips of a transfer that goes
+// through and of one that is refused, once each statement is prepared on
+// the connection: statement at a time, BEGIN, the locking read, debit,
+// credit, INSERT and COMMIT each wait for the one before; pipelined, the
+// locking read goes with BEGIN and everything else with COMMIT. The rows
+// stay locked for every round trip after the first: five against one.
+func TestTransferRoundTrips(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDatabase(t, scenarios.BankTemplate)
+	cfg, err := pgx.ParseConfig(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counter := &roundTrips{}
+	cfg.Tracer = counter
+	ctx := bounded(t, "counting round trips")
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	pay := bank.TransferRequest{From: 1, To: 2, AmountKobo: 100}
+	tooMuch := bank.TransferRequest{From: 2, To: 1, AmountKobo: 9_000_000}
+	for _, tt := range []struct {
+		impl          string
+		req           bank.TransferRequest
+		userID        int64
+		status        int
+		want          int64
+		run           transferFunc
+		whyTheseTrips string
+	}{
+		{"statement at a time", pay, 1, 201, 6, statementAtATime, "BEGIN, lock, debit, credit, INSERT, COMMIT"},
+		{"pipelined", pay, 1, 201, 2, bank.PipelinedTransfer, "BEGIN+lock, debit+credit+INSERT+COMMIT"},
+		{"statement at a time", tooMuch, 2, 422, 4, statementAtATime, "BEGIN, lock, the debit that changes nothing, COMMIT"},
+		{"pipelined", tooMuch, 2, 422, 2, bank.PipelinedTransfer, "BEGIN+lock, COMMIT"},
+	} {
+		// Once to prepare the statements on the connection, once to count.
+		for range 2 {
+			counter.n.Store(0)
+			resp, err := tt.run(ctx, conn, tt.userID, tt.req)
+			if err != nil || resp.Status != tt.status {
+				t.Fatalf("%s: %s %v, want %d", tt.impl, resp.Summary(), err, tt.status)
+			}
+		}
+		if got := counter.n.Load(); got != tt.want {
+			t.Errorf("%s, %d: %d round trips, want %d (%s)", tt.impl, tt.status, got, tt.want, tt.whyTheseTrips)
+		}
+	}
+}

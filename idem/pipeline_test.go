@@ -1,0 +1,299 @@
+package idem_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/banksim/bank-sim/bank"
+	"github.com/banksim/bank-sim/idem"
+	"github.com/banksim/bank-sim/postgres/pgtest"
+	"github.com/banksim/bank-sim/scenarios"
+	"github.com/jackc/pgx/v5"
+)
+
+// The correct handler's transfer is pipelined: one round trip locks the
+// accounts, the next carries the writes, the key's completion and COMMIT.
+// These tests pin what must not change for that.
+
+// TestPipelinedTakeoverIsFenced lets the key's lock expire between the two
+// round trips, after the checks and before the writes, and has a retry on
+// another server take the key over right then. The first server's writes,
+// its stored answer and its COMMIT are already in one round trip when it
+// learns that the key is no longer its own: the fenced completion must fail
+// and take the transfer down with it (ErrLostLock), so that only the
+// retry's transfer happens and its answer is the one the key keeps. With
+// the no-fencing mistake, the same takeover moves the money twice: the
+// test's fault really fires. A refusal is fenced the same way.
+func TestPipelinedTakeoverIsFenced(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name      string
+		noFencing bool
+		amount    int64
+		status    int // the retry's answer
+		transfers int
+	}{
+		{"correct", false, 1_000_000, 201, 1},
+		{"no-fencing", true, 1_000_000, 201, 2},
+		{"correct, a refusal", false, 6_000_000, 422, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			pool := newBank(t, 4)
+			setClock(t, pool, t0)
+			s := &idem.Store{Flaws: idem.Flaws{NoFencing: tt.noFencing}}
+			slow, retry := &idem.Handler{DB: pool, Store: s}, &idem.Handler{DB: pool, Store: s}
+			req := idem.Request{UserID: 1, Key: key, Body: body(1, 2, tt.amount)}
+
+			var retryResp bank.Response
+			var retryErr error
+			done := make(chan struct{})
+			took := make(chan idem.Claim, 1)
+			between := func() {
+				// The slow server has locked both accounts and checked them;
+				// its lock expires and the retry takes the key over. The
+				// retry's transfer then waits for the accounts' rows.
+				setClock(t, pool, t0.Add(idem.DefaultLockTTL+time.Second))
+				rctx := idem.WithHooks(bounded(t, "the retry"), idem.Hooks{AfterClaim: func(_ context.Context, c idem.Claim) { took <- c }})
+				go func() {
+					defer close(done)
+					retryResp, retryErr = retry.Handle(rctx, req)
+				}()
+				select {
+				case c := <-took:
+					if !c.TookOver {
+						t.Errorf("the retry claimed the key without a takeover: %+v", c)
+					}
+				case <-done:
+					t.Errorf("the retry ended without claiming the key: %s %v", retryResp.Summary(), retryErr)
+				case <-time.After(10 * time.Second):
+					t.Error("the retry had not taken the key over after 10 s")
+				}
+			}
+			var once sync.Once
+			ctx := bank.WithAfterChecks(bounded(t, "the slow server's request"), func() { once.Do(between) })
+			slowResp, slowErr := slow.Handle(ctx, req)
+			<-done
+
+			if retryErr != nil || retryResp.Status != tt.status || retryResp.Replayed {
+				t.Fatalf("the retry: %s %v, want a fresh %d", retryResp.Summary(), retryErr, tt.status)
+			}
+			if tt.noFencing {
+				if slowErr != nil || slowResp.Status != 201 {
+					t.Errorf("the slow server without fencing: %s %v, want its own 201", slowResp.Summary(), slowErr)
+				}
+			} else if !errors.Is(slowErr, idem.ErrLostLock) {
+				t.Errorf("the slow server: %s %v, want ErrLostLock", slowResp.Summary(), slowErr)
+			}
+			if n := transfers(t, pool); n != tt.transfers {
+				t.Errorf("%d transfers, want %d", n, tt.transfers)
+			}
+			if tt.noFencing {
+				return
+			}
+			moved := int64(tt.transfers) * tt.amount
+			l := ledger(t, pool)
+			ada, _ := l.Balance(1)
+			bola, _ := l.Balance(2)
+			if ada != 5_000_000-moved || bola != 500_000+moved {
+				t.Errorf("Ada %s, Bola %s: want %s moved once", bank.Naira(ada), bank.Naira(bola), bank.Naira(moved))
+			}
+			var status string
+			var stored []byte
+			if err := pool.QueryRow(context.Background(), "SELECT status, response_body FROM idempotency_keys WHERE user_id = 1 AND key = $1", key).
+				Scan(&status, &stored); err != nil {
+				t.Fatal(err)
+			}
+			if status != "completed" || string(stored) != string(retryResp.Body) {
+				t.Errorf("key %s with %s, want completed with the retry's answer %s", status, stored, retryResp.Body)
+			}
+		})
+	}
+}
+
+// TestPipelinedDeadlockRunsAgain stages a real deadlock in the second round
+// trip, as chaos's deadlock fault does: between the checks and the writes,
+// another transaction locks the key's row and asks for the sender's, which
+// the transfer holds. The transfer's completion then waits for the key's
+// row, PostgreSQL aborts it (40P01), and the whole pipelined transaction
+// must run again, from the locking read, and succeed once.
+func TestPipelinedDeadlockRunsAgain(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewBankWith(t, pgtest.BankOptions{MaxConns: 4, Params: map[string]string{"deadlock_timeout": "20ms"}})
+	h := &idem.Handler{DB: pool, Store: &idem.Store{}}
+	var retries atomic.Int64
+	var other sync.WaitGroup
+	var once sync.Once
+	ctx := bounded(t, "a transfer caught in a deadlock")
+	interfere := func() {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		var pid int32
+		if _, err := tx.Exec(ctx, "SET LOCAL deadlock_timeout = '10s'"); err != nil {
+			t.Error(err)
+		}
+		if err := tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+			t.Error(err)
+		}
+		if _, err := tx.Exec(ctx, "SELECT 1 FROM idempotency_keys WHERE key = $1 FOR UPDATE", key); err != nil {
+			t.Error(err)
+		}
+		other.Add(1)
+		go func() {
+			defer other.Done()
+			_, _ = tx.Exec(ctx, "SELECT 1 FROM accounts WHERE id = 1 FOR UPDATE")
+			_ = tx.Rollback(context.Background())
+		}()
+		for {
+			var waiting bool
+			err := pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock')", pid).Scan(&waiting)
+			if err != nil || waiting {
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	ctx = bank.WithAfterChecks(ctx, func() { once.Do(interfere) })
+	ctx = bank.WithTxRetry(ctx, func(err error) {
+		retries.Add(1)
+		if !bank.Retryable(err) {
+			t.Errorf("ran again after %v", err)
+		}
+	})
+	resp, err := h.Handle(ctx, idem.Request{UserID: 1, Key: key, Body: body(1, 2, 1_000_000)})
+	other.Wait()
+	if err != nil || resp.Status != 201 {
+		t.Fatalf("got %s %v, want 201", resp.Summary(), err)
+	}
+	if retries.Load() == 0 {
+		t.Error("the transfer never ran again: the staged deadlock did not happen")
+	}
+	if n := transfers(t, pool); n != 1 {
+		t.Errorf("%d transfers, want 1", n)
+	}
+	replay := handle(t, h, 1, key, body(1, 2, 1_000_000))
+	if !replay.Replayed || string(replay.Body) != string(resp.Body) {
+		t.Errorf("replay %s %s, want the first answer %s", replay.Summary(), replay.Body, resp.Body)
+	}
+}
+
+// TestPipelinedAnswerIsStoredByteForByte: the 201 body that the pipelined
+// transfer builds in the database (around a transfer id only the database
+// knew) is the body the client was sent, and json.Marshal of its receipt,
+// with ten-digit transfer ids; and so is every replay.
+func TestPipelinedAnswerIsStoredByteForByte(t *testing.T) {
+	t.Parallel()
+	pool := newBank(t, 2)
+	if _, err := pool.Exec(context.Background(), "SELECT setval(pg_get_serial_sequence('transfers', 'id'), 2147483000)"); err != nil {
+		t.Fatal(err)
+	}
+	h := &idem.Handler{DB: pool, Store: &idem.Store{}}
+	for i, r := range []struct {
+		userID int64
+		body   []byte
+	}{{1, body(1, 2, 1_234_567)}, {2, body(2, 1, 7)}, {2, []byte(`{"amountKobo":99,"to":1,"from":2}`)}} {
+		b := r.body
+		k := fmt.Sprintf("byte-for-byte-%04d", i)
+		first := handle(t, h, r.userID, k, b)
+		if first.Status != 201 {
+			t.Fatalf("%s: %s", b, first.Summary())
+		}
+		rc, _ := first.Receipt()
+		marshalled, _ := json.Marshal(rc)
+		var stored string
+		if err := pool.QueryRow(context.Background(), "SELECT response_body FROM idempotency_keys WHERE key = $1", k).Scan(&stored); err != nil {
+			t.Fatal(err)
+		}
+		if rc.TransferID <= 2147483000 || stored != string(first.Body) || stored != string(marshalled) {
+			t.Errorf("%s:\n sent     %s\n stored   %s\n marshal  %s", b, first.Body, stored, marshalled)
+		}
+		replay := handle(t, h, r.userID, k, b)
+		if !replay.Replayed || string(replay.Body) != string(first.Body) {
+			t.Errorf("%s: replay %s, want %s", b, replay.Body, first.Body)
+		}
+	}
+}
+
+// roundTrips counts a connection's round trips: one per query or exec, one
+// per batch.
+type roundTrips struct{ n atomic.Int64 }
+
+func (r *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	r.n.Add(1)
+	return ctx
+}
+func (r *roundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (r *roundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	r.n.Add(1)
+	return ctx
+}
+func (r *roundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+
+// TestHandlerRoundTrips counts the round trips of a request with a new key,
+// a refused one and a replay, once the statements are prepared on the
+// connection, pipelined and one statement at a time. The claim is always a
+// round trip of its own, which commits before the transfer begins; it
+// carries the read of the key's row, which a replay needs.
+func TestHandlerRoundTrips(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDatabase(t, scenarios.BankTemplate)
+	cfg, err := pgx.ParseConfig(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counter := &roundTrips{}
+	cfg.Tracer = counter
+	ctx := bounded(t, "counting round trips")
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	n := 0
+	for _, tt := range []struct {
+		name        string
+		unpipelined bool
+		userID      int64
+		body        []byte
+		replay      bool
+		status      int
+		want        int64
+		why         string
+	}{
+		{"new key, pipelined", false, 1, body(1, 2, 100), false, 201, 3, "claim; BEGIN+lock; debit+credit+INSERT+complete+COMMIT"},
+		{"new key, one statement at a time", true, 1, body(1, 2, 100), false, 201, 8, "claim; BEGIN; lock; debit; credit; INSERT; complete; COMMIT"},
+		{"refused, pipelined", false, 2, body(2, 1, 9_000_000), false, 422, 3, "claim; BEGIN+lock; complete+COMMIT"},
+		{"replay", false, 1, body(1, 2, 100), true, 201, 1, "the claim that finds the key, with the read of its row"},
+	} {
+		h := &idem.Handler{DB: conn, Store: &idem.Store{}, Unpipelined: tt.unpipelined}
+		// Once to prepare the statements on the connection, once to count.
+		for range 2 {
+			k := fmt.Sprintf("round-trips-%06d", n)
+			if tt.replay {
+				k = "round-trips-replayed"
+				if _, err := h.Handle(ctx, idem.Request{UserID: tt.userID, Key: k, Body: tt.body}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			n++
+			counter.n.Store(0)
+			resp, err := h.Handle(ctx, idem.Request{UserID: tt.userID, Key: k, Body: tt.body})
+			if err != nil || resp.Status != tt.status || resp.Replayed != tt.replay {
+				t.Fatalf("%s: %s %v, want %d", tt.name, resp.Summary(), err, tt.status)
+			}
+		}
+		if got := counter.n.Load(); got != tt.want {
+			t.Errorf("%s: %d round trips, want %d (%s)", tt.name, got, tt.want, tt.why)
+		}
+	}
+}
