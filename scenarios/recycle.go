@@ -26,7 +26,9 @@ import (
 // Recycled of a Databases that Recycled made is that same Databases, with a
 // close that does nothing: a run that shares one recycler between its
 // scenarios (scenario --all) keeps it when ExecuteWith asks for one.
-// close drops every database it made; call it once nothing uses them.
+// close drops every database it made, or keeps them reset for a later run
+// where the server keeps databases (Database.Keep); call it once nothing
+// uses them.
 func Recycled(dbs Databases) (recycled Databases, close func()) {
 	if r, ok := dbs.(*recycler); ok {
 		return r, func() {}
@@ -152,6 +154,23 @@ func (r *recycler) retire(b *recycledBank) {
 	}()
 }
 
+// end keeps b for a later run, reset, where the server keeps databases
+// (an embedded cluster), and drops it otherwise, or when it cannot be
+// reset (a kept database is always clean).
+func (b *recycledBank) end() {
+	if b.db.Keep == nil || inUse(b.db.Pool) {
+		b.db.Close()
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := b.reset.reset(ctx, b.db.Pool); err != nil {
+		b.db.Close()
+		return
+	}
+	b.db.Keep()
+}
+
 // retiredWait bounds how long close waits for retired banks, whose pools
 // wait for a connection that a stuck goroutine holds.
 const retiredWait = 30 * time.Second
@@ -166,7 +185,7 @@ func (r *recycler) close() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			b.db.Close()
+			b.end()
 		}()
 	}
 	wg.Wait()

@@ -87,12 +87,13 @@ func TestARecycledBankIsAFreshClone(t *testing.T) {
 		c.Release()
 	}
 
-	fresh, err := scenarios.ServerBanks(pgtest.Server(t)).NewBank(ctx, "fresh")
+	// A clone, not a bank an earlier run kept (ServerBanks would take one).
+	fresh, err := pgxpool.New(ctx, pgtest.NewDatabase(t, scenarios.BankTemplate).URL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer fresh.Close()
-	want, got := contents(ctx, t, fresh.Pool), contents(ctx, t, again.Pool)
+	want, got := contents(ctx, t, fresh), contents(ctx, t, again.Pool)
 	if got != want {
 		t.Errorf("the recycled bank differs from a fresh clone\n got %s\nwant %s", got, want)
 	}

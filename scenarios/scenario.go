@@ -186,6 +186,11 @@ type Database struct {
 	Pool  *pgxpool.Pool
 	Name  string
 	Close func() // closes the pool and drops the database
+	// Keep, when set, closes the pool and keeps the database for a later
+	// run instead of dropping it (an embedded cluster's, see
+	// postgres.Database.Keep). Only a bank reset to the opening state may
+	// be kept.
+	Keep func()
 }
 
 // Databases makes fresh banks: a database cloned from the lesson's template.
