@@ -388,7 +388,11 @@ func runScenarios(c *cobra.Command, app *App, o scenarioOptions, args []string) 
 
 	start := time.Now()
 	dbs, waitDrops := scenarios.AsyncBanks(srv)
-	reports, finished, err := executeAll(runCtx, run.list, dbs, run.seed, run.opts, parallel, out, newObserver)
+	// One recycler for the whole run: a bank a scenario has finished with
+	// is reset for the next, connections and all, instead of dropped.
+	banks, closeBanks := scenarios.Recycled(dbs)
+	reports, finished, err := executeAll(runCtx, run.list, banks, run.seed, run.opts, parallel, out, newObserver)
+	closeBanks()
 	waitDrops()
 	elapsed := time.Since(start)
 	interrupted := runCtx.Err() != nil

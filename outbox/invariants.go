@@ -166,12 +166,15 @@ func (s *Snapshot) read(ctx context.Context, tx pgx.Tx) error {
 	}
 	// A claim made while an earlier claim of the same row, by another token,
 	// was still valid and not yet settled: two dispatchers held the row.
+	// Ordered to the last column: a claim can overlap several earlier ones,
+	// and without a1.seq their order was the rows' order on disk, which
+	// differs in a bank reset for reuse (scenarios.Recycled) from a clone.
 	if s.Overlaps, err = collect[string](ctx, tx, `
 		SELECT format('row %s: %s claimed it while %s still held it', a2.outbox_id, a2.dispatcher, a1.dispatcher)
 		FROM outbox_attempts a1
 		JOIN outbox_attempts a2 ON a2.outbox_id = a1.outbox_id AND a2.seq > a1.seq AND a2.claim_token <> a1.claim_token
 		WHERE a2.claimed_at < a1.lease_until AND (a1.settled_seq IS NULL OR a1.settled_seq > a2.seq)
-		ORDER BY a2.outbox_id, a2.seq`); err != nil {
+		ORDER BY a2.outbox_id, a2.seq, a1.seq`); err != nil {
 		return err
 	}
 	if s.Consumer != "" {

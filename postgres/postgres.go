@@ -119,6 +119,8 @@ type Server struct {
 	tplMu sync.Mutex
 	tpls  map[string]*tplEntry
 
+	keptMu sync.Mutex // one TakeKept at a time (kept.go)
+
 	closeOnce sync.Once
 	closeErr  error
 }

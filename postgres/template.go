@@ -33,7 +33,8 @@ type Database struct {
 	Name string
 	URL  string // pgx connection string
 
-	srv *Server
+	srv     *Server
+	version string // its template's, for Keep
 }
 
 type tplEntry struct {
@@ -80,7 +81,7 @@ func (s *Server) CreateDatabase(ctx context.Context, tpl Template, label string)
 		}
 		return nil, fmt.Errorf("postgres: cloning %s: %w", tplName, explain(err))
 	}
-	return &Database{Name: name, URL: s.dbURL(name), srv: s}, nil
+	return &Database{Name: name, URL: s.dbURL(name), srv: s, version: tpl.Version}, nil
 }
 
 // createTimeout bounds a CREATE DATABASE that the caller has stopped
@@ -231,14 +232,16 @@ const sharedTemplatePrefix = "bank_sim_tpl_"
 
 // dropLeftovers removes, from an embedded cluster that has just started on
 // a new port (so nobody else can be connected to it), every bank_sim_*
-// database but the finished shared templates: scenario databases of a
-// killed run, half-built templates, the databases of runs that used this
-// cluster through its URL, and databases a DROP left invalid when it was
-// interrupted. It drops all it can and returns what it could not: a
-// leftover costs disk, not correctness, so it never stops a run.
+// database but the finished shared templates and the kept databases
+// (kept.go): scenario databases of a killed run, half-built templates, the
+// databases of runs that used this cluster through its URL, and databases a
+// DROP left invalid when it was interrupted. It drops all it can and
+// returns what it could not: a leftover costs disk, not correctness, so it
+// never stops a run.
 func dropLeftovers(ctx context.Context, conn *pgx.Conn) (int, error) {
 	rows, err := conn.Query(ctx, `SELECT datname, datistemplate AND datconnlimit <> -2 FROM pg_database
-		WHERE datname LIKE 'bank\_sim\_%' AND NOT (datistemplate AND datname LIKE 'bank\_sim\_tpl\_%')`)
+		WHERE datname LIKE 'bank\_sim\_%' AND NOT (datistemplate AND datname LIKE 'bank\_sim\_tpl\_%')
+		  AND NOT (datname LIKE 'bank\_sim\_kept\_%' AND NOT datistemplate AND datconnlimit <> -2)`)
 	if err != nil {
 		return 0, err
 	}

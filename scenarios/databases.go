@@ -35,14 +35,17 @@ func templateVersion() string {
 	return hex.EncodeToString(h[:])[:12]
 }
 
-// ServerBanks makes fresh banks on srv. Closing one drops its database
-// before Close returns.
+// ServerBanks makes fresh banks on srv: a database an earlier run kept
+// (postgres.Server.TakeKept), else a clone of BankTemplate. Closing one
+// drops its database before Close returns; Keep gives it back to the
+// cluster for a later run instead (its caller must have reset it).
 func ServerBanks(srv *postgres.Server) Databases { return &serverBanks{srv: srv} }
 
-// AsyncBanks is ServerBanks whose Close hands the DROP DATABASE to the
-// background: a drop waits for the closed pool's backends to exit (up to
-// ~100 ms), time a run of many phases need not spend. wait blocks until
-// every drop has finished; call it before the server is closed.
+// AsyncBanks is ServerBanks whose Close (and Keep) hands the DROP DATABASE
+// (the rename) to the background: both wait for the closed pool's backends
+// to exit (up to ~100 ms), time a run of many phases need not spend. wait
+// blocks until every drop has finished; call it before the server is
+// closed.
 func AsyncBanks(srv *postgres.Server) (dbs Databases, wait func()) {
 	b := &serverBanks{srv: srv, async: true}
 	return b, b.drops.Wait
@@ -59,9 +62,16 @@ type serverBanks struct {
 const PoolSize = 8
 
 func (s *serverBanks) NewBank(ctx context.Context, label string) (*Database, error) {
-	db, err := s.srv.CreateDatabase(ctx, BankTemplate, label)
+	// A database an earlier run kept (an embedded cluster only) saves a
+	// clone; it is in the state its last user reset it to.
+	db, err := s.srv.TakeKept(ctx, BankTemplate, label)
 	if err != nil {
 		return nil, err
+	}
+	if db == nil {
+		if db, err = s.srv.CreateDatabase(ctx, BankTemplate, label); err != nil {
+			return nil, err
+		}
 	}
 	cfg, err := pgxpool.ParseConfig(db.URL)
 	if err != nil {
@@ -74,22 +84,30 @@ func (s *serverBanks) NewBank(ctx context.Context, label string) (*Database, err
 		_ = db.Drop(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("%w: %v", postgres.ErrUnavailable, err)
 	}
-	drop := func() {
-		// Dropping must happen even when the run was interrupted.
+	// end drops the database, or keeps it for a later run; it must happen
+	// even when the run was interrupted.
+	end := func(keep bool) {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
-		_ = db.Drop(dctx)
-	}
-	return &Database{Pool: pool, Name: db.Name, Close: func() {
-		pool.Close()
-		if !s.async {
-			drop()
+		if keep {
+			_ = db.Keep(dctx)
 			return
 		}
-		s.drops.Add(1)
-		go func() {
-			defer s.drops.Done()
-			drop()
-		}()
-	}}, nil
+		_ = db.Drop(dctx)
+	}
+	closer := func(keep bool) func() {
+		return func() {
+			pool.Close()
+			if !s.async {
+				end(keep)
+				return
+			}
+			s.drops.Add(1)
+			go func() {
+				defer s.drops.Done()
+				end(keep)
+			}()
+		}
+	}
+	return &Database{Pool: pool, Name: db.Name, Close: closer(false), Keep: closer(true)}, nil
 }

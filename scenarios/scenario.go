@@ -186,6 +186,11 @@ type Database struct {
 	Pool  *pgxpool.Pool
 	Name  string
 	Close func() // closes the pool and drops the database
+	// Keep, when set, closes the pool and keeps the database for a later
+	// run instead of dropping it (an embedded cluster's, see
+	// postgres.Database.Keep). Only a bank reset to the opening state may
+	// be kept.
+	Keep func()
 }
 
 // Databases makes fresh banks: a database cloned from the lesson's template.
@@ -345,9 +350,10 @@ func ExecuteWith(ctx context.Context, s Scenario, dbs Databases, seed uint64, ob
 		rep.Bug = o.Bug.Name
 	}
 	fired := map[string]int{}
-	// One database cloned from the template per scenario; its phases reset
-	// it to the opening bank instead of cloning again, and keep the pool's
-	// connections: opening a backend costs more than the phase's own work.
+	// The phases reset a bank to the opening state instead of cloning
+	// again, and keep the pool's connections: opening a backend costs more
+	// than the phase's own work. A caller that runs many scenarios passes
+	// one Recycled for all of them (scenario --all), and it is used as is.
 	dbs, closeDBs := Recycled(dbs)
 	defer closeDBs()
 	obs.ScenarioStart(s, seed)
