@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"testing"
 
 	"github.com/banksim/bank-sim/bank"
@@ -189,22 +188,6 @@ func TestPipelineFailureSkipsCommit(t *testing.T) {
 	}
 }
 
-// roundTrips counts the round trips a connection makes: one per query or
-// exec, one per batch.
-type roundTrips struct{ n atomic.Int64 }
-
-func (r *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
-	r.n.Add(1)
-	return ctx
-}
-func (r *roundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-func (r *roundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
-	r.n.Add(1)
-	return ctx
-}
-func (r *roundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
-func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
-
 // TestTransferRoundTrips counts the round trips of a transfer that goes
 // through and of one that is refused, once each statement is prepared on
 // the connection: statement at a time, BEGIN, the locking read, debit,
@@ -218,7 +201,7 @@ func TestTransferRoundTrips(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	counter := &roundTrips{}
+	counter := &pgtest.RoundTrips{}
 	cfg.Tracer = counter
 	ctx := bounded(t, "counting round trips")
 	conn, err := pgx.ConnectConfig(ctx, cfg)
@@ -244,13 +227,13 @@ func TestTransferRoundTrips(t *testing.T) {
 	} {
 		// Once to prepare the statements on the connection, once to count.
 		for range 2 {
-			counter.n.Store(0)
+			counter.N.Store(0)
 			resp, err := tt.run(ctx, conn, tt.userID, tt.req)
 			if err != nil || resp.Status != tt.status {
 				t.Fatalf("%s: %s %v, want %d", tt.impl, resp.Summary(), err, tt.status)
 			}
 		}
-		if got := counter.n.Load(); got != tt.want {
+		if got := counter.N.Load(); got != tt.want {
 			t.Errorf("%s, %d: %d round trips, want %d (%s)", tt.impl, tt.status, got, tt.want, tt.whyTheseTrips)
 		}
 	}

@@ -2,11 +2,8 @@ package cmd
 
 import (
 	"context"
-	"encoding/xml"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -293,25 +290,5 @@ func writeCampaignJUnit(path string, cfg chaos.Config, results []chaos.SeedResul
 		suite.Tests++
 		suite.Cases = append(suite.Cases, tc)
 	}
-	doc := junitSuites{Tests: suite.Tests, Failures: suite.Failures, Time: suite.Time, Suites: []junitSuite{suite}}
-	data, err := xml.MarshalIndent(doc, "", "  ")
-	if err != nil {
-		return err
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".junit-*.xml")
-	if err != nil {
-		return fmt.Errorf("write --junit %s: %w", path, err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(append([]byte(xml.Header), data...)); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write --junit %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write --junit %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("write --junit %s: %w", path, err)
-	}
-	return nil
+	return writeJUnitSuite(path, suite)
 }

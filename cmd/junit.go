@@ -75,6 +75,12 @@ func writeJUnit(path string, reports []scenarios.Report, elapsed time.Duration, 
 		suite.Tests++
 		suite.Cases = append(suite.Cases, tc)
 	}
+	return writeJUnitSuite(path, suite)
+}
+
+// writeJUnitSuite writes one suite as a JUnit document to path: whole or
+// not at all, with the mode a new file gets.
+func writeJUnitSuite(path string, suite junitSuite) error {
 	doc := junitSuites{Tests: suite.Tests, Failures: suite.Failures, Time: suite.Time, Suites: []junitSuite{suite}}
 	data, err := xml.MarshalIndent(doc, "", "  ")
 	if err != nil {

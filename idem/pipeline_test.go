@@ -223,22 +223,6 @@ func TestPipelinedAnswerIsStoredByteForByte(t *testing.T) {
 	}
 }
 
-// roundTrips counts a connection's round trips: one per query or exec, one
-// per batch.
-type roundTrips struct{ n atomic.Int64 }
-
-func (r *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
-	r.n.Add(1)
-	return ctx
-}
-func (r *roundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-func (r *roundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
-	r.n.Add(1)
-	return ctx
-}
-func (r *roundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
-func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
-
 // TestHandlerRoundTrips counts the round trips of a request with a new key,
 // a refused one and a replay, once the statements are prepared on the
 // connection, pipelined and one statement at a time. The claim is always a
@@ -251,7 +235,7 @@ func TestHandlerRoundTrips(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	counter := &roundTrips{}
+	counter := &pgtest.RoundTrips{}
 	cfg.Tracer = counter
 	ctx := bounded(t, "counting round trips")
 	conn, err := pgx.ConnectConfig(ctx, cfg)
@@ -286,13 +270,13 @@ func TestHandlerRoundTrips(t *testing.T) {
 				}
 			}
 			n++
-			counter.n.Store(0)
+			counter.N.Store(0)
 			resp, err := h.Handle(ctx, idem.Request{UserID: tt.userID, Key: k, Body: tt.body})
 			if err != nil || resp.Status != tt.status || resp.Replayed != tt.replay {
 				t.Fatalf("%s: %s %v, want %d", tt.name, resp.Summary(), err, tt.status)
 			}
 		}
-		if got := counter.n.Load(); got != tt.want {
+		if got := counter.N.Load(); got != tt.want {
 			t.Errorf("%s: %d round trips, want %d (%s)", tt.name, got, tt.want, tt.why)
 		}
 	}
