@@ -196,19 +196,8 @@ func TestPipelineFailureSkipsCommit(t *testing.T) {
 // stay locked for every round trip after the first: five against one.
 func TestTransferRoundTrips(t *testing.T) {
 	t.Parallel()
-	db := pgtest.NewDatabase(t, scenarios.BankTemplate)
-	cfg, err := pgx.ParseConfig(db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	counter := &pgtest.RoundTrips{}
-	cfg.Tracer = counter
 	ctx := bounded(t, "counting round trips")
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
+	conn, counter := pgtest.CountedConn(ctx, t, scenarios.BankTemplate)
 	pay := bank.TransferRequest{From: 1, To: 2, AmountKobo: 100}
 	tooMuch := bank.TransferRequest{From: 2, To: 1, AmountKobo: 9_000_000}
 	for _, tt := range []struct {

@@ -14,7 +14,6 @@ import (
 	"github.com/banksim/bank-sim/idem"
 	"github.com/banksim/bank-sim/postgres/pgtest"
 	"github.com/banksim/bank-sim/scenarios"
-	"github.com/jackc/pgx/v5"
 )
 
 // The correct handler's transfer is pipelined: one round trip locks the
@@ -230,19 +229,8 @@ func TestPipelinedAnswerIsStoredByteForByte(t *testing.T) {
 // carries the read of the key's row, which a replay needs.
 func TestHandlerRoundTrips(t *testing.T) {
 	t.Parallel()
-	db := pgtest.NewDatabase(t, scenarios.BankTemplate)
-	cfg, err := pgx.ParseConfig(db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	counter := &pgtest.RoundTrips{}
-	cfg.Tracer = counter
 	ctx := bounded(t, "counting round trips")
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
+	conn, counter := pgtest.CountedConn(ctx, t, scenarios.BankTemplate)
 	n := 0
 	for _, tt := range []struct {
 		name        string

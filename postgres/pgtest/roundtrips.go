@@ -3,7 +3,9 @@ package pgtest
 import (
 	"context"
 	"sync/atomic"
+	"testing"
 
+	"github.com/banksim/bank-sim/postgres"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -31,3 +33,22 @@ func (r *RoundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQ
 
 // TraceBatchEnd implements pgx.BatchTracer.
 func (r *RoundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
+// CountedConn opens a connection, with its round trips counted, to a new
+// database cloned from tpl; both close when the test ends.
+func CountedConn(ctx context.Context, t testing.TB, tpl postgres.Template) (*pgx.Conn, *RoundTrips) {
+	t.Helper()
+	db := NewDatabase(t, tpl)
+	cfg, err := pgx.ParseConfig(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counter := &RoundTrips{}
+	cfg.Tracer = counter
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn, counter
+}
