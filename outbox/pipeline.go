@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/banksim/bank-sim/bank"
+	"github.com/jackc/pgx/v5"
 )
 
 // Faults of a pipeline, each at its own rate per opportunity.
@@ -356,8 +357,11 @@ func (p *Pipeline) Stop() {
 	p.sms.LoseIf(nil)
 }
 
-// settleRounds bounds Settle.
-const settleRounds = 10
+// settleRounds and settleGrace bound Settle.
+const (
+	settleRounds = 10
+	settleGrace  = 5 * time.Second
+)
 
 // Settle is the pipeline's healing, after Stop: with no faults, it moves
 // the database's clock past every lease and backoff (advance), drains the
@@ -368,8 +372,16 @@ const settleRounds = 10
 func (p *Pipeline) Settle(ctx context.Context, advance func(time.Duration)) error {
 	d := &Dispatcher{DB: p.db, Name: "healer", SMS: p.sms, Log: p.log, Flaws: p.cfg.Flaws}
 	c := p.consumer(false)
-	for range settleRounds {
-		advance(DefaultLease + maxBackoff)
+	// settleRounds rounds, and for settleGrace at least: a row that a
+	// transaction still open at the stop has locked is passed over by
+	// SKIP LOCKED until that transaction ends.
+	start := time.Now()
+	for round := 0; round < settleRounds || time.Since(start) < settleGrace; round++ {
+		if round < settleRounds {
+			advance(DefaultLease + maxBackoff)
+		} else {
+			time.Sleep(20 * time.Millisecond) // real time, for a transaction to end
+		}
 		for {
 			b, err := d.Claim(ctx)
 			if err != nil {
@@ -405,7 +417,7 @@ func (p *Pipeline) Settle(ctx context.Context, advance func(time.Duration)) erro
 			return nil
 		}
 	}
-	return fmt.Errorf("the outbox still has rows after %d rounds of healing: %s", settleRounds, p.leftRows(ctx))
+	return fmt.Errorf("the outbox still has rows after %d rounds of healing in %s: %s", settleRounds, settleGrace, p.leftRows(ctx))
 }
 
 // leftRows describes the rows Settle could not drain, for its error: why
@@ -414,8 +426,8 @@ func (p *Pipeline) Settle(ctx context.Context, advance func(time.Duration)) erro
 func (p *Pipeline) leftRows(ctx context.Context) string {
 	rows, err := p.db.Query(ctx, `
 		SELECT id, kind, transfer_id, attempts, failures, coalesce(claimed_by, ''),
-		       coalesce(extract(epoch FROM claimed_until - bank_now()), 0)::float8,
-		       coalesce(extract(epoch FROM next_attempt_at - bank_now()), 0)::float8,
+		       CASE WHEN isfinite(claimed_until) THEN extract(epoch FROM claimed_until - bank_now()) ELSE 0 END::float8,
+		       CASE WHEN isfinite(next_attempt_at) THEN extract(epoch FROM next_attempt_at - bank_now()) ELSE 0 END::float8,
 		       coalesce(last_error, '')
 		FROM outbox WHERE done_at IS NULL AND failed_at IS NULL ORDER BY id LIMIT 5`)
 	if err != nil {
@@ -437,7 +449,14 @@ func (p *Pipeline) leftRows(ctx context.Context) string {
 	if err := rows.Err(); err != nil {
 		return fmt.Sprintf("(could not read them: %v)", err)
 	}
-	return strings.Join(parts, "; ")
+	// SKIP LOCKED passes over a row that an open transaction has locked:
+	// name the sessions still inside one.
+	var open []string
+	if orows, err := p.db.Query(ctx, `SELECT state || ': ' || left(query, 120) FROM pg_stat_activity
+		WHERE datname = current_database() AND pid <> pg_backend_pid() AND xact_start IS NOT NULL`); err == nil {
+		open, _ = pgx.CollectRows(orows, pgx.RowTo[string])
+	}
+	return strings.Join(parts, "; ") + fmt.Sprintf("; %d other sessions in a transaction %q", len(open), open)
 }
 
 // Errors returns the unexpected failures of the fault phase, in order.
