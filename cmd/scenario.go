@@ -240,6 +240,7 @@ func (o *scenarioOptions) resolveFormat() error {
 // anything.
 type scenarioRun struct {
 	list   []scenarios.Scenario
+	recipe string // --recipe's file: the run is the recipe's, with its own seed
 	seed   uint64
 	bug    *idem.Bug
 	opts   scenarios.Options
@@ -251,6 +252,9 @@ func checkScenarioFlags(c *cobra.Command, app *App, o *scenarioOptions, args []s
 	list, err := pickScenarios(o.all, args)
 	if o.recipe != "" {
 		list, err = recipeScenario(o.recipe, o.all, args)
+		if err == nil && c.Flags().Changed("seed") {
+			err = usageError("--seed with --recipe: a recipe replays with the seed it was shrunk from, written in it; leave --seed out")
+		}
 	}
 	if err != nil {
 		return run, err
@@ -316,7 +320,7 @@ func checkScenarioFlags(c *cobra.Command, app *App, o *scenarioOptions, args []s
 		}
 		opts.Amount = kobo
 	}
-	return scenarioRun{list: list, seed: seed, bug: bug, opts: opts, format: o.format}, nil
+	return scenarioRun{list: list, recipe: o.recipe, seed: seed, bug: bug, opts: opts, format: o.format}, nil
 }
 
 func faultNames() []string {
@@ -372,7 +376,10 @@ func runScenarios(c *cobra.Command, app *App, o scenarioOptions, args []string) 
 			return s
 		}
 	}
-	if human {
+	if human && run.recipe != "" {
+		// The recipe carries its own seed and schedule: the same run every time.
+		fmt.Fprintf(out, "bank-sim %s · recipe %s (its own seed and schedule: the same run every time)\n", version(), run.recipe)
+	} else if human {
 		fmt.Fprintf(out, "bank-sim %s · seed %d (repeat this run with --seed %d)\n", version(), run.seed, run.seed)
 		if run.bug != nil {
 			fmt.Fprintf(out, "%s\n", p.warn.Sprintf("bug %s is on in every protected phase: %s", run.bug.Name, run.bug.Mistake))

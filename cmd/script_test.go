@@ -196,7 +196,7 @@ var unstable = []struct {
 	{regexp.MustCompile(`(?m)\bin \d+(\.\d+)? (ms|s|min)$`), "in <dur>"},
 	{regexp.MustCompile(`(?m)^\d+(\.\d+)? (ms|s) +`), timeColumn},
 	{regexp.MustCompile(`(?m)^embedded PostgreSQL .*$|^PostgreSQL at .*$`), "<database>"},
-	{regexp.MustCompile(`bank-sim \S+ · seed`), "bank-sim <version> · seed"},
+	{regexp.MustCompile(`bank-sim \S+ · (seed|recipe)`), "bank-sim <version> · $1"},
 	{regexp.MustCompile(`bank-sim \S+, seed`), "bank-sim <version>, seed"},
 	{regexp.MustCompile(`(?m)^PostgreSQL \S+ at \S+`), "PostgreSQL <version> at <host:port>"},
 	// Database names carry a random owner key and id (postgres/owner.go).
