@@ -2,9 +2,8 @@ package scenarios_test
 
 import (
 	"context"
-	"sync"
+	"fmt"
 	"testing"
-	"time"
 
 	"github.com/banksim/bank-sim/postgres/pgtest"
 	"github.com/banksim/bank-sim/scenarios"
@@ -43,24 +42,15 @@ func benchSuite(b *testing.B, list []scenarios.Scenario) {
 	defer closeBanks()
 	b.ReportMetric(float64(len(list)), "scenarios")
 	for b.Loop() {
-		const parallel = 4
-		sem := make(chan struct{}, parallel)
-		var wg sync.WaitGroup
-		for _, s := range list {
-			wg.Add(1)
-			sem <- struct{}{}
-			go func() {
-				defer wg.Done()
-				defer func() { <-sem }()
-				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-				defer cancel()
-				rep, err := scenarios.Execute(ctx, s, banks, 42, nil)
-				if err != nil || !rep.Passed {
-					b.Errorf("%s: %v %s", s.Name, err, rep.Verdict)
-				}
-			}()
+		for _, err := range runAtOnce(list, 4, func(ctx context.Context, s scenarios.Scenario) error {
+			rep, err := scenarios.Execute(ctx, s, banks, 42, nil)
+			if err == nil && !rep.Passed {
+				err = fmt.Errorf("%s", rep.Verdict)
+			}
+			return err
+		}) {
+			b.Error(err)
 		}
-		wg.Wait()
 	}
 }
 

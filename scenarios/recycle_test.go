@@ -233,6 +233,20 @@ func TestScenariosShareBanksAsOnTheirOwn(t *testing.T) {
 	defer closeBanks()
 	const parallel = 4
 	list := scenarios.List()
+	for _, err := range runAtOnce(list, parallel, func(ctx context.Context, s scenarios.Scenario) error {
+		return checkLessonNumbers(ctx, s, banks)
+	}) {
+		t.Error(err)
+	}
+	if n := counted.made.Load(); n > parallel {
+		t.Errorf("%d databases cloned for %d scenarios run %d at a time", n, len(list), parallel)
+	}
+}
+
+// runAtOnce runs fn for every scenario of list, up to parallel at once,
+// each bounded by a minute, and returns the errors, each naming its
+// scenario.
+func runAtOnce(list []scenarios.Scenario, parallel int, fn func(context.Context, scenarios.Scenario) error) []error {
 	sem := make(chan struct{}, parallel)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -245,8 +259,7 @@ func TestScenariosShareBanksAsOnTheirOwn(t *testing.T) {
 			defer func() { <-sem }()
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			err := checkLessonNumbers(ctx, s, banks)
-			if err != nil {
+			if err := fn(ctx, s); err != nil {
 				mu.Lock()
 				failures = append(failures, fmt.Errorf("%s: %w", s.Name, err))
 				mu.Unlock()
@@ -254,12 +267,7 @@ func TestScenariosShareBanksAsOnTheirOwn(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	for _, err := range failures {
-		t.Error(err)
-	}
-	if n := counted.made.Load(); n > parallel {
-		t.Errorf("%d databases cloned for %d scenarios run %d at a time", n, len(list), parallel)
-	}
+	return failures
 }
 
 // checkLessonNumbers runs s and says what differs from the lesson.
