@@ -86,6 +86,10 @@ type Options struct {
 	CacheDir string
 	// Log receives the PostgreSQL server log; nil discards it.
 	Log io.Writer
+
+	// snapshot overrides the built-in snapshot a new cluster is unpacked
+	// from: "off" for initdb, or an archive's path (tests).
+	snapshot string
 }
 
 // Server is a running (or reachable) PostgreSQL server.
@@ -273,6 +277,7 @@ func (s *Server) stopSupervisor(timeout time.Duration) error {
 }
 
 func startEmbedded(ctx context.Context, o Options) (*Server, error) {
+	began := time.Now()
 	bin, err := resolveBinaries(ctx, o.BinariesPath)
 	if err != nil {
 		return nil, err
@@ -280,6 +285,15 @@ func startEmbedded(ctx context.Context, o Options) (*Server, error) {
 	cacheDir, err := resolveCacheDir(o.CacheDir)
 	if err != nil {
 		return nil, err
+	}
+	snap := o.snapshot
+	if snap == "" {
+		switch env := os.Getenv("BANK_SIM_SNAPSHOT"); env {
+		case "", snapshotOff:
+			snap = env
+		default:
+			return nil, unavailable("BANK_SIM_SNAPSHOT=%s: only \"off\" is understood (make new clusters with initdb instead of unpacking bank-sim's snapshot); unset it otherwise", env)
+		}
 	}
 	exe, err := os.Executable()
 	if err != nil {
@@ -293,6 +307,7 @@ func startEmbedded(ctx context.Context, o Options) (*Server, error) {
 		Major:     bin.major,
 		CacheDir:  cacheDir,
 		Log:       o.Log != nil,
+		Snapshot:  snap,
 	}
 	cfgJSON, _ := json.Marshal(cfg)
 
@@ -438,10 +453,13 @@ func startEmbedded(ctx context.Context, o Options) (*Server, error) {
 	dropped, dropErr := dropLeftovers(ctx, conn)
 	s.release(conn, dropErr)
 	how := "new cluster"
-	if st.Reused {
+	switch {
+	case st.Reused:
 		how = "cluster reused"
+	case st.Snapshot != "":
+		how = "new cluster from " + st.Snapshot
 	}
-	s.desc = fmt.Sprintf("embedded PostgreSQL %s on 127.0.0.1:%d (%s), slot %d, %s", version, st.Port, bin.path, st.Slot, how)
+	s.desc = fmt.Sprintf("embedded PostgreSQL %s on 127.0.0.1:%d (%s), slot %d, %s, ready in %.2f s", version, st.Port, bin.path, st.Slot, how, time.Since(began).Seconds())
 	if dropped > 0 {
 		s.desc += fmt.Sprintf("; dropped %d %s left by killed bank-sim runs", dropped, plural(dropped, "database", "databases"))
 	}

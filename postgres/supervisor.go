@@ -23,6 +23,8 @@ import (
 	"time"
 
 	embeddedpostgres "github.com/fergusstrange/embedded-postgres"
+
+	"github.com/banksim/bank-sim/postgres/internal/snapshot"
 )
 
 const (
@@ -41,6 +43,9 @@ type supConfig struct {
 	Major     int
 	CacheDir  string
 	Log       bool
+	// Snapshot is "" for the built-in snapshot when one fits, "off" for
+	// initdb always, else an archive's path (tests).
+	Snapshot string
 }
 
 type supStatus struct {
@@ -50,6 +55,7 @@ type supStatus struct {
 	SlotDir       string `json:"slot_dir,omitempty"`
 	DataDir       string `json:"data_dir,omitempty"`
 	Reused        bool   `json:"reused"`
+	Snapshot      string `json:"snapshot,omitempty"` // what a new cluster was unpacked from
 	Password      string `json:"password,omitempty"`
 	PostmasterPID int    `json:"postmaster_pid,omitempty"`
 }
@@ -265,13 +271,25 @@ func (sv *supervisor) start(sigs chan os.Signal) (supStatus, error) {
 		"logging_collector": "off",
 	}
 	var lastErr error
+	snapshotTried := false
 	for attempt := 0; attempt < 4; attempt++ {
 		port, err := freePort()
 		if err != nil {
 			return supStatus{}, fmt.Errorf("no free TCP port on 127.0.0.1: %v", err)
 		}
 		reused := dataDirValid(sv.dataDir(), version)
-		if !reused {
+		unpacked := ""
+		if !reused && !snapshotTried {
+			snapshotTried = true
+			name, err := sv.unpackSnapshot(pw)
+			switch {
+			case err == nil:
+				unpacked = name
+			case !errors.Is(err, errNoSnapshot):
+				fmt.Fprintf(sv.logw, "bank-sim: not using the snapshot, running initdb: %v\n", err)
+			}
+		}
+		if !reused && unpacked == "" {
 			if err := sv.initdb(pw); err != nil {
 				return supStatus{}, err
 			}
@@ -285,6 +303,7 @@ func (sv *supervisor) start(sigs chan os.Signal) (supStatus, error) {
 				SlotDir:       sv.slotDir,
 				DataDir:       sv.dataDir(),
 				Reused:        reused,
+				Snapshot:      unpacked,
 				Password:      pw,
 				PostmasterPID: pm.pid,
 			}, nil
@@ -293,7 +312,18 @@ func (sv *supervisor) start(sigs chan os.Signal) (supStatus, error) {
 		if errors.Is(err, errPortTaken) {
 			continue
 		}
-		if strings.Contains(err.Error(), "interrupted") || !reused {
+		if strings.Contains(err.Error(), "interrupted") {
+			break
+		}
+		if unpacked != "" {
+			// The server refused the snapshot's cluster: make one with
+			// initdb instead (the next attempt; the snapshot is not retried).
+			fmt.Fprintf(sv.logw, "bank-sim: PostgreSQL would not start the cluster unpacked from %s, running initdb: %v\n", unpacked, err)
+			stopStale(sv.dataDir())
+			os.RemoveAll(sv.dataDir())
+			continue
+		}
+		if !reused {
 			break
 		}
 		// A reused data dir that does not start (half-written by a
@@ -349,9 +379,8 @@ func (sv *supervisor) fetch() error {
 	return nil
 }
 
-// initdb initialises the cluster itself, passing --no-sync: fsyncing every
-// file is half of initdb's time and pointless for a throwaway simulator
-// cluster. It builds it beside the data directory and renames it into place,
+// initdb initialises the cluster itself (snapshot.InitdbArgs), when no
+// snapshot fits or the server refused one. It builds it beside the data directory and renames it into place,
 // so a killed initdb never leaves a half-made cluster under the real name.
 func (sv *supervisor) initdb(pw string) error {
 	os.RemoveAll(sv.dataDir())
@@ -362,9 +391,7 @@ func (sv *supervisor) initdb(pw string) error {
 		return err
 	}
 	defer os.Remove(pwfile)
-	cmd := exec.Command(filepath.Join(sv.binPath, "bin", "initdb"),
-		"--no-sync", "-A", "password", "-U", "postgres", "--pwfile="+pwfile,
-		"--locale=C", "--encoding=UTF8", "-D", building)
+	cmd := exec.Command(filepath.Join(sv.binPath, "bin", "initdb"), snapshot.InitdbArgs(pwfile, building)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	var out bytes.Buffer
 	cmd.Stdout = io.MultiWriter(&out, sv.logw)
