@@ -91,6 +91,20 @@ func writeCanonical(buf *bytes.Buffer, v any) error {
 }
 
 func writeString(buf *bytes.Buffer, s string) {
+	// A string of printable ASCII with no quote or backslash is written as
+	// it is by encoding/json (HTML escaping off): skip the encoder, which
+	// costs an allocation or two per string of every fingerprint.
+	plain := true
+	for i := 0; i < len(s) && plain; i++ {
+		c := s[i]
+		plain = c >= 0x20 && c < 0x7f && c != '"' && c != '\\'
+	}
+	if plain {
+		buf.WriteByte('"')
+		buf.WriteString(s)
+		buf.WriteByte('"')
+		return
+	}
 	enc := json.NewEncoder(buf)
 	enc.SetEscapeHTML(false)
 	_ = enc.Encode(s)

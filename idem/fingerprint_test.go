@@ -250,3 +250,26 @@ func FuzzCanonical(f *testing.F) {
 		}
 	})
 }
+
+// TestCanonicalStringsAsEncodingJSON: Canonical writes every string (plain
+// ASCII, which it writes itself, and the rest, which it leaves to
+// encoding/json) exactly as encoding/json does with HTML escaping off.
+func TestCanonicalStringsAsEncodingJSON(t *testing.T) {
+	for _, s := range []string{"", "plain note 1", "rent <flat 3> & co", `quote " here`, `back\slash`,
+		"tab\there", "new\nline", "\x7f del", "Ọlá ₦", "\u2028 separator", "\x00", "~ tilde"} {
+		var want bytes.Buffer
+		enc := json.NewEncoder(&want)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(map[string]string{"note": s}); err != nil {
+			t.Fatal(err)
+		}
+		doc, _ := json.Marshal(map[string]string{"note": s})
+		got, err := idem.Canonical(doc)
+		if err != nil {
+			t.Fatalf("%q: %v", s, err)
+		}
+		if string(got)+"\n" != want.String() {
+			t.Errorf("%q: Canonical wrote %s, encoding/json %s", s, got, want.String())
+		}
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"github.com/banksim/bank-sim/idem"
 	"github.com/banksim/bank-sim/postgres/pgtest"
 	"github.com/banksim/bank-sim/scenarios"
+	"github.com/jackc/pgx/v5"
 )
 
 // The correct handler's transfer is pipelined: one round trip locks the
@@ -267,5 +268,90 @@ func TestHandlerRoundTrips(t *testing.T) {
 		if got := counter.N.Load(); got != tt.want {
 			t.Errorf("%s: %d round trips, want %d (%s)", tt.name, got, tt.want, tt.why)
 		}
+	}
+}
+
+// TestClaimCommitsBeforeTheLock: the claim commits on its own before the
+// transfer begins. While another transaction holds the sender's row, the
+// request waits on its lock, and every other session already sees its key
+// claimed. (A claim sent in the same round trip as the transfer's BEGIN
+// needs a Sync between them for this to hold.)
+func TestClaimCommitsBeforeTheLock(t *testing.T) {
+	t.Parallel()
+	ctx := bounded(t, "a claim visible while its transfer waits for a lock")
+	pool := newBank(t, 4)
+	h := &idem.Handler{DB: pool, Store: &idem.Store{}, WorkTimeout: 5 * time.Second}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if _, err := tx.Exec(ctx, "SELECT 1 FROM accounts WHERE id = 1 FOR UPDATE"); err != nil {
+		t.Fatal(err)
+	}
+	type answer struct {
+		resp bank.Response
+		err  error
+	}
+	answered := make(chan answer, 1)
+	go func() {
+		resp, err := h.Handle(ctx, idem.Request{UserID: 1, Key: key, Body: body(1, 2, 1_000_000)})
+		answered <- answer{resp, err}
+	}()
+	var status string
+	for status == "" {
+		err := pool.QueryRow(ctx, "SELECT status FROM idempotency_keys WHERE user_id = 1 AND key = $1", key).Scan(&status)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			t.Fatalf("waiting for the claim to be seen: %v", err)
+		}
+		select {
+		case a := <-answered:
+			t.Fatalf("the request answered %s %v while the sender's row was locked, and no one saw its claim before", a.resp.Summary(), a.err)
+		default:
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if status != "in_progress" {
+		t.Errorf("while the transfer waits, the key is %s, want in_progress", status)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a := <-answered
+	if a.err != nil || a.resp.Status != 201 {
+		t.Fatalf("got %s %v, want 201", a.resp.Summary(), a.err)
+	}
+	if n := transfers(t, pool); n != 1 {
+		t.Errorf("%d transfers, want 1", n)
+	}
+}
+
+// TestReplayLocksNothing: a replay touches no account, so it answers while
+// another transaction holds both accounts. (A claim sent together with the
+// transfer's locking read needs that read guarded by the claim for this to
+// hold.)
+func TestReplayLocksNothing(t *testing.T) {
+	t.Parallel()
+	ctx := bounded(t, "a replay while the accounts are locked")
+	pool := newBank(t, 4)
+	h := &idem.Handler{DB: pool, Store: &idem.Store{}, WorkTimeout: 3 * time.Second}
+	first := handle(t, h, 1, key, body(1, 2, 1_000_000))
+	if first.Status != 201 {
+		t.Fatalf("first request: %s", first.Summary())
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if _, err := tx.Exec(ctx, "SELECT 1 FROM accounts WHERE id IN (1, 2) FOR UPDATE"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := h.Handle(ctx, idem.Request{UserID: 1, Key: key, Body: body(1, 2, 1_000_000)})
+	if err != nil || !resp.Replayed || string(resp.Body) != string(first.Body) {
+		t.Fatalf("replay while the accounts are locked: %s %v, want the first answer replayed", resp.Summary(), err)
+	}
+	if n := transfers(t, pool); n != 1 {
+		t.Errorf("%d transfers, want 1", n)
 	}
 }
