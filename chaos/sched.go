@@ -613,6 +613,44 @@ func (s *sched) sleepSteps(ctx context.Context, n int, stop *event) bool {
 	return !stop.fired && !s.aborted && t.woke == -1
 }
 
+// waitSteps waits until one of evs fires (its index), or n steps of the
+// others have passed, or nothing else can run (-1).
+func (s *sched) waitSteps(ctx context.Context, what string, n int, evs ...*event) int {
+	t := taskFrom(ctx)
+	s.mu.Lock()
+	for i, ev := range evs {
+		if ev.fired {
+			s.mu.Unlock()
+			return i
+		}
+	}
+	if s.aborted {
+		s.mu.Unlock()
+		return -1
+	}
+	for _, ev := range evs {
+		ev.waiters = append(ev.waiters, t)
+	}
+	t.waiting, t.stepTimer, t.timeout = evs, s.step+n, true
+	s.suspendLocked(t, what)
+	s.mu.Unlock()
+	s.poke()
+	s.await(t)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.aborted && t.state != taskRunning {
+		return -1
+	}
+	return t.woke
+}
+
+// gaveUp reports whether the scheduler has given the run up.
+func (s *sched) gaveUp() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.aborted
+}
+
 // wait waits until every task of g has ended. Free, it gives up after bound
 // with an error saying what it waited for.
 func (g *group) wait(ctx context.Context, bound time.Duration, what string) error {

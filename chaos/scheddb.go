@@ -264,6 +264,12 @@ func mayWait(sql string) bool {
 	if strings.Contains(q, ";") {
 		return false // several statements (the bank emptied before a run): no savepoint can share their round trip
 	}
+	if strings.HasPrefix(q, "WITH") {
+		// A data-modifying CTE (the dispatcher's claim without SKIP
+		// LOCKED) waits for the rows it writes.
+		return strings.Contains(q, "FOR UPDATE") || strings.Contains(q, "UPDATE ") ||
+			strings.Contains(q, "INSERT INTO") || strings.Contains(q, "DELETE FROM")
+	}
 	return strings.Contains(q, "FOR UPDATE") || strings.HasPrefix(q, "UPDATE") ||
 		strings.HasPrefix(q, "INSERT") || strings.HasPrefix(q, "DELETE")
 }
@@ -531,6 +537,18 @@ var statements = []struct{ prefix, name string }{
 	{"SELECT id, owner_id, holder, status, balance_kobo FROM accounts", "read the ledger"},
 	{"SELECT id, from_account", "read the transfers"},
 	{"INSERT INTO accounts", "open an account"},
+	// The side effects': the outbox, the dispatchers, the consumer.
+	{"INSERT INTO outbox (", "add to the outbox"},
+	{"WITH candidates AS", "claim outbox rows"},
+	{"WITH renewed AS", "renew its claim"},
+	{"WITH marked AS", "mark the row done"},
+	{"UPDATE outbox SET claim_token = NULL", "give the row back"},
+	{"UPDATE outbox_attempts", "record the attempt"},
+	{"SELECT max(claimed_until)", "read its lease"},
+	{"SELECT coalesce(claim_token", "look for a takeover"},
+	{"INSERT INTO processed_events", "mark the event processed"},
+	{"SELECT holder FROM accounts", "read a name"},
+	{"INSERT INTO notifications", "write the notification"},
 }
 
 var schedDebug = os.Getenv("BANKSIM_SCHED_DEBUG") != ""
