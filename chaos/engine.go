@@ -164,9 +164,9 @@ type engine struct {
 	// pipeFired are the pipeline's fault decisions that fired, in a
 	// deterministic run (History.PipelineFaults).
 	pipeFired []outbox.Firing
-	crashErr      error
-	crashWG       sync.WaitGroup
-	crashOnce     sync.Once
+	crashErr  error
+	crashWG   sync.WaitGroup
+	crashOnce sync.Once
 }
 
 func newEngine(db bank.DB, cfg Config) *engine {
