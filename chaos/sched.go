@@ -1156,7 +1156,10 @@ func (s *sched) chooseLocked(ready []*task) {
 		}
 	}
 	pick := def
-	if s.policy == PolicyRandom {
+	if s.policy == PolicyRandom && len(ready) > 1 {
+		// No draw for a choice that is none: the steps of a lone task
+		// (the run opening its accounts) leave the seed's choices as they
+		// are, so that a bank with fewer accounts is scheduled alike.
 		pick = ready[s.rng.IntN(len(ready))]
 	}
 	if name, ok := s.rules[s.lastEnd]; ok {

@@ -729,22 +729,40 @@ func (s *shrinker) recipe(best candidate, from sizes, kind string) *Recipe {
 	return r
 }
 
-// pipelineAtMost turns each side-effect fault that fired into one that
-// fires at every chance, if the run still fails so: a smaller workload has
-// other outbox rows and events, and the rate's draws would miss them, where
-// a fault at every chance still strikes.
+// pipelineAtMost turns the side effects' faults that fired into faults
+// that fire at every chance, if the run still fails so: all of them, or
+// else one alone (the others off). A smaller workload has other outbox rows
+// and events, which the rates' draws would miss, where a fault at every
+// chance still strikes.
 func (s *shrinker) pipelineAtMost(best candidate) candidate {
 	if len(best.pipeRates) == 0 || best.h == nil || len(best.h.PipelineFaults) == 0 {
 		return best
 	}
-	c := best
-	c.pipeRates = Rates{}
-	for _, f := range best.h.PipelineFaults {
-		c.pipeRates[f.Fault] = 1
+	var kinds []string
+	for _, k := range outbox.PipelineFaults() {
+		for _, f := range best.h.PipelineFaults {
+			if f.Fault == k {
+				kinds = append(kinds, k)
+				break
+			}
+		}
 	}
-	if c, ok := s.try(c); ok {
-		s.log("the side effects' faults that fired (%s) at every chance", c.pipeRates)
-		return c
+	tries := [][]string{kinds}
+	if len(kinds) > 1 {
+		for _, k := range kinds {
+			tries = append(tries, []string{k})
+		}
+	}
+	for _, ks := range tries {
+		c := best
+		c.pipeRates = Rates{}
+		for _, k := range ks {
+			c.pipeRates[k] = 1
+		}
+		if c, ok := s.try(c); ok {
+			s.log("the side effects' faults: %s at every chance", c.pipeRates)
+			return c
+		}
 	}
 	return best
 }
