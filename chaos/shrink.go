@@ -86,7 +86,10 @@ func Shrink(ctx context.Context, dbs scenarios.Databases, cfg Config, h *History
 		}
 		return nil, fmt.Errorf("chaos: the run does not break %q again when its workload is written out as a script (%s); it cannot be shrunk", o.Kind, s.lastErr)
 	}
-	best := s.pipelineAtMost(base)
+	// Fewer dispatchers first: each is one more task the random schedule
+	// picks among the clients, and a race between two clients comes
+	// less often among more.
+	best := s.fewerDispatchers(s.pipelineAtMost(base))
 	for round := 0; round < 3; round++ {
 		before := best.size()
 		best = s.intents(best, h, round == 0)
@@ -549,15 +552,7 @@ func (s *shrinker) knobs(best candidate) candidate {
 			break
 		}
 	}
-	for n := 1; n < best.dispatchers; n++ {
-		c := best
-		c.dispatchers = n
-		if c, ok := s.try(c); ok {
-			s.log("%d dispatchers → %d", best.dispatchers, n)
-			best = c
-			break
-		}
-	}
+	best = s.fewerDispatchers(best)
 	last := 1
 	for _, r := range best.faultRefs() {
 		last = max(last, r.attempt+1)
@@ -814,6 +809,19 @@ func (s *shrinker) pipelineFirings(best candidate) candidate {
 	if len(keep) < len(fire) {
 		s.log("%d side-effect faults → %d", len(fire), len(keep))
 		return cur
+	}
+	return best
+}
+
+// fewerDispatchers runs as few of the outbox's dispatchers as still fail.
+func (s *shrinker) fewerDispatchers(best candidate) candidate {
+	for n := 1; n < best.dispatchers; n++ {
+		c := best
+		c.dispatchers = n
+		if c, ok := s.try(c); ok {
+			s.log("%d dispatchers → %d", best.dispatchers, n)
+			return c
+		}
 	}
 	return best
 }
