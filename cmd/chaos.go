@@ -136,7 +136,8 @@ statement, SMS and event a step.
 
 --shrink (deterministic) turns a failing run into a recipe: the smallest
 run it finds that still breaks the same rule — fewer intents, clients,
-servers and attempts, fewer and simpler faults, and the default schedule
+servers, dispatchers, attempts and accounts, fewer and simpler faults (the
+side effects' as the decisions that fired), and the default schedule
 (each task runs until it must wait) with only the preemptions the failure
 needs — printed so that a person reads it in a minute. --save-recipe FILE
 writes it as JSON; 'bank-sim scenario --recipe FILE' replays it as a story
