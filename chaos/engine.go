@@ -223,11 +223,12 @@ func newEngineOn(db bank.DB, cfg Config, s *sched) *engine {
 		if cfg.Bug != nil {
 			cfg.Bug.Apply(h)
 		}
-		h.Effects = &outbox.Effects{DB: db, SMS: e.sms, Log: e.log, Flaws: flaws, Committed: func() {
-			if e.pipeline != nil {
-				e.pipeline.Kick()
-			}
-		}}
+		effects := &outbox.Effects{DB: db, SMS: e.sms, Log: e.log, Flaws: flaws}
+		if s != nil {
+			// The dispatchers wait, idle, for a transfer to commit.
+			effects.Committed = e.kickPipeline
+		}
+		h.Effects = effects
 		e.handlers = append(e.handlers, h)
 		serve := func(ctx context.Context, req idem.Request) (bank.Response, error) {
 			resp, err := h.Handle(e.paced(ctx), req)
@@ -280,7 +281,13 @@ func appClockSkew(k int) time.Duration {
 // the pipeline, whose leases and backoffs may have run out.
 func (e *engine) advance(d time.Duration) {
 	e.clock.Advance(d)
-	if e.pipeline != nil {
+	e.kickPipeline()
+}
+
+// kickPipeline tells a deterministic run's idle dispatchers and consumer
+// that there may be something to do; a free run's poll on their own.
+func (e *engine) kickPipeline() {
+	if e.sched != nil && e.pipeline != nil {
 		e.pipeline.Kick()
 	}
 }
