@@ -265,9 +265,7 @@ func applies(h *History, p string) bool {
 	case p == PathLockTakenAfterExpiry || p == PathLockReleaseRefused:
 		return h.SideEffects != nil && h.SideEffects.LockChecked
 	case slices.Contains(outbox.PipelinePaths(), p):
-		// A deterministic run drains its outbox after the clients, without
-		// the faults that reach these paths.
-		return h.SideEffects != nil && h.Deterministic == nil
+		return h.SideEffects != nil
 	}
 	return true
 }

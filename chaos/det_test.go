@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/banksim/bank-sim/chaos"
+	"github.com/banksim/bank-sim/outbox"
 	"github.com/banksim/bank-sim/postgres/pgtest"
 	"github.com/banksim/bank-sim/scenarios"
 )
@@ -56,9 +58,40 @@ func TestDeterministicRunsRepeat(t *testing.T) {
 				if !res.Valid() {
 					t.Fatalf("seed %d, %d clients: %d violations with the correct handler, first %s: %s", seed, clients, len(res.Violations), res.First.Kind, res.First.Detail)
 				}
+				pipelineRanBeside(t, a, da)
 				t.Logf("%d steps, %s, hash %s, %d transfers", len(da), res.Verdict(), ha[:12], len(a.Final.Transfers))
 			})
 		}
+	}
+}
+
+// pipelineRanBeside checks that the side effects' pipeline ran as tasks of
+// the scheduler among the clients, with its faults: a dispatcher and the
+// consumer were chosen before the last client ended, and the pipeline's
+// faults that fired are those the history lists, one decision each.
+func pipelineRanBeside(t *testing.T, h *chaos.History, ds []chaos.Decision) {
+	t.Helper()
+	lastClient := 0
+	for _, d := range ds {
+		if strings.HasPrefix(d.Ran, "client-") {
+			lastClient = d.Step
+		}
+	}
+	chosen := map[string]int{}
+	for _, d := range ds {
+		if d.Step < lastClient {
+			chosen[strings.TrimRight(d.Ran, "0123456789")]++
+		}
+	}
+	if chosen["dispatcher-"] == 0 || chosen["consumer"] == 0 {
+		t.Fatalf("the pipeline did not run beside the clients: before the last client's step %d the scheduler chose %v", lastClient, chosen)
+	}
+	fired := 0
+	for _, k := range outbox.PipelineFaults() {
+		fired += h.Fired[k]
+	}
+	if fired == 0 || fired != len(h.PipelineFaults) {
+		t.Fatalf("%d side-effect faults fired (%v), %d decisions listed", fired, h.Fired, len(h.PipelineFaults))
 	}
 }
 

@@ -161,9 +161,12 @@ type engine struct {
 	crashPostgres func(ctx context.Context) error
 	crashes       []Crash
 	sideEffects   *outbox.Snapshot
-	crashErr      error
-	crashWG       sync.WaitGroup
-	crashOnce     sync.Once
+	// pipeFired are the pipeline's fault decisions that fired, in a
+	// deterministic run (History.PipelineFaults).
+	pipeFired []outbox.Firing
+	crashErr  error
+	crashWG   sync.WaitGroup
+	crashOnce sync.Once
 }
 
 func newEngine(db bank.DB, cfg Config) *engine {
@@ -220,7 +223,12 @@ func newEngineOn(db bank.DB, cfg Config, s *sched) *engine {
 		if cfg.Bug != nil {
 			cfg.Bug.Apply(h)
 		}
-		h.Effects = &outbox.Effects{DB: db, SMS: e.sms, Log: e.log, Flaws: flaws}
+		effects := &outbox.Effects{DB: db, SMS: e.sms, Log: e.log, Flaws: flaws}
+		if s != nil {
+			// The dispatchers wait, idle, for a transfer to commit.
+			effects.Committed = e.kickPipeline
+		}
+		h.Effects = effects
 		e.handlers = append(e.handlers, h)
 		serve := func(ctx context.Context, req idem.Request) (bank.Response, error) {
 			resp, err := h.Handle(e.paced(ctx), req)
@@ -267,6 +275,21 @@ func appClockSkew(k int) time.Duration {
 		return 45 * time.Second
 	}
 	return 0
+}
+
+// advance moves the run's clock (and the database's) on by d, and tells
+// the pipeline, whose leases and backoffs may have run out.
+func (e *engine) advance(d time.Duration) {
+	e.clock.Advance(d)
+	e.kickPipeline()
+}
+
+// kickPipeline tells a deterministic run's idle dispatchers and consumer
+// that there may be something to do; a free run's poll on their own.
+func (e *engine) kickPipeline() {
+	if e.sched != nil && e.pipeline != nil {
+		e.pipeline.Kick()
+	}
 }
 
 // stall records a staged race that did not happen as planned.
@@ -356,9 +379,10 @@ func (e *engine) run(ctx context.Context, progress Progress) (*History, error) {
 	for _, k := range outbox.PipelineFaults() {
 		pipeCfg.Rates[k] = cfg.Faults[k]
 	}
+	pipeCfg.Dispatchers, pipeCfg.Fire = cfg.Dispatchers, cfg.PipelineFaults
 	if e.sched != nil {
-		// Its dispatchers and consumer would run on real time: the outbox
-		// is drained after the clients (settleSideEffects), without faults.
+		// Its dispatchers and consumer are tasks, started once the clients
+		// are (drive): the default policy prefers the clients.
 		e.pipeline = outbox.NewPipeline(e.db, e.sms, e.log, pipeCfg)
 	} else {
 		e.pipeline = outbox.StartPipeline(ctx, e.db, e.sms, e.log, pipeCfg)
@@ -420,7 +444,7 @@ func (e *engine) run(ctx context.Context, progress Progress) (*History, error) {
 
 	h := &History{Seed: cfg.Seed, Config: cfg, Opening: e.lay.accounts, Audits: e.audits, Fired: e.fired,
 		Server: e.server, Crashes: e.crashes, Cleanup: e.cleanup, Stalls: e.stalls, BeforeHeal: e.beforeHeal, Freezes: e.freezes,
-		SideEffects: e.sideEffects}
+		SideEffects: e.sideEffects, PipelineFaults: e.pipeFired}
 	h.Intents = make([]Intent, len(e.intents))
 	for i, in := range e.intents {
 		h.Intents[i] = *in
@@ -494,6 +518,9 @@ func (e *engine) drive(ctx context.Context, progress Progress, deadline time.Tim
 			}
 		})
 	}
+	if e.sched != nil {
+		e.pipeline.StartOn(ctx, newPipeTasks(ctx, e.sched))
+	}
 	_ = clients.wait(ctx, 24*time.Hour, "the clients")
 }
 
@@ -521,7 +548,7 @@ func (e *engine) settle(ctx context.Context) error {
 		return err
 	}
 	e.beforeHeal = census
-	e.clock.Advance(idem.DefaultLockTTL + time.Second)
+	e.advance(idem.DefaultLockTTL + time.Second)
 	if err := e.heal(ctx); err != nil {
 		return err
 	}
@@ -578,6 +605,9 @@ func (e *engine) settleSideEffects(ctx context.Context) error {
 	e.server[PathLockTakenAfterExpiry] += st.TakenAfterExpiry
 	e.server[PathLockReleaseRefused] += st.ReleaseRefused
 	e.sideEffects = &snap
+	if e.sched != nil {
+		e.pipeFired = e.pipeline.Firings()
+	}
 	return nil
 }
 
@@ -701,7 +731,7 @@ func (e *engine) census(ctx context.Context) (*KeyCensus, error) {
 func (e *engine) runCleanup(ctx context.Context) error {
 	target := e.clockStart.Add(idem.DefaultRetention - time.Minute)
 	if now := e.clock.Now(); now.Before(target) {
-		e.clock.Advance(target.Sub(now))
+		e.advance(target.Sub(now))
 	}
 	if err := e.clock.Err(); err != nil {
 		return err
@@ -812,7 +842,7 @@ func (e *engine) attempt(ctx context.Context, i int, p Planned, n int, phase, fa
 	case "":
 		resp, err = server(ctx, req)
 	case FaultClockJump:
-		e.clock.Advance(idem.DefaultLockTTL + time.Second)
+		e.advance(idem.DefaultLockTTL + time.Second)
 		resp, err = server(ctx, req)
 	case FaultLate:
 		// The request reaches the server only once this attempt has ended
@@ -1007,7 +1037,7 @@ func (e *engine) expireMidWrite(ctx context.Context, req idem.Request, holder in
 	var once sync.Once
 	return func() {
 		once.Do(func() {
-			e.clock.Advance(idem.DefaultLockTTL + time.Second)
+			e.advance(idem.DefaultLockTTL + time.Second)
 			claimed, done := e.sched.newEvent(), e.sched.newEvent()
 			var claim idem.Claim
 			tctx := idem.WithHooks(context.WithoutCancel(ctx), idem.Hooks{AfterClaim: func(_ context.Context, c idem.Claim) {

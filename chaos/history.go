@@ -97,6 +97,10 @@ type History struct {
 	// after healing: the SMS the provider accepted, the log's events, the
 	// outbox left undone, the consumer's effects, the lock's grants.
 	SideEffects *outbox.Snapshot `json:"sideEffects,omitempty"`
+	// PipelineFaults are the side effects' fault decisions that fired, in
+	// the order they were made, in a deterministic run: given back as
+	// Config.PipelineFaults they fire again (a recipe's).
+	PipelineFaults []outbox.Firing `json:"pipelineFaults,omitempty"`
 }
 
 // Freeze is an account frozen under a transfer that had checked it active.

@@ -229,6 +229,12 @@ type Config struct {
 	// Script, when set, is the run's whole workload, given instead of
 	// drawn from the seed: a shrunk run's, or a recipe's.
 	Script *Script `json:"script,omitempty"`
+	// Dispatchers is how many outbox dispatchers run beside the clients;
+	// 3 when zero.
+	Dispatchers int `json:"dispatchers,omitempty"`
+	// PipelineFaults are side-effect fault decisions that fire whatever the
+	// rates (outbox.PipelineConfig.Fire): a recipe's, as its run made them.
+	PipelineFaults []outbox.Firing `json:"pipelineFaults,omitempty"`
 }
 
 // WithDefaults fills in every zero field.
@@ -273,17 +279,6 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.AuditEvery <= 0 {
 		c.AuditEvery = 25 * time.Millisecond
-	}
-	if c.Deterministic {
-		// A deterministic run drains the outbox after its clients, with no
-		// dispatcher beside them: the side effects' faults cannot fire.
-		rates := Rates{}
-		for k, r := range c.Faults {
-			if !sideEffectFault(k) {
-				rates[k] = r
-			}
-		}
-		c.Faults = rates
 	}
 	return c
 }

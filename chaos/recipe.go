@@ -13,6 +13,7 @@ import (
 
 	"github.com/banksim/bank-sim/bank"
 	"github.com/banksim/bank-sim/idem"
+	"github.com/banksim/bank-sim/outbox"
 	"github.com/banksim/bank-sim/scenarios"
 )
 
@@ -39,6 +40,13 @@ type Recipe struct {
 	Servers    int  `json:"servers"`
 	Attempts   int  `json:"attempts"`
 	AuditSteps int  `json:"auditSteps"`
+	// Dispatchers is how many outbox dispatchers run beside the clients (3
+	// when zero, as in a recipe from before they did).
+	Dispatchers int `json:"dispatchers,omitempty"`
+	// PipelineFaults are the side effects' faults, as the decisions that
+	// fired: each fault, what it struck (an outbox row, a provider key, an
+	// event) and at which of its chances there.
+	PipelineFaults []outbox.Firing `json:"pipelineFaults,omitempty"`
 	// Interleaving is the schedule: a policy and its preemptions.
 	Interleaving *Interleaving `json:"interleaving"`
 	// Script is the bank and the intents.
@@ -74,7 +82,8 @@ func (r *Recipe) Config(bug *idem.Bug) Config {
 		}
 	}
 	return Config{Seed: uint64(r.Seed), Clients: r.Clients, Instances: r.Servers, MaxAttempts: r.Attempts, Faults: rates,
-		Bug: bug, Deterministic: true, Interleaving: r.Interleaving, AuditSteps: r.AuditSteps, Script: r.Script}.WithDefaults()
+		Bug: bug, Deterministic: true, Interleaving: r.Interleaving, AuditSteps: r.AuditSteps, Script: r.Script,
+		Dispatchers: r.Dispatchers, PipelineFaults: r.PipelineFaults}.WithDefaults()
 }
 
 // Save writes the recipe as indented JSON, through a temporary file and a
@@ -135,6 +144,16 @@ func (r *Recipe) Validate() error {
 		return fmt.Errorf("servers %d: give 1 to 64", r.Servers)
 	case r.Attempts < 1 || r.Attempts > 100:
 		return fmt.Errorf("attempts %d: give 1 to 100", r.Attempts)
+	case r.Dispatchers < 0 || r.Dispatchers > 16:
+		return fmt.Errorf("dispatchers %d: give 1 to 16", r.Dispatchers)
+	}
+	for _, f := range r.PipelineFaults {
+		if !sideEffectFault(f.Fault) {
+			return fmt.Errorf("pipeline fault %q: not one of the side effects' faults (%s)", f.Fault, strings.Join(outbox.PipelineFaults(), ", "))
+		}
+		if f.N < 0 {
+			return fmt.Errorf("pipeline fault %s on %q: chance %d is negative", f.Fault, f.On, f.N)
+		}
 	}
 	known := false
 	for _, k := range Kinds() {
@@ -170,6 +189,7 @@ func (r *Recipe) Text() string {
 	fmt.Fprintf(&b, "  %s\n", describeServers(r.Servers))
 	fmt.Fprintf(&b, "  %s, each sending its next intent once the last has its final answer; up to %s per intent, then healing%s\n",
 		plural(r.Clients, "client", "clients"), plural(r.Attempts, "attempt", "attempts"), auditText(r.AuditSteps))
+	fmt.Fprintf(&b, "  %s\n", pipelineText(r.Dispatchers, r.PipelineFaults))
 	fmt.Fprintf(&b, "\nThe intents\n")
 	for _, in := range r.Script.Intents {
 		fmt.Fprintf(&b, "  %s: user %d sends %s from account %d to account %d, key %s", in.Label, in.UserID,
@@ -196,6 +216,12 @@ func (r *Recipe) Text() string {
 		}
 		if in.AfterCleanup {
 			b.WriteString("     and once more after the cleanup job\n")
+		}
+	}
+	if len(r.PipelineFaults) > 0 {
+		fmt.Fprintf(&b, "\nThe side effects' faults\n")
+		for _, f := range r.PipelineFaults {
+			fmt.Fprintf(&b, "  %s\n", firingText(f))
 		}
 	}
 	fmt.Fprintf(&b, "\nThe schedule\n  %s\n", scheduleText(r.Interleaving))
@@ -322,6 +348,38 @@ func faultText(a ScriptAttempt) string {
 	return a.Fault
 }
 
+// pipelineText says what drains the outbox beside the clients.
+func pipelineText(dispatchers int, fire []outbox.Firing) string {
+	if dispatchers <= 0 {
+		dispatchers = 3
+	}
+	s := fmt.Sprintf("%s and a consumer drain the outbox beside the clients, then once more after healing", plural(dispatchers, "dispatcher", "dispatchers"))
+	if len(fire) == 0 {
+		s += ", no fault"
+	}
+	return s
+}
+
+// firingText says what a side-effect fault did, and where.
+func firingText(f outbox.Firing) string {
+	nth := fmt.Sprintf("at its %s chance there", ordinal(f.N+1))
+	switch f.Fault {
+	case outbox.FaultDispatcherCrash:
+		return fmt.Sprintf("dispatcher-crash on outbox row %s, %s: the dispatcher sends it and dies before marking it done", f.On, nth)
+	case outbox.FaultDispatcherPause:
+		return fmt.Sprintf("dispatcher-pause on the batch starting at outbox row %s, %s: the dispatcher stalls past its lease", f.On, nth)
+	case outbox.FaultProviderTimeout:
+		on := "the SMS with key " + f.On
+		if f.On == "" {
+			on = "an SMS sent without a key"
+		}
+		return fmt.Sprintf("provider-timeout on %s, %s: the provider accepts it and its answer is lost", on, nth)
+	case outbox.FaultConsumerCrash:
+		return fmt.Sprintf("consumer-crash on event %s, %s: the consumer dies between its two steps, the effect and the offset commit, in the order its code takes them", f.On, nth)
+	}
+	return fmt.Sprintf("%s on %s, %s", f.Fault, f.On, nth)
+}
+
 func plural(n int, one, many string) string {
 	if n == 1 {
 		return "1 " + one
@@ -403,6 +461,9 @@ func (r *Recipe) replay(ctx context.Context, run *scenarios.Run, bug *idem.Bug, 
 				run.Told(bank.Told{Intent: in.Label, UserID: in.UserID, Request: in.Request, Response: a.Response()})
 			}
 		}
+	}
+	for _, f := range h.PipelineFaults {
+		run.Step("side effects: %s", firingText(f))
 	}
 	for _, st := range h.Stalls {
 		run.Server("stalled: %s", st)

@@ -155,6 +155,11 @@ type task struct {
 	// a lock held by blockers.
 	cancelled bool
 	blockers  []uint32
+	// inPG: the statement in flight may wait for its lock inside
+	// PostgreSQL (waitsInPG); pgWait: it does, blocked by blockers until
+	// one of their transactions ends; released: one has, and the
+	// statement may be running again.
+	inPG, pgWait, released bool
 
 	// A task waiting for a lock waits for one of lockOn's transactions to
 	// end (their connections' generations to move on).
@@ -613,6 +618,44 @@ func (s *sched) sleepSteps(ctx context.Context, n int, stop *event) bool {
 	return !stop.fired && !s.aborted && t.woke == -1
 }
 
+// waitSteps waits until one of evs fires (its index), or n steps of the
+// others have passed, or nothing else can run (-1).
+func (s *sched) waitSteps(ctx context.Context, what string, n int, evs ...*event) int {
+	t := taskFrom(ctx)
+	s.mu.Lock()
+	for i, ev := range evs {
+		if ev.fired {
+			s.mu.Unlock()
+			return i
+		}
+	}
+	if s.aborted {
+		s.mu.Unlock()
+		return -1
+	}
+	for _, ev := range evs {
+		ev.waiters = append(ev.waiters, t)
+	}
+	t.waiting, t.stepTimer, t.timeout = evs, s.step+n, true
+	s.suspendLocked(t, what)
+	s.mu.Unlock()
+	s.poke()
+	s.await(t)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.aborted && t.state != taskRunning {
+		return -1
+	}
+	return t.woke
+}
+
+// gaveUp reports whether the scheduler has given the run up.
+func (s *sched) gaveUp() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.aborted
+}
+
 // wait waits until every task of g has ended. Free, it gives up after bound
 // with an error saying what it waited for.
 func (g *group) wait(ctx context.Context, bound time.Duration, what string) error {
@@ -672,6 +715,11 @@ func (s *sched) txEndedLocked(pid uint32) {
 	c.gen++
 	c.timed = false
 	for _, t := range s.tasks {
+		if t.pgWait && slicesContains(t.blockers, pid) {
+			t.released = true
+		}
+	}
+	for _, t := range s.tasks {
 		if t.state == taskSuspended && t.lockOn != nil {
 			for _, p := range t.lockOn {
 				if p == pid {
@@ -683,10 +731,12 @@ func (s *sched) txEndedLocked(pid uint32) {
 	}
 }
 
-// inflight marks t's statement as sent on pid.
-func (s *sched) inflight(t *task, pid uint32) {
+// inflight marks t's statement as sent on pid; inPG when it may wait for a
+// lock inside PostgreSQL rather than be cancelled (waitsInPG).
+func (s *sched) inflight(t *task, pid uint32, inPG bool) {
 	s.mu.Lock()
 	t.inflight, t.pid, t.cancelled, t.blockers = true, pid, false, nil
+	t.inPG, t.pgWait, t.released = inPG, false, false
 	t.timed = false
 	if c := s.conns[pid]; c != nil {
 		c.owner, c.busy = t, true
@@ -703,6 +753,18 @@ func (s *sched) returned(t *task, pid uint32, err error, endsTx bool) (blockers 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t.inflight = false
+	if t.pgWait {
+		// It waited inside PostgreSQL, suspended, and has its answer: it
+		// parks here, before its Go code goes on, until it is chosen.
+		t.pgWait, t.released, t.inPG = false, false, false
+		t.state, t.label = taskReady, "after waiting for a lock in PostgreSQL"
+		defer func() {
+			s.mu.Unlock()
+			s.poke()
+			s.await(t)
+			s.mu.Lock()
+		}()
+	}
 	if c := s.conns[pid]; c != nil {
 		c.busy = false
 	}
@@ -770,11 +832,32 @@ func (s *sched) quiescentLocked() bool {
 		return false
 	}
 	for _, t := range s.tasks {
-		if t.state == taskStarting {
+		if t.state == taskStarting || t.released {
 			return false
 		}
 	}
 	return true
+}
+
+func slicesContains(xs []uint32, x uint32) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
+
+// otherWaitsInPGLocked reports whether another task waits inside
+// PostgreSQL: one COMMIT could release both (directly, or through the
+// queue for a row), and they would race there.
+func (s *sched) otherWaitsInPGLocked(t *task) bool {
+	for _, u := range s.tasks {
+		if u != t && u.pgWait {
+			return true
+		}
+	}
+	return false
 }
 
 // stableLocked reports whether every blocker of the running task t is a
@@ -785,6 +868,9 @@ func (s *sched) stableLocked(t *task, blockers []uint32) bool {
 	}
 	for _, b := range blockers {
 		c := s.conns[b]
+		if c != nil && c.owner != nil && c.owner != t && c.busy && c.owner.pgWait && !c.owner.released {
+			continue // waits inside PostgreSQL for a parked task: it cannot move by itself
+		}
 		if c == nil || c.owner == nil || c.owner == t || c.busy {
 			// A connection on its way out, t's own (under lock_timeout),
 			// or a statement in flight: it may end by itself.
@@ -823,6 +909,16 @@ func (s *sched) loop(ctx context.Context) {
 		if !s.quiescentLocked() {
 			r := s.running
 			watch := r != nil && r.inflight && !r.timed && !r.cancelled
+			if r == nil {
+				// A statement released inside PostgreSQL: does it wait
+				// again, or is it on its way back?
+				for _, t := range s.tasks {
+					if t.released && t.inflight {
+						r, watch = t, true
+						break
+					}
+				}
+			}
 			var pid uint32
 			if watch {
 				pid = r.pid
@@ -904,7 +1000,24 @@ func (s *sched) cancelIfBlocked(ctx context.Context, r *task, pid uint32) error 
 		return err
 	}
 	s.mu.Lock()
+	if r.released {
+		if r.inflight && r.pid == pid && s.stableLocked(r, bs) {
+			r.released, r.blockers = false, bs // blocked again
+		}
+		s.mu.Unlock()
+		return nil
+	}
 	cancel := r.inflight && r.pid == pid && !r.cancelled && !r.timed && s.stableLocked(r, bs)
+	if cancel && r.inPG && !s.otherWaitsInPGLocked(r) {
+		// It waits inside PostgreSQL, as it would in production: the
+		// transaction that ends first lets it go on with what it read.
+		r.pgWait, r.blockers = true, bs
+		s.suspendLocked(r, "a lock, inside PostgreSQL")
+		s.fireLocked(r.stuck)
+		s.mu.Unlock()
+		s.poke()
+		return nil
+	}
 	if cancel {
 		r.cancelled, r.blockers = true, bs
 	}
@@ -1043,7 +1156,10 @@ func (s *sched) chooseLocked(ready []*task) {
 		}
 	}
 	pick := def
-	if s.policy == PolicyRandom {
+	if s.policy == PolicyRandom && len(ready) > 1 {
+		// No draw for a choice that is none: the steps of a lone task
+		// (the run opening its accounts) leave the seed's choices as they
+		// are, so that a bank with fewer accounts is scheduled alike.
 		pick = ready[s.rng.IntN(len(ready))]
 	}
 	if name, ok := s.rules[s.lastEnd]; ok {

@@ -80,11 +80,11 @@ type result struct {
 // send runs one statement for t on pid, as a step: it waits to be chosen,
 // sends it (through run), and, each time the scheduler cancels it for a
 // lock, undoes it (undo), waits for the lock's holders, and sends it again.
-func (d *schedDB) send(ctx context.Context, t *task, pid uint32, label string, endsTx bool,
+func (d *schedDB) send(ctx context.Context, t *task, pid uint32, label string, endsTx, inPG bool,
 	run func() (result, error), undo func() error) (result, error) {
 	d.s.park(t, label)
 	for {
-		d.s.inflight(t, pid)
+		d.s.inflight(t, pid, inPG)
 		res, err := run()
 		if schedDebug {
 			fmt.Fprintf(os.Stderr, "dbg %d %s | %s | %s err=%v\n", d.s.now(), t.name, label, res.tag, err)
@@ -129,7 +129,7 @@ func (d *schedDB) Exec(ctx context.Context, sql string, args ...any) (pgconn.Com
 // its connection: an autocommit statement, which a cancel undoes whole.
 func (d *schedDB) sendNow(ctx context.Context, t *task, pid uint32, label string, run func() (result, error)) (result, error) {
 	for {
-		d.s.inflight(t, pid)
+		d.s.inflight(t, pid, false)
 		res, err := run()
 		if schedDebug {
 			fmt.Fprintf(os.Stderr, "dbg %d %s | %s | %s err=%v\n", d.s.now(), t.name, label, res.tag, err)
@@ -245,7 +245,7 @@ func (x *schedTx) end(ctx context.Context, what string, f func(context.Context) 
 		return pgx.ErrTxClosed
 	}
 	t := x.task(ctx)
-	_, err := x.d.send(ctx, t, x.pid, stepName(t, what), true, func() (result, error) {
+	_, err := x.d.send(ctx, t, x.pid, stepName(t, what), true, false, func() (result, error) {
 		return result{}, f(ctx)
 	}, nil)
 	x.closed = true
@@ -264,8 +264,32 @@ func mayWait(sql string) bool {
 	if strings.Contains(q, ";") {
 		return false // several statements (the bank emptied before a run): no savepoint can share their round trip
 	}
+	if strings.HasPrefix(q, "WITH") {
+		// A data-modifying CTE (the dispatcher's claim without SKIP
+		// LOCKED) waits for the rows it writes.
+		return strings.Contains(q, "FOR UPDATE") || strings.Contains(q, "UPDATE ") ||
+			strings.Contains(q, "INSERT INTO") || strings.Contains(q, "DELETE FROM")
+	}
 	return strings.Contains(q, "FOR UPDATE") || strings.HasPrefix(q, "UPDATE") ||
 		strings.HasPrefix(q, "INSERT") || strings.HasPrefix(q, "DELETE")
+}
+
+// waitsInPG reports whether sql, when it waits for a lock, is left to wait
+// inside PostgreSQL instead of being cancelled and sent again: a statement
+// whose first part reads the rows its later part writes (WITH c AS (SELECT
+// …) UPDATE … FROM c). Waiting, it goes on with the rows it read before the
+// lock was released, as in production; sent again, it would read them
+// afresh, and hide that race (the dispatcher's claim without SKIP LOCKED).
+// The scheduler lets one statement at a time wait so for a transaction,
+// so that its end releases only one.
+func waitsInPG(sql string) bool {
+	q := strings.ToUpper(strings.Join(strings.Fields(sql), " "))
+	if !strings.HasPrefix(q, "WITH ") {
+		return false
+	}
+	open := strings.Index(q, " AS (")
+	return open > 0 && strings.HasPrefix(strings.TrimSpace(q[open+len(" AS ("):]), "SELECT ") &&
+		(strings.Contains(q, "UPDATE ") || strings.Contains(q, "DELETE FROM"))
 }
 
 // stmt runs one statement of the transaction: behind a savepoint, sent in
@@ -277,7 +301,7 @@ func (x *schedTx) stmt(ctx context.Context, sql string, args []any, rows bool) (
 	t := x.task(ctx)
 	label := stepName(t, sql)
 	if !mayWait(sql) {
-		return x.d.send(ctx, t, x.pid, label, false, func() (result, error) {
+		return x.d.send(ctx, t, x.pid, label, false, false, func() (result, error) {
 			if rows {
 				r, err := x.tx.Query(ctx, sql, args...)
 				if err != nil {
@@ -290,7 +314,7 @@ func (x *schedTx) stmt(ctx context.Context, sql string, args []any, rows bool) (
 			return result{tag: tag}, err
 		}, nil)
 	}
-	return x.d.send(ctx, t, x.pid, label, false, func() (result, error) {
+	return x.d.send(ctx, t, x.pid, label, false, waitsInPG(sql), func() (result, error) {
 		b := &pgx.Batch{}
 		b.Queue("SAVEPOINT " + savepoint)
 		b.Queue(sql, args...)
@@ -531,6 +555,18 @@ var statements = []struct{ prefix, name string }{
 	{"SELECT id, owner_id, holder, status, balance_kobo FROM accounts", "read the ledger"},
 	{"SELECT id, from_account", "read the transfers"},
 	{"INSERT INTO accounts", "open an account"},
+	// The side effects': the outbox, the dispatchers, the consumer.
+	{"INSERT INTO outbox (", "add to the outbox"},
+	{"WITH candidates AS", "claim outbox rows"},
+	{"WITH renewed AS", "renew its claim"},
+	{"WITH marked AS", "mark the row done"},
+	{"UPDATE outbox SET claim_token = NULL", "give the row back"},
+	{"UPDATE outbox_attempts", "record the attempt"},
+	{"SELECT max(claimed_until)", "read its lease"},
+	{"SELECT coalesce(claim_token", "look for a takeover"},
+	{"INSERT INTO processed_events", "mark the event processed"},
+	{"SELECT holder FROM accounts", "read a name"},
+	{"INSERT INTO notifications", "write the notification"},
 }
 
 var schedDebug = os.Getenv("BANKSIM_SCHED_DEBUG") != ""

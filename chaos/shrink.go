@@ -8,6 +8,7 @@ import (
 
 	"github.com/banksim/bank-sim/bank"
 	"github.com/banksim/bank-sim/idem"
+	"github.com/banksim/bank-sim/outbox"
 	"github.com/banksim/bank-sim/scenarios"
 )
 
@@ -61,7 +62,16 @@ func Shrink(ctx context.Context, dbs scenarios.Databases, cfg Config, h *History
 		s.log = func(string, ...any) {}
 	}
 	base := candidate{script: ScriptOf(cfg, h), clients: cfg.Clients, servers: cfg.Instances,
-		attempts: cfg.MaxAttempts, auditSteps: cfg.AuditSteps, il: cfg.Interleaving}
+		attempts: cfg.MaxAttempts, auditSteps: cfg.AuditSteps, il: cfg.Interleaving,
+		dispatchers: cfg.Dispatchers, pipeRates: Rates{}, fire: cfg.PipelineFaults}
+	if base.dispatchers <= 0 {
+		base.dispatchers = 3
+	}
+	for _, k := range outbox.PipelineFaults() {
+		if cfg.Faults[k] > 0 {
+			base.pipeRates[k] = cfg.Faults[k]
+		}
+	}
 	fired := 0
 	for _, n := range h.Fired {
 		fired += n
@@ -76,7 +86,10 @@ func Shrink(ctx context.Context, dbs scenarios.Databases, cfg Config, h *History
 		}
 		return nil, fmt.Errorf("chaos: the run does not break %q again when its workload is written out as a script (%s); it cannot be shrunk", o.Kind, s.lastErr)
 	}
-	best := base
+	// Fewer dispatchers first: each is one more task the random schedule
+	// picks among the clients, and a race between two clients comes
+	// less often among more.
+	best := s.fewerDispatchers(s.pipelineAtMost(base))
 	for round := 0; round < 3; round++ {
 		before := best.size()
 		best = s.intents(best, h, round == 0)
@@ -89,6 +102,7 @@ func Shrink(ctx context.Context, dbs scenarios.Databases, cfg Config, h *History
 			break
 		}
 	}
+	best = s.pipelineFirings(best)
 	best = s.schedule(best)
 	if best.il != nil && best.il.Policy == PolicyDefault && len(best.il.Preemptions) > 0 {
 		// Under the few preemptions left, faults, the auditor or a client
@@ -96,6 +110,7 @@ func Shrink(ctx context.Context, dbs scenarios.Databases, cfg Config, h *History
 		before := best.size()
 		s.pinned = true
 		best = s.faults(best)
+		best = s.pipelineFirings(best)
 		best = s.knobs(best)
 		if best.size() != before {
 			best = s.fewerPreemptions(best)
@@ -131,6 +146,12 @@ type candidate struct {
 	attempts   int
 	auditSteps int
 	il         *Interleaving // nil: random from the seed
+	// The side effects' pipeline: its dispatchers, the rates of its
+	// faults (per chance, as in a free run), and the decisions that fire
+	// whatever the rates (a recipe's).
+	dispatchers int
+	pipeRates   Rates
+	fire        []outbox.Firing
 
 	h         *History // its run, once it failed
 	decisions []Decision
@@ -141,7 +162,7 @@ func (c candidate) size() [6]int {
 	if c.il != nil {
 		rules = len(c.il.Preemptions)
 	}
-	return [6]int{len(c.script.Intents), c.script.faults(), c.clients, c.servers, c.attempts, rules}
+	return [6]int{len(c.script.Intents), c.script.faults() + len(c.pipeRates) + len(c.fire), c.clients + c.dispatchers, c.servers, c.attempts, rules}
 }
 
 func (s *shrinker) config(c candidate) Config {
@@ -153,8 +174,12 @@ func (s *shrinker) config(c candidate) Config {
 			}
 		}
 	}
+	for k, r := range c.pipeRates {
+		rates[k] = r
+	}
 	return Config{Seed: s.seed, Clients: c.clients, Instances: c.servers, MaxAttempts: c.attempts, Faults: rates,
-		Bug: s.bug, Deterministic: true, Interleaving: c.il, AuditSteps: c.auditSteps, Script: c.script}.WithDefaults()
+		Bug: s.bug, Deterministic: true, Interleaving: c.il, AuditSteps: c.auditSteps, Script: c.script,
+		Dispatchers: c.dispatchers, PipelineFaults: c.fire}.WithDefaults()
 }
 
 // test runs c and reports whether it breaks the rule; if it does, c keeps
@@ -527,6 +552,7 @@ func (s *shrinker) knobs(best candidate) candidate {
 			break
 		}
 	}
+	best = s.fewerDispatchers(best)
 	last := 1
 	for _, r := range best.faultRefs() {
 		last = max(last, r.attempt+1)
@@ -680,6 +706,7 @@ func (s *shrinker) recipe(best candidate, from sizes, kind string) *Recipe {
 		}
 	}
 	r := &Recipe{Format: RecipeFormat, Version: RecipeVersion, Seed: Seed(s.seed), Clients: best.clients,
+		Dispatchers: best.dispatchers, PipelineFaults: best.h.PipelineFaults,
 		Servers: best.servers, Attempts: best.attempts, AuditSteps: best.auditSteps, Interleaving: best.il,
 		Script: best.script, Violation: RecipeViolation{Kind: kind, Detail: v.Detail, Intent: v.Intent}, From: from, Runs: s.runs}
 	if s.bug != nil {
@@ -688,11 +715,113 @@ func (s *shrinker) recipe(best candidate, from sizes, kind string) *Recipe {
 	if r.Interleaving == nil {
 		r.Interleaving = &Interleaving{Policy: PolicyRandom}
 	}
-	r.To = sizes{Intents: len(best.script.Intents), Clients: best.clients, Faults: best.script.faults(), Servers: best.servers,
+	r.To = sizes{Intents: len(best.script.Intents), Clients: best.clients, Faults: best.script.faults() + len(r.PipelineFaults), Servers: best.servers,
 		Preemptions: len(r.Interleaving.Preemptions)}
 	if best.h.Deterministic != nil {
 		r.To.Steps = best.h.Deterministic.Steps
 	}
 	sort.SliceStable(r.Script.Opening, func(a, b int) bool { return r.Script.Opening[a].ID < r.Script.Opening[b].ID })
 	return r
+}
+
+// pipelineAtMost turns the side effects' faults that fired into faults
+// that fire at every chance, if the run still fails so: all of them, or
+// else one alone (the others off). A smaller workload has other outbox rows
+// and events, which the rates' draws would miss, where a fault at every
+// chance still strikes.
+func (s *shrinker) pipelineAtMost(best candidate) candidate {
+	if len(best.pipeRates) == 0 || best.h == nil || len(best.h.PipelineFaults) == 0 {
+		return best
+	}
+	var kinds []string
+	for _, k := range outbox.PipelineFaults() {
+		for _, f := range best.h.PipelineFaults {
+			if f.Fault == k {
+				kinds = append(kinds, k)
+				break
+			}
+		}
+	}
+	tries := [][]string{kinds}
+	if len(kinds) > 1 {
+		for _, k := range kinds {
+			tries = append(tries, []string{k})
+		}
+	}
+	for _, ks := range tries {
+		c := best
+		c.pipeRates = Rates{}
+		for _, k := range ks {
+			c.pipeRates[k] = 1
+		}
+		if c, ok := s.try(c); ok {
+			s.log("the side effects' faults: %s at every chance", c.pipeRates)
+			return c
+		}
+	}
+	return best
+}
+
+// pipelineFirings replaces the side effects' fault rates by the decisions
+// that fired in the run (the same run again), then keeps as few of them as
+// still fail.
+func (s *shrinker) pipelineFirings(best candidate) candidate {
+	if best.h == nil {
+		return best
+	}
+	if len(best.pipeRates) > 0 {
+		c := best
+		c.pipeRates, c.fire = nil, best.h.PipelineFaults
+		if !s.test(&c) {
+			return best
+		}
+		best = c
+	}
+	fire := best.fire
+	if len(fire) == 0 {
+		return best
+	}
+	units := make([]int, len(fire))
+	for i := range units {
+		units[i] = i
+	}
+	with := func(keep []int) candidate {
+		c := best
+		c.fire = nil
+		for _, k := range keep {
+			c.fire = append(c.fire, fire[k])
+		}
+		return c
+	}
+	cur := best
+	keep := ddmin(units, func(keep []int) bool {
+		c, ok := s.try(with(keep))
+		if ok {
+			cur = c
+		}
+		return ok
+	})
+	if len(keep) == 1 {
+		if c, ok := s.try(with(nil)); ok {
+			cur, keep = c, nil
+		}
+	}
+	if len(keep) < len(fire) {
+		s.log("%d side-effect faults → %d", len(fire), len(keep))
+		return cur
+	}
+	return best
+}
+
+// fewerDispatchers runs as few of the outbox's dispatchers as still fail.
+func (s *shrinker) fewerDispatchers(best candidate) candidate {
+	for n := 1; n < best.dispatchers; n++ {
+		c := best
+		c.dispatchers = n
+		if c, ok := s.try(c); ok {
+			s.log("%d dispatchers → %d", best.dispatchers, n)
+			return c
+		}
+	}
+	return best
 }

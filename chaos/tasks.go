@@ -223,3 +223,59 @@ func (e *engine) paced(ctx context.Context) context.Context {
 	}
 	return idem.WithHooks(ctx, h)
 }
+
+// pipeTasks runs the side effects' pipeline (the outbox's dispatchers and
+// the consumer) as tasks of the scheduler (outbox.Sched): they take their
+// steps among the clients', and wait, when idle, for a kick (a transfer
+// committed, the clock moved, an event published) instead of polling on
+// real time.
+type pipeTasks struct {
+	s *sched
+	g *group
+	// ctx is the run's task, which stops the pipeline and waits for it.
+	ctx  context.Context
+	mu   sync.Mutex
+	work *event
+	halt *event
+}
+
+func newPipeTasks(ctx context.Context, s *sched) *pipeTasks {
+	return &pipeTasks{s: s, g: s.newGroup(), ctx: ctx, work: s.newEvent(), halt: s.newEvent()}
+}
+
+func (p *pipeTasks) Go(ctx context.Context, name string, fn func(ctx context.Context)) {
+	p.s.spawn(ctx, name, p.g, fn)
+}
+
+func (p *pipeTasks) Step(ctx context.Context, what string) { p.s.yield(ctx, what) }
+
+func (p *pipeTasks) Mark() any {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.work
+}
+
+func (p *pipeTasks) Kick() {
+	p.mu.Lock()
+	ev := p.work
+	p.work = p.s.newEvent()
+	p.mu.Unlock()
+	ev.fire()
+}
+
+func (p *pipeTasks) Idle(ctx context.Context, what string, mark any, steps int) bool {
+	ev, _ := mark.(*event)
+	if ev == nil {
+		ev = p.s.newEvent()
+	}
+	if steps > 0 {
+		return p.s.waitSteps(ctx, what, steps, ev, p.halt) >= 0
+	}
+	p.s.waitAny(ctx, what, 0, ev, p.halt)
+	return !p.s.gaveUp()
+}
+
+func (p *pipeTasks) Stop() {
+	p.halt.fire()
+	_ = p.g.wait(p.ctx, drainTimeout, "the outbox's dispatchers and consumer")
+}

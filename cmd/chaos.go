@@ -13,7 +13,6 @@ import (
 
 	"github.com/banksim/bank-sim/chaos"
 	"github.com/banksim/bank-sim/idem"
-	"github.com/banksim/bank-sim/outbox"
 	"github.com/banksim/bank-sim/postgres"
 	"github.com/banksim/bank-sim/scenarios"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -131,12 +130,14 @@ scheduler; audits come every 500 steps, and the history counts steps, not
 time. The same seed and flags give the same history, byte for byte, on any
 machine: the summary prints its SHA-256. It costs throughput (one statement
 at a time). It needs --intents, and cannot go over --http or with
---kill-postgres, whose sockets and SIGKILL run on real time. The outbox is
-drained after the clients, so the side effects' pipeline faults are off.
+--kill-postgres, whose sockets and SIGKILL run on real time. The outbox's
+dispatchers and the consumer are tasks too, with their faults, each
+statement, SMS and event a step.
 
 --shrink (deterministic) turns a failing run into a recipe: the smallest
 run it finds that still breaks the same rule — fewer intents, clients,
-servers and attempts, fewer and simpler faults, and the default schedule
+servers, dispatchers, attempts and accounts, fewer and simpler faults (the
+side effects' as the decisions that fired), and the default schedule
 (each task runs until it must wait) with only the preemptions the failure
 needs — printed so that a person reads it in a minute. --save-recipe FILE
 writes it as JSON; 'bank-sim scenario --recipe FILE' replays it as a story
@@ -280,13 +281,6 @@ func (o chaosOptions) config(app *App, c *cobra.Command) (chaos.Config, error) {
 		"id-field", "balance-field", "replayed-header", "exact-replays", "lookup", "balances-url", "balances-field", "balances-sql", "allow-remote", "dry-run", "amount"} {
 		if c.Flags().Changed(name) {
 			return chaos.Config{}, usageError("--%s describes a target: give it with --target URL", name)
-		}
-	}
-	if o.det && c.Flags().Changed("faults") {
-		for _, k := range outbox.PipelineFaults() {
-			if rates[k] > 0 {
-				return chaos.Config{}, usageError("%s drains the outbox after the clients, with no dispatcher or consumer beside them: --faults %s cannot fire; leave it out, or run free", what, k)
-			}
 		}
 	}
 	bug, err := parseBug(o.bug)

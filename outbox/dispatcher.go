@@ -156,29 +156,8 @@ func EventID(rowID int64) string { return fmt.Sprintf("evt-%d", rowID) }
 // attempt.
 func (d *Dispatcher) Claim(ctx context.Context) (Batch, error) {
 	b := Batch{Token: d.token()}
-	lock := "FOR UPDATE SKIP LOCKED"
-	if d.Flaws.NoSkipLocked {
-		lock = "" // the mistake: a concurrent claim reads the same rows as unclaimed and takes them too
-	}
 	err := pgx.BeginFunc(ctx, d.DB, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `
-			WITH candidates AS (
-				SELECT id FROM outbox
-				WHERE done_at IS NULL AND failed_at IS NULL AND next_attempt_at <= bank_now()
-				  AND (claimed_until IS NULL OR claimed_until < bank_now())
-				ORDER BY id
-				LIMIT $1
-				`+lock+`
-			), claimed AS (
-				UPDATE outbox o
-				SET claim_token = $2, claimed_by = $3, claimed_until = bank_now() + $4::interval, attempts = o.attempts + 1
-				FROM candidates WHERE o.id = candidates.id
-				RETURNING o.id, o.kind, o.transfer_id, o.user_id, o.topic, o.msg_key, o.payload, o.attempts
-			), recorded AS (
-				INSERT INTO outbox_attempts (outbox_id, attempt, dispatcher, claim_token, claimed_at, lease_until)
-				SELECT id, attempts, $3, $2, bank_now(), bank_now() + $4::interval FROM claimed
-			)
-			SELECT id, kind, transfer_id, user_id, topic, msg_key, payload, attempts FROM claimed`,
+		rows, err := tx.Query(ctx, d.ClaimSQL(),
 			d.batch(), b.Token, d.Name, d.lease())
 		if err != nil {
 			return err
@@ -201,6 +180,33 @@ func (d *Dispatcher) Claim(ctx context.Context) (Batch, error) {
 	}
 	sortRows(b.Rows)
 	return b, nil
+}
+
+// ClaimSQL is the statement Claim sends: $1 the batch size, $2 the token,
+// $3 the dispatcher's name, $4 the lease.
+func (d *Dispatcher) ClaimSQL() string {
+	lock := "FOR UPDATE SKIP LOCKED"
+	if d.Flaws.NoSkipLocked {
+		lock = "" // the mistake: a concurrent claim reads the same rows as unclaimed and takes them too
+	}
+	return `
+			WITH candidates AS (
+				SELECT id FROM outbox
+				WHERE done_at IS NULL AND failed_at IS NULL AND next_attempt_at <= bank_now()
+				  AND (claimed_until IS NULL OR claimed_until < bank_now())
+				ORDER BY id
+				LIMIT $1
+				` + lock + `
+			), claimed AS (
+				UPDATE outbox o
+				SET claim_token = $2, claimed_by = $3, claimed_until = bank_now() + $4::interval, attempts = o.attempts + 1
+				FROM candidates WHERE o.id = candidates.id
+				RETURNING o.id, o.kind, o.transfer_id, o.user_id, o.topic, o.msg_key, o.payload, o.attempts
+			), recorded AS (
+				INSERT INTO outbox_attempts (outbox_id, attempt, dispatcher, claim_token, claimed_at, lease_until)
+				SELECT id, attempts, $3, $2, bank_now(), bank_now() + $4::interval FROM claimed
+			)
+			SELECT id, kind, transfer_id, user_id, topic, msg_key, payload, attempts FROM claimed`
 }
 
 // sortRows puts a batch in id order: UPDATE … RETURNING promises none.

@@ -67,6 +67,9 @@ type Effects struct {
 	Flaws Flaws
 	// Note, when set, is told what happened where no client can see.
 	Note func(format string, args ...any)
+	// Committed, when set, is told each time a transfer has committed (its
+	// outbox rows with it): a deterministic run kicks its idle dispatchers.
+	Committed func()
 }
 
 func (e *Effects) note(format string, args ...any) {
@@ -129,6 +132,9 @@ func (e *Effects) InTx(ctx context.Context, tx pgx.Tx, userID int64, rc bank.Rec
 // AfterCommit runs once the transfer has committed. The correct way has
 // nothing left to do: the outbox rows committed with the transfer.
 func (e *Effects) AfterCommit(ctx context.Context, userID int64, rc bank.Receipt) {
+	if e.Committed != nil {
+		e.Committed()
+	}
 	if e.SMS != nil && e.Flaws.SMSAfterCommit {
 		text, err := smsText(ctx, e.DB, rc)
 		if err == nil {

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/banksim/bank-sim/bank"
@@ -75,7 +76,21 @@ type PipelineConfig struct {
 	Consumer string
 	// Rates per fault kind (see the Fault constants).
 	Rates map[string]float64
+	// Fire lists fault decisions that fire whatever Rates say: a recipe's,
+	// which names the faults its run needs instead of drawing them.
+	Fire  []Firing
 	Flaws Flaws
+}
+
+// Firing is one fault decision that fired: Fault at its N-th chance (from
+// 0) on On, a row id for the dispatcher's faults, the provider's
+// idempotency key for provider-timeout, the event id for consumer-crash.
+// Under a deterministic scheduler the same seed makes the same firings, so
+// a list of them replays the pipeline's faults.
+type Firing struct {
+	Fault string `json:"fault"`
+	On    string `json:"on"`
+	N     int    `json:"n"`
 }
 
 // Pipeline runs dispatchers and a consumer while a chaos run's clients
@@ -96,6 +111,13 @@ type Pipeline struct {
 	tries  map[string]int // fault/id → times decided
 	failed map[int64]bool // rows whose send failed once
 	errs   []error
+	fire   map[Firing]bool
+	firing []Firing // the decisions that fired, in order
+
+	// sc runs the processes as tasks of a deterministic scheduler
+	// (StartOn); nil for goroutines on real time.
+	sc       Sched
+	stopping atomic.Bool
 }
 
 // StartPipeline starts the dispatchers and the consumer on db, sending to
@@ -119,10 +141,10 @@ func StartPipeline(ctx context.Context, db bank.DB, sms *Provider, log *Log, cfg
 	return p
 }
 
-// NewPipeline is a pipeline that runs nothing until Settle: no dispatcher
-// and no consumer beside the clients, and so no fault. A deterministic chaos
-// run uses it, since its goroutines would run on real time, which no
-// scheduler orders.
+// NewPipeline is a pipeline that runs nothing until StartOn or Settle: no
+// dispatcher and no consumer beside the clients yet, and so no fault. A
+// deterministic chaos run starts it on its scheduler (StartOn), whose tasks
+// replace StartPipeline's goroutines on real time.
 func NewPipeline(db bank.DB, sms *Provider, log *Log, cfg PipelineConfig) *Pipeline {
 	if cfg.Dispatchers <= 0 {
 		cfg.Dispatchers = 3
@@ -130,14 +152,19 @@ func NewPipeline(db bank.DB, sms *Provider, log *Log, cfg PipelineConfig) *Pipel
 	if cfg.Consumer == "" {
 		cfg.Consumer = DefaultConsumer
 	}
-	return &Pipeline{db: db, sms: sms, log: log, cfg: cfg, fired: map[string]int{}, paths: map[string]int{},
-		tries: map[string]int{}, failed: map[int64]bool{}, stop: func() {}}
+	p := &Pipeline{db: db, sms: sms, log: log, cfg: cfg, fired: map[string]int{}, paths: map[string]int{},
+		tries: map[string]int{}, failed: map[int64]bool{}, stop: func() {}, fire: map[Firing]bool{}}
+	for _, f := range cfg.Fire {
+		p.fire[f] = true
+	}
+	return p
 }
 
 // fires decides whether fault fires at its next opportunity on id.
+// A decision Fire lists fires whatever the rate.
 func (p *Pipeline) fires(fault, id string) bool {
 	rate := p.cfg.Rates[fault]
-	if rate <= 0 {
+	if rate <= 0 && len(p.fire) == 0 {
 		return false
 	}
 	p.mu.Lock()
@@ -145,15 +172,31 @@ func (p *Pipeline) fires(fault, id string) bool {
 	n := p.tries[key]
 	p.tries[key]++
 	p.mu.Unlock()
-	h := fnv.New64a()
-	fmt.Fprintf(h, "%d/%s/%d", p.cfg.Seed, key, n)
-	if float64(h.Sum64()>>11)/(1<<53) >= rate {
-		return false
+	f := Firing{Fault: fault, On: id, N: n}
+	if !p.fire[f] {
+		if rate <= 0 {
+			return false
+		}
+		h := fnv.New64a()
+		fmt.Fprintf(h, "%d/%s/%d", p.cfg.Seed, key, n)
+		if float64(h.Sum64()>>11)/(1<<53) >= rate {
+			return false
+		}
 	}
 	p.mu.Lock()
 	p.fired[fault]++
+	p.firing = append(p.firing, f)
 	p.mu.Unlock()
 	return true
+}
+
+// Firings lists the fault decisions that fired, in the order they were
+// made: under a deterministic scheduler, what PipelineConfig.Fire needs to
+// make them again.
+func (p *Pipeline) Firings() []Firing {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]Firing(nil), p.firing...)
 }
 
 func (p *Pipeline) count(path string) {
@@ -352,6 +395,7 @@ func (p *Pipeline) process(ctx context.Context, c *Consumer, s *Session, r Recor
 // Stop ends the fault phase: every dispatcher and the consumer stop where
 // they are (a paused one included), and the provider answers every message.
 func (p *Pipeline) Stop() {
+	p.stopping.Store(true)
 	p.stop()
 	p.wg.Wait()
 	p.sms.LoseIf(nil)

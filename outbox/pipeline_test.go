@@ -130,3 +130,62 @@ func TestPipelineCatchesMistakes(t *testing.T) {
 		})
 	}
 }
+
+// A decision PipelineConfig.Fire lists fires whatever the rates (here all
+// zero): the crash after outbox row 1's send, at its first chance, and
+// nothing else. Firings lists it, and the resend is recognised by the
+// provider's key. Without the list nothing fires.
+func TestPipelineFiresListedDecisions(t *testing.T) {
+	for _, listed := range []bool{true, false} {
+		t.Run(fmt.Sprintf("listed=%v", listed), func(t *testing.T) {
+			t.Parallel()
+			pool := pgtest.NewBank(t, 8)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			now := t0
+			advance := func(d time.Duration) {
+				now = now.Add(d)
+				if err := bank.SetClock(ctx, pool, now); err != nil {
+					t.Error(err)
+				}
+			}
+			advance(0)
+			crash := outbox.Firing{Fault: outbox.FaultDispatcherCrash, On: "1", N: 0}
+			cfg := outbox.PipelineConfig{Seed: 9, Dispatchers: 1}
+			if listed {
+				cfg.Fire = []outbox.Firing{crash}
+			}
+			sms, log := outbox.NewProvider(1), outbox.NewLog(3)
+			p := outbox.StartPipeline(ctx, pool, sms, log, cfg)
+			h := &idem.Handler{DB: pool, Store: &idem.Store{}, Effects: &outbox.Effects{DB: pool, SMS: sms, Log: log}}
+			req := idem.Request{UserID: 1, Key: "listed-decision-key-0001", Body: bank.TransferRequest{From: 1, To: 2, AmountKobo: 100}.Body()}
+			if resp, err := h.Handle(ctx, req); err != nil || resp.Status != 201 {
+				t.Fatalf("transfer: %v %v", resp, err)
+			}
+			// The dispatcher has sent row 1 once it reached the provider.
+			for len(sms.Calls()) == 0 {
+				if ctx.Err() != nil {
+					t.Fatal("the dispatcher never sent outbox row 1")
+				}
+				time.Sleep(time.Millisecond)
+			}
+			p.Stop()
+			if err := p.Settle(ctx, advance); err != nil {
+				t.Fatal(err)
+			}
+			fired, paths, firings := p.Fired(), p.Paths(), p.Firings()
+			if !listed {
+				if len(firings) != 0 || fired[outbox.FaultDispatcherCrash] != 0 {
+					t.Fatalf("with no rate and no list, %v fired", firings)
+				}
+				return
+			}
+			if len(firings) != 1 || firings[0] != crash || fired[outbox.FaultDispatcherCrash] != 1 {
+				t.Fatalf("fired %v (%v), want exactly %v", fired, firings, crash)
+			}
+			if paths[outbox.PathResendReplayed] != 1 || len(sms.Messages()) != 1 {
+				t.Fatalf("after the crash: paths %v, %d SMS; want the resend replayed, one SMS", paths, len(sms.Messages()))
+			}
+		})
+	}
+}
