@@ -162,8 +162,7 @@ func benchWorkloads() []benchWorkload {
 		d["replaykey"] = replayKey
 		return pgbenchScript{
 			text: `\set k random(1, 9000000000000000000)` + "\n" +
-				pgbenchSQL(idem.ClaimSQL, strconv.Itoa(replayUser), ":replaykey", ":hash", ":k", ":ttl", "NULL") +
-				pgbenchSQL(idem.ReadKeySQL, strconv.Itoa(replayUser), ":replaykey"),
+				pgbenchSQL(idem.ClaimSQL, strconv.Itoa(replayUser), ":replaykey", ":hash", ":k", ":ttl", "NULL"),
 			defines: d,
 		}
 	}

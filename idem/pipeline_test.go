@@ -246,7 +246,7 @@ func TestHandlerRoundTrips(t *testing.T) {
 		{"new key, pipelined", false, 1, body(1, 2, 100), false, 201, 3, "claim; BEGIN+lock; debit+credit+INSERT+complete+COMMIT"},
 		{"new key, one statement at a time", true, 1, body(1, 2, 100), false, 201, 8, "claim; BEGIN; lock; debit; credit; INSERT; complete; COMMIT"},
 		{"refused, pipelined", false, 2, body(2, 1, 9_000_000), false, 422, 3, "claim; BEGIN+lock; complete+COMMIT"},
-		{"replay", false, 1, body(1, 2, 100), true, 201, 1, "the claim that finds the key, with the read of its row"},
+		{"replay", false, 1, body(1, 2, 100), true, 201, 1, "the claim, which reads the completed key and inserts nothing"},
 	} {
 		h := &idem.Handler{DB: conn, Store: &idem.Store{}, Unpipelined: tt.unpipelined}
 		// Once to prepare the statements on the connection, once to count.

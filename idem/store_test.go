@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -105,6 +106,84 @@ func TestStore(t *testing.T) {
 			t.Errorf("holder could not complete after a 409: %v", err)
 		}
 	})
+
+	// The claim reads and inserts in one statement, whose snapshot cannot
+	// see a claim that commits while its INSERT waits on it: the INSERT
+	// finds the key taken, the read finds no row. Begin claims again and
+	// reads it then (409 while the holder's lock is valid); if the holder
+	// rolls back instead, the waiting INSERT claims the key itself.
+	for _, holderCommits := range []bool{true, false} {
+		name := map[bool]string{true: "commits: the claim reads it on a second try and gets 409",
+			false: "rolls back: the waiting claim takes the key"}[holderCommits]
+		t.Run("a claim waiting on another's uncommitted claim, which "+name, func(t *testing.T) {
+			t.Parallel()
+			pool := newBank(t, 3)
+			s := &idem.Store{}
+			setClock(t, pool, t0)
+			ctx := bounded(t, "the race between two claims of "+key)
+			holder, err := pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer holder.Rollback(context.Background())
+			if _, err := holder.Exec(ctx, `INSERT INTO idempotency_keys (user_id, key, request_hash, status, lock_id, locked_until, created_at)
+				VALUES (1, $1, $2, 'in_progress', 'the-holder', $3, $4)`, key, hashTenK, at(30), t0); err != nil {
+				t.Fatal(err)
+			}
+			var tries atomic.Int32
+			type result struct {
+				c   idem.Claim
+				err error
+			}
+			done := make(chan result, 1)
+			go func() {
+				c, err := s.Begin(idem.WithHooks(ctx, idem.Hooks{BeforeClaim: func(context.Context) { tries.Add(1) }}),
+					pool, 1, key, hashTenK, time.Time{})
+				done <- result{c, err}
+			}()
+			// Wait until the claim's INSERT waits on the holder's row.
+			for count(t, pool, "SELECT count(*) FROM pg_locks WHERE NOT granted AND locktype = 'transactionid'") == 0 {
+				select {
+				case r := <-done:
+					t.Fatalf("the claim returned (%v %s, %v) before the holder ended", r.c.Action, r.c.Response.Summary(), r.err)
+				case <-ctx.Done():
+					t.Fatal(context.Cause(ctx))
+				case <-time.After(5 * time.Millisecond):
+				}
+			}
+			if holderCommits {
+				err = holder.Commit(ctx)
+			} else {
+				err = holder.Rollback(ctx)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var r result
+			select {
+			case r = <-done:
+			case <-ctx.Done():
+				t.Fatal(context.Cause(ctx))
+			}
+			if r.err != nil {
+				t.Fatalf("Begin: %v", r.err)
+			}
+			if holderCommits {
+				wantRespond(t, r.c, 409, idem.CodeInProgress)
+				if n := tries.Load(); n != 2 {
+					t.Errorf("%d claims sent, want 2 (the first cannot see the holder's row)", n)
+				}
+			} else {
+				wantProceed(t, r.c, false)
+				if n := tries.Load(); n != 1 {
+					t.Errorf("%d claims sent, want 1", n)
+				}
+			}
+			if n := keyRows(t, pool); n != 1 {
+				t.Errorf("%d key rows, want 1", n)
+			}
+		})
+	}
 
 	t.Run("different request with the same key gets 422", func(t *testing.T) {
 		t.Parallel()
