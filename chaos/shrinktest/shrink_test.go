@@ -66,10 +66,12 @@ func storyText(r scenarios.Report) string {
 // every rule. The outbox pipeline's own mistakes are
 // TestShrinkPipelineMistakesToARecipe's.
 //
-// Not parallel with the other tests: its subtests run two at a time, and
-// beside the audit (bounded at six minutes) they starved it on a loaded
-// machine.
+// Parallel with TestShrinkPipelineMistakesToARecipe: the subtests of both
+// share go test's -parallel slots (GOMAXPROCS, two here), so neither waits
+// for the other's last subtest with a slot idle. (In the chaos package it
+// ran alone, because beside the audit it starved it.)
 func TestShrinkEveryMistakeToARecipe(t *testing.T) {
+	t.Parallel()
 	dbs := scenarios.ServerBanks(pgtest.Server(t))
 	for _, b := range idem.Bugs() {
 		if pipelineMistakes[b.Name] {
@@ -86,10 +88,7 @@ func TestShrinkEveryMistakeToARecipe(t *testing.T) {
 // dispatchers and the consumer reach running among the clients with their
 // faults: each is caught (from 60 intents, or 150), shrunk to at most five
 // intents, and its recipe needs its side-effect faults or, with none, its
-// preemptions. Parallel with the other tests, after
-// TestShrinkEveryMistakeToARecipe: a deterministic run waits on
-// PostgreSQL more than it computes, and the package stays within go
-// test's ten minutes.
+// preemptions. Parallel with TestShrinkEveryMistakeToARecipe.
 func TestShrinkPipelineMistakesToARecipe(t *testing.T) {
 	t.Parallel()
 	dbs := scenarios.ServerBanks(pgtest.Server(t))
