@@ -202,28 +202,19 @@ var pipelineMistakes = map[string]bool{
 // faults and schedule really reach the dispatchers and the consumer.
 func needsItsPipeline(t *testing.T, dbs scenarios.Databases, r *chaos.Recipe) {
 	t.Helper()
-	run := func(rc chaos.Config) chaos.Result {
-		h, err := chaos.RunOn(context.Background(), dbs, rc, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return chaos.Check(h)
-	}
-	if res := run(r.Config(nil)); res.ByKind[r.Violation.Kind] == 0 {
-		t.Fatalf("the recipe does not break %s", r.Violation.Kind)
-	}
-	c := r.Config(nil)
 	what := "its side-effect faults"
-	if len(r.PipelineFaults) > 0 {
-		c.PipelineFaults = nil
-	} else {
+	res := runWithout(t, dbs, r, func(c *chaos.Config) {
+		if len(r.PipelineFaults) > 0 {
+			c.PipelineFaults = nil
+			return
+		}
 		if r.Interleaving == nil || len(r.Interleaving.Preemptions) == 0 {
 			t.Fatalf("a side-effect mistake broken with no pipeline fault and no preemption:\n%s", r.Text())
 		}
 		c.Interleaving = &chaos.Interleaving{Policy: chaos.PolicyDefault}
 		what = "its preemptions"
-	}
-	if res := run(c); res.ByKind[r.Violation.Kind] > 0 {
+	})
+	if res.ByKind[r.Violation.Kind] > 0 {
 		t.Fatalf("without %s the recipe still breaks %s: %s", what, r.Violation.Kind, res.First.Detail)
 	}
 }
@@ -237,6 +228,20 @@ func needsItsPreemptions(t *testing.T, dbs scenarios.Databases, r *chaos.Recipe)
 	if len(r.Interleaving.Preemptions) == 0 {
 		t.Fatalf("a lost debit with no preemption:\n%s", r.Text())
 	}
+	res := runWithout(t, dbs, r, func(c *chaos.Config) {
+		c.Interleaving = &chaos.Interleaving{Policy: chaos.PolicyDefault}
+	})
+	if !res.Valid() {
+		t.Fatalf("without its preemptions the recipe still breaks a rule: %s %s", res.First.Kind, res.First.Detail)
+	}
+}
+
+// runWithout runs r's recipe as it is, fails t unless it breaks the rule it
+// was shrunk for, then runs it again with remove applied to its config and
+// returns that run's check: what needsItsPipeline and needsItsPreemptions
+// judge.
+func runWithout(t *testing.T, dbs scenarios.Databases, r *chaos.Recipe, remove func(*chaos.Config)) chaos.Result {
+	t.Helper()
 	run := func(rc chaos.Config) chaos.Result {
 		h, err := chaos.RunOn(context.Background(), dbs, rc, nil)
 		if err != nil {
@@ -248,8 +253,6 @@ func needsItsPreemptions(t *testing.T, dbs scenarios.Databases, r *chaos.Recipe)
 		t.Fatalf("the recipe does not break %s", r.Violation.Kind)
 	}
 	c := r.Config(nil)
-	c.Interleaving = &chaos.Interleaving{Policy: chaos.PolicyDefault}
-	if res := run(c); !res.Valid() {
-		t.Fatalf("without its preemptions the recipe still breaks a rule: %s %s", res.First.Kind, res.First.Detail)
-	}
+	remove(&c)
+	return run(c)
 }
