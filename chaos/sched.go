@@ -558,25 +558,12 @@ func (s *sched) waitAny(ctx context.Context, what string, timeout time.Duration,
 		return i
 	}
 	s.mu.Lock()
-	for i, ev := range evs {
-		if ev.fired {
-			s.mu.Unlock()
-			return i
-		}
-	}
-	if s.aborted {
+	if i, ready := s.enlistLocked(t, evs); ready {
 		s.mu.Unlock()
-		return -1
+		return i
 	}
-	for _, ev := range evs {
-		ev.waiters = append(ev.waiters, t)
-	}
-	t.waiting, t.timeout = evs, timeout > 0
-	s.suspendLocked(t, what)
-	s.mu.Unlock()
-	s.poke()
-	s.await(t)
-	s.mu.Lock()
+	t.timeout = timeout > 0
+	s.parkLocked(t, what)
 	defer s.mu.Unlock()
 	if s.aborted && t.state != taskRunning {
 		for i, ev := range evs {
@@ -609,11 +596,7 @@ func (s *sched) sleepSteps(ctx context.Context, n int, stop *event) bool {
 	}
 	stop.waiters = append(stop.waiters, t)
 	t.waiting, t.stepTimer = []*event{stop}, s.step+n
-	s.suspendLocked(t, fmt.Sprintf("%d steps", n))
-	s.mu.Unlock()
-	s.poke()
-	s.await(t)
-	s.mu.Lock()
+	s.parkLocked(t, fmt.Sprintf("%d steps", n))
 	defer s.mu.Unlock()
 	return !stop.fired && !s.aborted && t.woke == -1
 }
@@ -623,30 +606,48 @@ func (s *sched) sleepSteps(ctx context.Context, n int, stop *event) bool {
 func (s *sched) waitSteps(ctx context.Context, what string, n int, evs ...*event) int {
 	t := taskFrom(ctx)
 	s.mu.Lock()
-	for i, ev := range evs {
-		if ev.fired {
-			s.mu.Unlock()
-			return i
-		}
-	}
-	if s.aborted {
+	if i, ready := s.enlistLocked(t, evs); ready {
 		s.mu.Unlock()
-		return -1
+		return i
 	}
-	for _, ev := range evs {
-		ev.waiters = append(ev.waiters, t)
-	}
-	t.waiting, t.stepTimer, t.timeout = evs, s.step+n, true
-	s.suspendLocked(t, what)
-	s.mu.Unlock()
-	s.poke()
-	s.await(t)
-	s.mu.Lock()
+	t.stepTimer, t.timeout = s.step+n, true
+	s.parkLocked(t, what)
 	defer s.mu.Unlock()
 	if s.aborted && t.state != taskRunning {
 		return -1
 	}
 	return t.woke
+}
+
+// enlistLocked begins the running task t's wait for one of evs, with s.mu
+// held: if one has fired already it returns its index, or -1 if the run has
+// been given up, and true (no need to wait); else it makes t a waiter of
+// each of evs.
+func (s *sched) enlistLocked(t *task, evs []*event) (int, bool) {
+	for i, ev := range evs {
+		if ev.fired {
+			return i, true
+		}
+	}
+	if s.aborted {
+		return -1, true
+	}
+	for _, ev := range evs {
+		ev.waiters = append(ev.waiters, t)
+	}
+	t.waiting = evs
+	return 0, false
+}
+
+// parkLocked suspends the running task t, waiting for what, and gives the
+// token to the others until t gets it back (or the run is given up); s.mu
+// is held before and after, released meanwhile.
+func (s *sched) parkLocked(t *task, what string) {
+	s.suspendLocked(t, what)
+	s.mu.Unlock()
+	s.poke()
+	s.await(t)
+	s.mu.Lock()
 }
 
 // gaveUp reports whether the scheduler has given the run up.

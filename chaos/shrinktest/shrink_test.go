@@ -1,0 +1,33 @@
+package shrinktest_test
+
+import (
+	"os"
+	"testing"
+
+	"github.com/banksim/bank-sim/chaos/shrinktest"
+	"github.com/banksim/bank-sim/idem"
+	"github.com/banksim/bank-sim/outbox"
+	"github.com/banksim/bank-sim/postgres/pgtest"
+	"github.com/banksim/bank-sim/scenarios"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }
+
+// Every mistake of the catalogue in the handling of a request (none in the
+// side effects beyond the database: those are sideeffects' tests) is caught
+// by a deterministic chaos run and shrunk to a recipe that replays as a
+// story: shrinktest.ToRecipe says how. Its subtests run two at a time
+// (GOMAXPROCS here); in the chaos package it ran alone, because beside the
+// audit it starved it.
+func TestShrinkHandlerMistakesToARecipe(t *testing.T) {
+	dbs := scenarios.ServerBanks(pgtest.Server(t))
+	for _, b := range idem.Bugs() {
+		if b.Outbox != (outbox.Flaws{}) || shrinktest.IsPipelineMistake(b.Name) {
+			continue
+		}
+		t.Run(b.Name, func(t *testing.T) {
+			t.Parallel()
+			shrinktest.ToRecipe(t, dbs, b)
+		})
+	}
+}
