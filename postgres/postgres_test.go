@@ -164,6 +164,29 @@ func TestStartStopReuse(t *testing.T) {
 	t.Logf("TIMING cold start %v, warm starts %v, close (max) %v", cold.Round(time.Millisecond), warm, closeTime.Round(time.Millisecond))
 }
 
+// The embedded server trades durability against OS crashes for speed
+// (supervisor.go says why), but never an acknowledged commit when postgres
+// itself is killed: synchronous_commit stays on.
+func TestTheEmbeddedServerSkipsDurabilityASimulatorDoesNotNeed(t *testing.T) {
+	s, _ := start(t, Options{CacheDir: warmCache(t)})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := pgx.Connect(ctx, s.adminURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	for name, want := range map[string]string{"fsync": "off", "full_page_writes": "off", "wal_init_zero": "off", "synchronous_commit": "on"} {
+		var got string
+		if err := c.QueryRow(ctx, "SELECT current_setting($1)", name).Scan(&got); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if got != want {
+			t.Errorf("%s = %s; want %s", name, got, want)
+		}
+	}
+}
+
 func TestTwoServersAtOnce(t *testing.T) {
 	dir := warmCache(t)
 	var wg sync.WaitGroup

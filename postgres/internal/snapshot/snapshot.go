@@ -12,6 +12,7 @@ package snapshot
 
 import (
 	"archive/tar"
+	"bytes"
 	"compress/gzip"
 	"crypto/sha256"
 	"errors"
@@ -180,14 +181,44 @@ func inside(dir, name string) (string, error) {
 	return filepath.Join(dir, filepath.FromSlash(clean)), nil
 }
 
+// page is the unit in which writeFile looks for zeros: PostgreSQL's block
+// and WAL page size, and a multiple of the file system's block.
+const page = 8 << 10
+
+// writeFile writes body to a new file dst, leaving every run of all-zero
+// pages a hole (skipped, then the file truncated to its full length): it
+// reads back as the same zeros without the file system writing them. Most
+// of a new cluster's WAL segment is zeros, as are some SLRU files, and
+// PostgreSQL makes WAL segments the same way itself when wal_init_zero is
+// off.
 func writeFile(dst string, mode fs.FileMode, body []byte) error {
 	f, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode|0o600)
 	if err != nil {
 		return err
 	}
-	if _, err := f.Write(body); err != nil {
+	for off := 0; off < len(body); {
+		end := min(off+page, len(body))
+		if allZero(body[off:end]) {
+			off = end
+			continue
+		}
+		// Write the run of pages that are not all zeros in one call.
+		for end < len(body) && !allZero(body[end:min(end+page, len(body))]) {
+			end = min(end+page, len(body))
+		}
+		if _, err := f.WriteAt(body[off:end], int64(off)); err != nil {
+			f.Close()
+			return err
+		}
+		off = end
+	}
+	if err := f.Truncate(int64(len(body))); err != nil {
 		f.Close()
 		return err
 	}
 	return f.Close()
 }
+
+var zeroPage [page]byte
+
+func allZero(b []byte) bool { return bytes.Equal(b, zeroPage[:len(b)]) }

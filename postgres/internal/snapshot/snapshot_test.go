@@ -4,9 +4,11 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -90,6 +92,102 @@ func TestPackUnpackRoundTripsWithDuplicatesAsCopies(t *testing.T) {
 	}
 }
 
+// sameTree fails the test unless dirs a and b hold the same directories and
+// files with the same bytes.
+func sameTree(t *testing.T, a, b string) {
+	t.Helper()
+	list := func(root string) map[string]string {
+		m := map[string]string{}
+		err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+			if err != nil || p == root {
+				return err
+			}
+			rel, _ := filepath.Rel(root, p)
+			if d.IsDir() {
+				m[rel] = "dir"
+				return nil
+			}
+			body, err := os.ReadFile(p)
+			m[rel] = string(body)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	ma, mb := list(a), list(b)
+	for name, body := range ma {
+		if got, ok := mb[name]; !ok {
+			t.Errorf("%s is missing from the unpacked tree", name)
+		} else if got != body {
+			t.Errorf("%s: unpacked %d bytes differ from the packed %d", name, len(got), len(body))
+		}
+	}
+	for name := range mb {
+		if _, ok := ma[name]; !ok {
+			t.Errorf("%s was unpacked but never packed", name)
+		}
+	}
+}
+
+// allocated is how many bytes the file system has allocated to the file.
+func allocated(t *testing.T, p string) int64 {
+	t.Helper()
+	fi, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Sys().(*syscall.Stat_t).Blocks * 512
+}
+
+func TestUnpackWritesZeroPagesAsHolesAndReadsBackTheSameBytes(t *testing.T) {
+	src := filepath.Join(t.TempDir(), "data")
+	walHead := bytes.Repeat([]byte("w"), 3*page+100) // a partly used last page
+	tail := make([]byte, 2<<20)
+	wal := append(append([]byte{}, walHead...), tail...) // a WAL segment: records, then zeros
+	middle := append(append(bytes.Repeat([]byte("a"), page), make([]byte, 3*page)...), bytes.Repeat([]byte("b"), 10)...)
+	for name, body := range map[string][]byte{
+		"pg_wal/000000010000000000000001": wal,
+		"pg_subtrans/0000":                make([]byte, page),  // all zeros, one page
+		"pg_multixact/offsets/0000":       make([]byte, 1<<20), // all zeros, many pages
+		"short-zeros":                     make([]byte, 100),   // all zeros, less than a page
+		"base/1/2619":                     middle,              // zero pages between data, short last page
+		"base/1/1259":                     bytes.Repeat([]byte("c"), 2*page),
+		"empty":                           nil,
+	} {
+		write(t, src, name, string(body))
+	}
+	var buf bytes.Buffer
+	if err := Pack(&buf, src); err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(t.TempDir(), "copy")
+	if err := Unpack(bytes.NewReader(buf.Bytes()), dst); err != nil {
+		t.Fatal(err)
+	}
+	sameTree(t, src, dst)
+
+	// Whether the zeros were skipped shows only in the blocks allocated,
+	// on a file system that makes holes (a truncated new file has none).
+	probe := filepath.Join(t.TempDir(), "probe")
+	if err := os.WriteFile(probe, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(probe, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	if allocated(t, probe) != 0 {
+		t.Skipf("%s makes no holes; cannot tell whether zeros were written", filepath.Dir(probe))
+	}
+	if n := allocated(t, filepath.Join(dst, "pg_multixact/offsets/0000")); n != 0 {
+		t.Errorf("an all-zero 1 MB file has %d bytes allocated; want a hole", n)
+	}
+	if n := allocated(t, filepath.Join(dst, "pg_wal/000000010000000000000001")); n > int64(len(walHead))+64<<10 {
+		t.Errorf("a WAL segment of %d bytes, all but the first %d zeros, has %d bytes allocated; want its zero tail a hole", len(wal), len(walHead), n)
+	}
+}
+
 func TestUnpackRefusesEntriesOutsideTheDirectory(t *testing.T) {
 	for _, name := range []string{"../escape", "/etc/passwd", "a/../../escape"} {
 		var buf bytes.Buffer
@@ -133,5 +231,33 @@ func TestPackRefusesSymlinks(t *testing.T) {
 	var buf bytes.Buffer
 	if err := Pack(&buf, src); err == nil || !strings.Contains(err.Error(), "only directories and regular files") {
 		t.Fatalf("Pack with a symlinked pg_wal: err = %v; want a refusal", err)
+	}
+}
+
+// BenchmarkUnpack unpacks the built-in snapshot (the file bank-sim embeds,
+// read from the source tree) once per iteration, into a new directory on
+// the file system TMPDIR is on: set TMPDIR to the cache directory's file
+// system to measure what a first run pays there.
+func BenchmarkUnpack(b *testing.B) {
+	files, _ := filepath.Glob(filepath.Join("..", "..", "snapshots", "*.tar.gz"))
+	if len(files) == 0 {
+		b.Skip("no snapshot in postgres/snapshots")
+	}
+	archive, err := os.ReadFile(files[0])
+	if err != nil {
+		b.Fatal(err)
+	}
+	parent := b.TempDir()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		dst := filepath.Join(parent, "data")
+		if err := Unpack(bytes.NewReader(archive), dst); err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		if err := os.RemoveAll(dst); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
 	}
 }
