@@ -54,6 +54,9 @@ func resolveBinaries(ctx context.Context, explicit string) (binaries, error) {
 	return binaries{download: true, version: embeddedpostgres.V18, major: 18}, nil
 }
 
+// minMajor is the oldest PostgreSQL major version bank-sim runs on.
+const minMajor = 13
+
 var versionRE = regexp.MustCompile(`\(PostgreSQL\)\s+(\d+)(?:\.(\d+))?`)
 
 func localBinaries(ctx context.Context, dir string) (binaries, error) {
@@ -72,8 +75,9 @@ func localBinaries(ctx context.Context, dir string) (binaries, error) {
 		return binaries{}, unavailable("cannot parse %q from %s/bin/pg_ctl --version", strings.TrimSpace(string(out)), dir)
 	}
 	major, _ := strconv.Atoi(m[1])
-	if major < 10 {
-		return binaries{}, unavailable("PostgreSQL %d at %s is too old; need 13 or newer", major, dir)
+	// 13 for DROP DATABASE … WITH (FORCE), which dropping a bank needs.
+	if major < minMajor {
+		return binaries{}, unavailable("PostgreSQL %d at %s is too old; bank-sim needs %d or newer", major, dir, minMajor)
 	}
 	return binaries{path: dir, version: libVersion(major), major: major}, nil
 }
