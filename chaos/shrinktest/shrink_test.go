@@ -8,7 +8,6 @@ import (
 	"github.com/banksim/bank-sim/idem"
 	"github.com/banksim/bank-sim/outbox"
 	"github.com/banksim/bank-sim/postgres/pgtest"
-	"github.com/banksim/bank-sim/scenarios"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }
@@ -20,14 +19,7 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }
 // (GOMAXPROCS here); in the chaos package it ran alone, because beside the
 // audit it starved it.
 func TestShrinkHandlerMistakesToARecipe(t *testing.T) {
-	dbs := scenarios.ServerBanks(pgtest.Server(t))
-	for _, b := range idem.Bugs() {
-		if b.Outbox != (outbox.Flaws{}) || shrinktest.IsPipelineMistake(b.Name) {
-			continue
-		}
-		t.Run(b.Name, func(t *testing.T) {
-			t.Parallel()
-			shrinktest.ToRecipe(t, dbs, b)
-		})
-	}
+	shrinktest.Each(t, func(b idem.Bug) bool {
+		return b.Outbox == (outbox.Flaws{}) && !shrinktest.IsPipelineMistake(b.Name)
+	})
 }

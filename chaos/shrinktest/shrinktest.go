@@ -155,6 +155,21 @@ func ToRecipe(t *testing.T, dbs scenarios.Databases, b idem.Bug) {
 // reach.
 func IsPipelineMistake(name string) bool { return pipelineMistakes[name] }
 
+// Each runs ToRecipe, as a parallel subtest named after the mistake, on
+// every mistake of the catalogue that keep selects, all on one server.
+func Each(t *testing.T, keep func(idem.Bug) bool) {
+	dbs := scenarios.ServerBanks(pgtest.Server(t))
+	for _, b := range idem.Bugs() {
+		if !keep(b) {
+			continue
+		}
+		t.Run(b.Name, func(t *testing.T) {
+			t.Parallel()
+			ToRecipe(t, dbs, b)
+		})
+	}
+}
+
 // pipelineMistakes are the side effects' mistakes that only the outbox's
 // dispatchers and consumer, running among the clients with their faults,
 // reach: a deterministic run must catch and shrink each.

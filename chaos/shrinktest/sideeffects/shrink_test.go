@@ -12,7 +12,6 @@ import (
 	"github.com/banksim/bank-sim/idem"
 	"github.com/banksim/bank-sim/outbox"
 	"github.com/banksim/bank-sim/postgres/pgtest"
-	"github.com/banksim/bank-sim/scenarios"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }
@@ -27,16 +26,9 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }
 // other's last subtest with a slot idle.
 func TestShrinkSideEffectMistakesToARecipe(t *testing.T) {
 	t.Parallel()
-	dbs := scenarios.ServerBanks(pgtest.Server(t))
-	for _, b := range idem.Bugs() {
-		if b.Outbox == (outbox.Flaws{}) || shrinktest.IsPipelineMistake(b.Name) {
-			continue
-		}
-		t.Run(b.Name, func(t *testing.T) {
-			t.Parallel()
-			shrinktest.ToRecipe(t, dbs, b)
-		})
-	}
+	shrinktest.Each(t, func(b idem.Bug) bool {
+		return b.Outbox != (outbox.Flaws{}) && !shrinktest.IsPipelineMistake(b.Name)
+	})
 }
 
 // The same for the mistakes of the outbox's pipeline, which the
@@ -45,14 +37,7 @@ func TestShrinkSideEffectMistakesToARecipe(t *testing.T) {
 // must need its side-effect faults or, with none, its preemptions.
 func TestShrinkPipelineMistakesToARecipe(t *testing.T) {
 	t.Parallel()
-	dbs := scenarios.ServerBanks(pgtest.Server(t))
-	for _, b := range idem.Bugs() {
-		if !shrinktest.IsPipelineMistake(b.Name) {
-			continue
-		}
-		t.Run(b.Name, func(t *testing.T) {
-			t.Parallel()
-			shrinktest.ToRecipe(t, dbs, b)
-		})
-	}
+	shrinktest.Each(t, func(b idem.Bug) bool {
+		return shrinktest.IsPipelineMistake(b.Name)
+	})
 }
