@@ -149,6 +149,10 @@ func runPipeline(ctx context.Context, conn *pgx.Conn, fn func(p *Pipeline) error
 type Outcome struct {
 	refusal *Response
 	receipt Receipt // TransferID is set when the INSERT's answer is read
+	// balanceFrom is set when the sender's balance after the debit was not
+	// known when the answer's statements were queued (a transfer in one
+	// round trip): BodySQL then reads it from the row.
+	balanceFrom int64
 }
 
 // Refused is the Outcome of a request refused before its transfer ran (a
@@ -203,8 +207,19 @@ func (o *Outcome) BodySQL(n int) (expr string, args []any) {
 	if !ok {
 		panic("bank: a receipt's JSON has no transferId member")
 	}
-	return fmt.Sprintf("$%d::text || %s::text || $%d::text", n, LastTransferID, n+1),
-		[]any{head + `"transferId":`, tail}
+	if o.balanceFrom == 0 {
+		return fmt.Sprintf("$%d::text || %s::text || $%d::text", n, LastTransferID, n+1),
+			[]any{head + `"transferId":`, tail}
+	}
+	// The balance is the receipt's last member; its digits are cut out the
+	// same way and read from the debited row, which this transaction holds.
+	tail, _, ok = strings.Cut(tail, fmt.Sprintf(`"balanceKobo":%d}`, rc.BalanceKobo))
+	if !ok {
+		panic("bank: a receipt's JSON does not end with its balanceKobo member")
+	}
+	return fmt.Sprintf("$%d::text || %s::text || $%d::text || (SELECT balance_kobo FROM accounts WHERE id = $%d::bigint)::text || '}'",
+			n, LastTransferID, n+1, n+2),
+		[]any{head + `"transferId":`, tail + `"balanceKobo":`, o.balanceFrom}
 }
 
 // PipelinedDebitSQL is the debit of a pipelined transfer. It is not
@@ -254,14 +269,107 @@ func TransferPipelined(ctx context.Context, p *Pipeline, userID int64, req Trans
 	return o, nil
 }
 
-// PipelinedTransfer runs TransferPipelined in a transaction of its own on
-// db and commits it: Transfer in two round trips, for a caller with no
-// idempotency key to complete.
+// GuardSQL lets a transfer sent in one round trip through only when every
+// rule that Transfer checks on the locked rows holds: the sender exists,
+// belongs to the user ($1) and is active, the recipient exists and is
+// active, and the sender has the amount ($4). Otherwise it fails
+// (sqlstateRecheck), PostgreSQL skips the writes and the COMMIT queued
+// behind it, and the transfer runs again in two round trips, where Go
+// checks the rules and says which one refused. The guard only has to say
+// whether; a guard laxer than the Go checks would move money that they
+// refuse, so TestGuardRefusesWhatTheChecksRefuse breaks each rule alone.
+const GuardSQL = `
+	SELECT CASE WHEN EXISTS (
+			SELECT FROM accounts
+			WHERE id = $2::bigint AND owner_id = $1::bigint AND status = 'active' AND balance_kobo >= $4::bigint)
+		AND EXISTS (SELECT FROM accounts WHERE id = $3::bigint AND status = 'active')
+	THEN true
+	ELSE bank_fail('` + sqlstateRecheck + `', 'a rule refuses this transfer; checking it again step by step') END`
+
+// The writes of a transfer in one round trip: PipelinedDebitSQL, CreditSQL
+// and InsertTransferSQL with the account ids sent as bigint, as the locking
+// read and the guard take them. They are queued before anyone has read the
+// accounts, so an id beyond integer (which no account has) must still be
+// sent; the guard fails for it, and PostgreSQL skips these statements.
+const (
+	oneTripDebitSQL  = "UPDATE accounts SET balance_kobo = balance_kobo - $1 WHERE id = $2::bigint"
+	oneTripCreditSQL = "UPDATE accounts SET balance_kobo = balance_kobo + $1 WHERE id = $2::bigint"
+	oneTripInsertSQL = "INSERT INTO transfers (from_account, to_account, amount_kobo, intent) VALUES ($1::bigint, $2::bigint, $3, $4) RETURNING id"
+)
+
+// sqlstateRecheck is the error GuardSQL raises.
+const sqlstateRecheck = "BS002"
+
+// NeedsChecks reports whether err is GuardSQL's: the transfer sent in one
+// round trip was refused by a rule and nothing was written. Run it again
+// with TransferPipelined, which says which rule.
+func NeedsChecks(err error) bool {
+	var pg *pgconn.PgError
+	return errors.As(err, &pg) && pg.Code == sqlstateRecheck
+}
+
+// OneTrip reports whether a transfer under ctx may be sent in one round
+// trip: not when a hook waits between its checks and its writes
+// (WithAfterChecks), a moment that one round trip does not have.
+func OneTrip(ctx context.Context) bool {
+	return afterChecksFrom(ctx) == nil
+}
+
+// TransferOneTrip queues a whole transfer on p without waiting for any
+// answer: the locking read of both accounts in id order, GuardSQL, which
+// checks every rule on the locked rows before any write, then the debit,
+// the credit and the INSERT. The caller queues the key's completion and
+// commits: BEGIN to COMMIT in one round trip, so that the accounts' rows
+// stay locked only while PostgreSQL works, never while an answer travels.
+// The Outcome is a 201 until that round trip says otherwise: when it fails
+// with NeedsChecks, nothing was written and the caller runs the request
+// again with TransferPipelined. Only a refusal of the body itself is known
+// at once.
+func TransferOneTrip(ctx context.Context, p *Pipeline, userID int64, req TransferRequest) (*Outcome, error) {
+	if refusal := checkRequest(req); refusal != nil {
+		return Refused(*refusal), nil
+	}
+	found := map[int64]accountRow{}
+	o := &Outcome{receipt: Receipt{From: req.From, To: req.To, AmountKobo: req.AmountKobo}, balanceFrom: req.From}
+	p.Queue(LockAccountsSQL, req.From, req.To).Query(scanAccounts(found))
+	p.Queue(GuardSQL, userID, req.From, req.To, req.AmountKobo)
+	p.Queue(oneTripDebitSQL, req.AmountKobo, req.From)
+	p.Queue(oneTripCreditSQL, req.AmountKobo, req.To)
+	p.Queue(oneTripInsertSQL, req.From, req.To, req.AmountKobo, intentArg(ctx)).QueryRow(func(row pgx.Row) error {
+		// The locked rows were read earlier in the same round trip.
+		o.receipt.BalanceKobo = found[req.From].balance - req.AmountKobo
+		return row.Scan(&o.receipt.TransferID)
+	})
+	return o, nil
+}
+
+// PipelinedTransfer runs a transfer in a transaction of its own on db and
+// commits it, for a caller with no idempotency key to complete: in one
+// round trip (TransferOneTrip) when ctx allows it, and in two
+// (TransferPipelined) when it does not or a rule refuses the transfer.
 func PipelinedTransfer(ctx context.Context, db DB, userID int64, req TransferRequest) (Response, error) {
+	if OneTrip(ctx) {
+		resp, err := pipelinedTransfer(ctx, db, userID, req, TransferOneTrip)
+		if !NeedsChecks(err) {
+			return resp, err
+		}
+	}
+	return TwoTripTransfer(ctx, db, userID, req)
+}
+
+// TwoTripTransfer is PipelinedTransfer always in two round trips: the
+// accounts locked in the first, the rules checked in Go, the writes and
+// COMMIT in the second.
+func TwoTripTransfer(ctx context.Context, db DB, userID int64, req TransferRequest) (Response, error) {
+	return pipelinedTransfer(ctx, db, userID, req, TransferPipelined)
+}
+
+func pipelinedTransfer(ctx context.Context, db DB, userID int64, req TransferRequest,
+	queue func(context.Context, *Pipeline, int64, TransferRequest) (*Outcome, error)) (Response, error) {
 	var out *Outcome
 	err := Pipelined(ctx, db, func(p *Pipeline) error {
 		var err error
-		if out, err = TransferPipelined(ctx, p, userID, req); err != nil {
+		if out, err = queue(ctx, p, userID, req); err != nil {
 			return err
 		}
 		return p.Commit(ctx)

@@ -12,6 +12,7 @@ import (
 	"github.com/banksim/bank-sim/scenarios"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // statementAtATime is the transfer the pipelined one must answer exactly as:
@@ -33,7 +34,8 @@ var transferImpls = []struct {
 	run  transferFunc
 }{
 	{"statement at a time", statementAtATime},
-	{"pipelined", bank.PipelinedTransfer},
+	{"pipelined, one round trip", bank.PipelinedTransfer},
+	{"pipelined, two round trips", bank.TwoTripTransfer},
 }
 
 // highIDs moves the transfers' sequence near the top of integer, so that
@@ -47,19 +49,29 @@ func highIDs(t *testing.T, db bank.Querier) {
 }
 
 // TestPipelinedTransferAnswersAsTransfer sends the same requests, in the
-// same order, to two identical banks without the lesson's coincidences: one
-// served by Transfer, one by the pipelined transfer. Every answer must be
-// the same bytes, and the banks the same after each: the same rules in the
-// same order, the same refusals writing nothing, the same receipt (ten-digit
-// transfer ids included). A rule checked in another order, a balance
+// same order, to three identical banks without the lesson's coincidences:
+// one served by Transfer, one by the pipelined transfer in one round trip
+// (which falls back to two for every refusal), one by it in two. Every
+// answer must be the same bytes, and the banks the same after each: the same
+// rules in the same order, the same refusals writing nothing, the same
+// receipt (ten-digit transfer ids included). A rule checked in another order, a balance
 // reported before the debit, a refusal that writes, all show as a
 // difference.
 func TestPipelinedTransferAnswersAsTransfer(t *testing.T) {
 	t.Parallel()
 	slow := pgtest.NewBankWith(t, pgtest.BankOptions{Accounts: pgtest.MixedAccounts})
-	fast := pgtest.NewBankWith(t, pgtest.BankOptions{Accounts: pgtest.MixedAccounts})
 	highIDs(t, slow)
-	highIDs(t, fast)
+	fast := []struct {
+		name string
+		run  transferFunc
+		bank *pgxpool.Pool
+	}{
+		{"one round trip", bank.PipelinedTransfer, pgtest.NewBankWith(t, pgtest.BankOptions{Accounts: pgtest.MixedAccounts})},
+		{"two round trips", bank.TwoTripTransfer, pgtest.NewBankWith(t, pgtest.BankOptions{Accounts: pgtest.MixedAccounts})},
+	}
+	for _, f := range fast {
+		highIDs(t, f.bank)
+	}
 	const ada, bola, chidi, dayo = 1, 2, 3, 4
 	steps := []struct {
 		userID int64
@@ -87,20 +99,25 @@ func TestPipelinedTransferAnswersAsTransfer(t *testing.T) {
 		if err != nil {
 			t.Fatalf("step %d, statement at a time: %v", i, err)
 		}
-		got, err := bank.PipelinedTransfer(bank.WithIntent(ctx, fmt.Sprint(i)), fast, s.userID, s.req)
-		if err != nil {
-			t.Fatalf("step %d, pipelined: %v", i, err)
-		}
-		if got.Status != want.Status || string(got.Body) != string(want.Body) {
-			t.Errorf("step %d: user %d %+v\n pipelined          %d %s\n statement at a time %d %s", i, s.userID, s.req, got.Status, got.Body, want.Status, want.Body)
-		}
-		ls, lf := ledger(t, slow), ledger(t, fast)
-		if ls.Line() != lf.Line() || fmt.Sprint(ls.Transfers) != fmt.Sprint(lf.Transfers) {
-			t.Fatalf("step %d: the banks differ\n pipelined          %s %v\n statement at a time %s %v", i, lf.Line(), lf.Transfers, ls.Line(), ls.Transfers)
+		ls := ledger(t, slow)
+		for _, f := range fast {
+			got, err := f.run(bank.WithIntent(ctx, fmt.Sprint(i)), f.bank, s.userID, s.req)
+			if err != nil {
+				t.Fatalf("step %d, %s: %v", i, f.name, err)
+			}
+			if got.Status != want.Status || string(got.Body) != string(want.Body) {
+				t.Errorf("step %d: user %d %+v\n %-20s %d %s\n statement at a time  %d %s", i, s.userID, s.req, f.name, got.Status, got.Body, want.Status, want.Body)
+			}
+			lf := ledger(t, f.bank)
+			if ls.Line() != lf.Line() || fmt.Sprint(ls.Transfers) != fmt.Sprint(lf.Transfers) {
+				t.Fatalf("step %d: the banks differ\n %-20s %s %v\n statement at a time  %s %v", i, f.name, lf.Line(), lf.Transfers, ls.Line(), ls.Transfers)
+			}
 		}
 	}
-	if n := len(ledger(t, fast).Transfers); n != 4 {
-		t.Errorf("%d transfers, want the 4 that were allowed", n)
+	for _, f := range fast {
+		if n := len(ledger(t, f.bank).Transfers); n != 4 {
+			t.Errorf("%s: %d transfers, want the 4 that were allowed", f.name, n)
+		}
 	}
 }
 
@@ -108,54 +125,77 @@ func TestPipelinedTransferAnswersAsTransfer(t *testing.T) {
 // PostgreSQL, in the round trip that inserts the transfer, and compares it
 // with the body the transfer returns and with json.Marshal of its receipt,
 // byte for byte: the stored answer that a replay sends must be the answer
-// the first request got. A refusal's body too.
+// the first request got. A refusal's body too. In one round trip the
+// expression is queued before the balance is known, and reads it from the
+// debited row; a refusal there is the guard's failure, which writes nothing.
 func TestOutcomeBodySQL(t *testing.T) {
 	t.Parallel()
 	pool := newBank(t, 2)
 	highIDs(t, pool)
-	for _, tt := range []struct {
-		name   string
-		userID int64
-		req    bank.TransferRequest
-		status int
+	for _, form := range []struct {
+		name  string
+		queue func(context.Context, *bank.Pipeline, int64, bank.TransferRequest) (*bank.Outcome, error)
 	}{
-		{"201 with a ten-digit id", 1, bank.TransferRequest{From: 1, To: 2, AmountKobo: 1_234_567}, 201},
-		{"another 201", 2, bank.TransferRequest{From: 2, To: 1, AmountKobo: 99}, 201},
-		{"a refusal", 2, bank.TransferRequest{From: 2, To: 1, AmountKobo: 9_000_000}, 422},
+		{"two round trips", bank.TransferPipelined},
+		{"one round trip", bank.TransferOneTrip},
 	} {
-		t.Run(tt.name, func(t *testing.T) {
-			ctx := bounded(t, tt.name)
-			var out *bank.Outcome
-			var stored string
-			err := bank.Pipelined(ctx, pool, func(p *bank.Pipeline) error {
-				var err error
-				if out, err = bank.TransferPipelined(ctx, p, tt.userID, tt.req); err != nil {
-					return err
+		for _, tt := range []struct {
+			name   string
+			userID int64
+			req    bank.TransferRequest
+			status int
+		}{
+			{"201 with a ten-digit id", 1, bank.TransferRequest{From: 1, To: 2, AmountKobo: 1_234_567}, 201},
+			{"another 201", 2, bank.TransferRequest{From: 2, To: 1, AmountKobo: 99}, 201},
+			{"a refusal", 2, bank.TransferRequest{From: 2, To: 1, AmountKobo: 9_000_000}, 422},
+		} {
+			t.Run(form.name+"/"+tt.name, func(t *testing.T) {
+				ctx := bounded(t, tt.name)
+				before := ledger(t, pool)
+				var out *bank.Outcome
+				var stored string
+				err := bank.Pipelined(ctx, pool, func(p *bank.Pipeline) error {
+					var err error
+					if out, err = form.queue(ctx, p, tt.userID, tt.req); err != nil {
+						return err
+					}
+					expr, args := out.BodySQL(1)
+					p.Queue("SELECT "+expr, args...).QueryRow(func(row pgx.Row) error { return row.Scan(&stored) })
+					return p.Commit(ctx)
+				})
+				if form.name == "one round trip" && tt.status != 201 {
+					if !bank.NeedsChecks(err) {
+						t.Fatalf("got %v, want the guard's refusal", err)
+					}
+					if after := ledger(t, pool); after.Line() != before.Line() || len(after.Transfers) != len(before.Transfers) {
+						t.Fatalf("the guard's refusal wrote: %s → %s", before.Line(), after.Line())
+					}
+					return
 				}
-				expr, args := out.BodySQL(1)
-				p.Queue("SELECT "+expr, args...).QueryRow(func(row pgx.Row) error { return row.Scan(&stored) })
-				return p.Commit(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp := out.Response()
+				if resp.Status != tt.status {
+					t.Fatalf("got %s, want %d", resp.Summary(), tt.status)
+				}
+				if stored != string(resp.Body) {
+					t.Errorf("the database's body\n %s\nis not the answer's\n %s", stored, resp.Body)
+				}
+				if rc, ok := resp.Receipt(); ok {
+					if rc.TransferID <= 2147480000 {
+						t.Errorf("transfer id %d, want one above 2147480000", rc.TransferID)
+					}
+					if want := balance(t, ledger(t, pool), rc.From); rc.BalanceKobo != want {
+						t.Errorf("receipt balance %d, the account holds %d", rc.BalanceKobo, want)
+					}
+					marshalled, _ := json.Marshal(rc)
+					if stored != string(marshalled) {
+						t.Errorf("stored %s, json.Marshal %s", stored, marshalled)
+					}
+				}
 			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			resp := out.Response()
-			if resp.Status != tt.status {
-				t.Fatalf("got %s, want %d", resp.Summary(), tt.status)
-			}
-			if stored != string(resp.Body) {
-				t.Errorf("the database's body\n %s\nis not the answer's\n %s", stored, resp.Body)
-			}
-			if rc, ok := resp.Receipt(); ok {
-				if rc.TransferID <= 2147480000 {
-					t.Errorf("transfer id %d, want one above 2147480000", rc.TransferID)
-				}
-				marshalled, _ := json.Marshal(rc)
-				if stored != string(marshalled) {
-					t.Errorf("stored %s, json.Marshal %s", stored, marshalled)
-				}
-			}
-		})
+		}
 	}
 }
 
@@ -192,8 +232,11 @@ func TestPipelineFailureSkipsCommit(t *testing.T) {
 // through and of one that is refused, once each statement is prepared on
 // the connection: statement at a time, BEGIN, the locking read, debit,
 // credit, INSERT and COMMIT each wait for the one before; pipelined, the
-// locking read goes with BEGIN and everything else with COMMIT. The rows
-// stay locked for every round trip after the first: five against one.
+// locking read goes with BEGIN and everything else with COMMIT; in one
+// round trip, everything goes together. The rows stay locked for every
+// round trip after the first: five, one, none. A refusal in one round trip
+// costs four: the guard fails, ROLLBACK, then the two round trips that say
+// which rule refused.
 func TestTransferRoundTrips(t *testing.T) {
 	t.Parallel()
 	ctx := bounded(t, "counting round trips")
@@ -210,9 +253,11 @@ func TestTransferRoundTrips(t *testing.T) {
 		whyTheseTrips string
 	}{
 		{"statement at a time", pay, 1, 201, 6, statementAtATime, "BEGIN, lock, debit, credit, INSERT, COMMIT"},
-		{"pipelined", pay, 1, 201, 2, bank.PipelinedTransfer, "BEGIN+lock, debit+credit+INSERT+COMMIT"},
+		{"two round trips", pay, 1, 201, 2, bank.TwoTripTransfer, "BEGIN+lock, debit+credit+INSERT+COMMIT"},
+		{"one round trip", pay, 1, 201, 1, bank.PipelinedTransfer, "BEGIN+lock+guard+debit+credit+INSERT+COMMIT"},
 		{"statement at a time", tooMuch, 2, 422, 4, statementAtATime, "BEGIN, lock, the debit that changes nothing, COMMIT"},
-		{"pipelined", tooMuch, 2, 422, 2, bank.PipelinedTransfer, "BEGIN+lock, COMMIT"},
+		{"two round trips", tooMuch, 2, 422, 2, bank.TwoTripTransfer, "BEGIN+lock, COMMIT"},
+		{"one round trip", tooMuch, 2, 422, 4, bank.PipelinedTransfer, "BEGIN+lock+guard (fails), ROLLBACK, BEGIN+lock, COMMIT"},
 	} {
 		// Once to prepare the statements on the connection, once to count.
 		for range 2 {
@@ -224,6 +269,69 @@ func TestTransferRoundTrips(t *testing.T) {
 		}
 		if got := counter.N.Load(); got != tt.want {
 			t.Errorf("%s, %d: %d round trips, want %d (%s)", tt.impl, tt.status, got, tt.want, tt.whyTheseTrips)
+		}
+	}
+}
+
+// TestGuardRefusesWhatTheChecksRefuse sends transfers in one round trip,
+// each breaking one rule alone, to a bank without the lesson's coincidences:
+// the guard must refuse every one of them (NeedsChecks) and write nothing.
+// Its allowed neighbours, the exact balance among them, must go through in
+// that one round trip: a guard stricter than the checks would not move money
+// wrongly, but would send every such transfer the slow way.
+func TestGuardRefusesWhatTheChecksRefuse(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewBankWith(t, pgtest.BankOptions{Accounts: pgtest.MixedAccounts})
+	const ada, bola, chidi, dayo = 1, 2, 3, 4
+	for _, tt := range []struct {
+		name    string
+		userID  int64
+		req     bank.TransferRequest
+		allowed bool
+	}{
+		{"someone else's account (account 2 is Dayo's, not user 2's)", bola, bank.TransferRequest{From: 2, To: 21, AmountKobo: 100}, false},
+		{"the same account, its owner", dayo, bank.TransferRequest{From: 2, To: 12, AmountKobo: 100}, true},
+		{"no such sender", ada, bank.TransferRequest{From: 13, To: 21, AmountKobo: 100}, false},
+		{"a sender beyond integer", ada, bank.TransferRequest{From: 2147483648, To: 21, AmountKobo: 100}, false},
+		{"a frozen sender", chidi, bank.TransferRequest{From: 31, To: 11, AmountKobo: 100}, false},
+		{"a closed sender with money", bola, bank.TransferRequest{From: 22, To: 11, AmountKobo: 100}, false},
+		{"no such recipient", ada, bank.TransferRequest{From: 11, To: 13, AmountKobo: 100}, false},
+		{"a recipient beyond integer", ada, bank.TransferRequest{From: 11, To: 2147483648, AmountKobo: 100}, false},
+		{"a frozen recipient", ada, bank.TransferRequest{From: 11, To: 31, AmountKobo: 100}, false},
+		{"a closed recipient", ada, bank.TransferRequest{From: 11, To: 22, AmountKobo: 100}, false},
+		{"a kobo more than the sender has", bola, bank.TransferRequest{From: 21, To: 11, AmountKobo: 500_001}, false},
+		{"exactly what the sender has", bola, bank.TransferRequest{From: 21, To: 11, AmountKobo: 500_000}, true},
+		{"the other way, to an account of the same owner", ada, bank.TransferRequest{From: 11, To: 12, AmountKobo: 100}, true},
+	} {
+		ctx := bounded(t, tt.name)
+		before := ledger(t, pool)
+		var out *bank.Outcome
+		err := bank.Pipelined(ctx, pool, func(p *bank.Pipeline) error {
+			var err error
+			if out, err = bank.TransferOneTrip(ctx, p, tt.userID, tt.req); err != nil {
+				return err
+			}
+			return p.Commit(ctx)
+		})
+		after := ledger(t, pool)
+		if !tt.allowed {
+			if !bank.NeedsChecks(err) {
+				t.Errorf("%s: got %v, want the guard's refusal", tt.name, err)
+			}
+			if after.Line() != before.Line() || len(after.Transfers) != len(before.Transfers) {
+				t.Errorf("%s: the refusal wrote: %s → %s", tt.name, before.Line(), after.Line())
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s: %v, want it through in one round trip", tt.name, err)
+			continue
+		}
+		if resp := out.Response(); resp.Status != 201 || len(after.Transfers) != len(before.Transfers)+1 {
+			t.Errorf("%s: %s with %d transfers after %d", tt.name, resp.Summary(), len(after.Transfers), len(before.Transfers))
+		}
+		if got, want := balance(t, after, tt.req.From), balance(t, before, tt.req.From)-tt.req.AmountKobo; got != want {
+			t.Errorf("%s: sender holds %d, want %d", tt.name, got, want)
 		}
 	}
 }

@@ -137,7 +137,7 @@ const (
 //
 // Transfer sends its statements one at a time, each waiting for the answer
 // to the one before; TransferPipelined is the same transfer in two round
-// trips.
+// trips, and TransferOneTrip in one.
 func Transfer(ctx context.Context, tx Querier, userID int64, req TransferRequest) (Response, error) {
 	return TransferWith(ctx, tx, userID, req, Flaws{})
 }

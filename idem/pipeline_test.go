@@ -242,11 +242,13 @@ func TestHandlerRoundTrips(t *testing.T) {
 		status      int
 		want        int64
 		why         string
+		afterChecks bool // a hook between the checks and the writes
 	}{
-		{"new key, pipelined", false, 1, body(1, 2, 100), false, 201, 3, "claim; BEGIN+lock; debit+credit+INSERT+complete+COMMIT"},
-		{"new key, one statement at a time", true, 1, body(1, 2, 100), false, 201, 8, "claim; BEGIN; lock; debit; credit; INSERT; complete; COMMIT"},
-		{"refused, pipelined", false, 2, body(2, 1, 9_000_000), false, 422, 3, "claim; BEGIN+lock; complete+COMMIT"},
-		{"replay", false, 1, body(1, 2, 100), true, 201, 1, "the claim, which reads the completed key and inserts nothing"},
+		{"new key, pipelined", false, 1, body(1, 2, 100), false, 201, 2, "claim; BEGIN+lock+guard+debit+credit+INSERT+complete+COMMIT", false},
+		{"new key, one statement at a time", true, 1, body(1, 2, 100), false, 201, 8, "claim; BEGIN; lock; debit; credit; INSERT; complete; COMMIT", false},
+		{"new key, a hook between the checks and the writes", false, 1, body(1, 2, 100), false, 201, 3, "claim; BEGIN+lock; debit+credit+INSERT+complete+COMMIT", true},
+		{"refused, pipelined", false, 2, body(2, 1, 9_000_000), false, 422, 5, "claim; BEGIN+lock+guard, which fails; ROLLBACK; BEGIN+lock; complete+COMMIT", false},
+		{"replay", false, 1, body(1, 2, 100), true, 201, 1, "the claim, which reads the completed key and inserts nothing", false},
 	} {
 		h := &idem.Handler{DB: conn, Store: &idem.Store{}, Unpipelined: tt.unpipelined}
 		// Once to prepare the statements on the connection, once to count.
@@ -260,7 +262,14 @@ func TestHandlerRoundTrips(t *testing.T) {
 			}
 			n++
 			counter.N.Store(0)
-			resp, err := h.Handle(ctx, idem.Request{UserID: tt.userID, Key: k, Body: tt.body})
+			hctx, hooked := ctx, 0
+			if tt.afterChecks {
+				hctx = bank.WithAfterChecks(ctx, func() { hooked++ })
+			}
+			resp, err := h.Handle(hctx, idem.Request{UserID: tt.userID, Key: k, Body: tt.body})
+			if tt.afterChecks && hooked != 1 {
+				t.Fatalf("%s: the hook ran %d times, want once", tt.name, hooked)
+			}
 			if err != nil || resp.Status != tt.status || resp.Replayed != tt.replay {
 				t.Fatalf("%s: %s %v, want %d", tt.name, resp.Summary(), err, tt.status)
 			}
