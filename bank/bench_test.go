@@ -6,39 +6,38 @@ import (
 	"testing"
 
 	"github.com/banksim/bank-sim/bank"
-	"github.com/jackc/pgx/v5"
 )
 
 // BenchmarkTransfer is one ₦1 transfer per op, each in its own transaction on
 // the real database, alternating Ada→Bola and Bola→Ada so that no balance
-// runs out however large b.N is.
+// runs out however large b.N is: statement at a time, pipelined in one round
+// trip and in two, one client, so that what it measures is round trips.
 func BenchmarkTransfer(b *testing.B) {
-	pool := newBank(b, 2)
-	ctx := context.Background()
-	reqs := [2]struct {
-		user int64
-		req  bank.TransferRequest
-	}{
-		{1, bank.TransferRequest{From: 1, To: 2, AmountKobo: 100}},
-		{2, bank.TransferRequest{From: 2, To: 1, AmountKobo: 100}},
-	}
-	i := 0
-	for b.Loop() {
-		r := reqs[i%2]
-		i++
-		var resp bank.Response
-		err := bank.InTx(ctx, pool, func(tx pgx.Tx) error {
-			var err error
-			resp, err = bank.Transfer(ctx, tx, r.user, r.req)
-			return err
+	for _, impl := range transferImpls {
+		b.Run(impl.name, func(b *testing.B) {
+			pool := newBank(b, 2)
+			ctx := context.Background()
+			reqs := [2]struct {
+				user int64
+				req  bank.TransferRequest
+			}{
+				{1, bank.TransferRequest{From: 1, To: 2, AmountKobo: 100}},
+				{2, bank.TransferRequest{From: 2, To: 1, AmountKobo: 100}},
+			}
+			i := 0
+			for b.Loop() {
+				r := reqs[i%2]
+				i++
+				resp, err := impl.run(ctx, pool, r.user, r.req)
+				if err != nil || resp.Status != 201 {
+					b.Fatalf("transfer %d: %v %s", i, err, resp.Summary())
+				}
+			}
+			b.StopTimer()
+			if l := ledger(b, pool); l.Total() != openingTotal || len(l.Transfers) != i {
+				b.Fatalf("total %s and %d transfers after %d", bank.Naira(l.Total()), len(l.Transfers), i)
+			}
 		})
-		if err != nil || resp.Status != 201 {
-			b.Fatalf("transfer %d: %v %s", i, err, resp.Summary())
-		}
-	}
-	b.StopTimer()
-	if got := ledger(b, pool).Total(); got != openingTotal {
-		b.Fatalf("total %s after %d transfers", bank.Naira(got), i)
 	}
 }
 

@@ -27,6 +27,11 @@ type mistake struct {
 	// blind, instead of check, says why no black-box client can see the
 	// mistake against a healthy server.
 	blind string
+	// tries, for a mistake that shows only when a race goes its way: the
+	// probe runs again, each time with the next seed, up to this many
+	// times, until the check fails. One run is not enough: a drain of 8
+	// through a read-compare-write transfer, at load 8, once lost no debit.
+	tries int
 }
 
 // mistakes maps every server-side mistake of idem.Bugs() to what the probe
@@ -45,7 +50,7 @@ var mistakes = map[string]mistake{
 	"memory-keys":        {check: "other-copy", explains: "made another transfer", copies: 2},
 	"no-fingerprint":     {check: "key-reused-amount", explains: "the request fingerprint is ignored"},
 	"unscoped-keys":      {check: "other-user-same-key", explains: "keys are shared by all users instead of scoped to each"},
-	"read-compare-write": {check: "drain", explains: "debit(s) of this amount were lost, money created from nothing"},
+	"read-compare-write": {check: "drain", explains: "debit(s) of this amount were lost, money created from nothing", tries: 5},
 	// The old server of issue 7, defect 1: a hang-up while the key's claim
 	// is being written cancels the request's context after PostgreSQL has
 	// committed the claim, and the key stays in progress with nobody
@@ -112,7 +117,15 @@ func TestEachServerSideMistakeFailsTheCheckThatExplainsIt(t *testing.T) {
 		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()
 			sim := startBankSim(t, simOptions{copies: max(m.copies, 1), bug: &b, lockTTL: m.lockTTL, skew: m.skew})
-			rep := runProbe(t, lesson(sim.urls...))
+			cfg := lesson(sim.urls...)
+			rep := runProbe(t, cfg)
+			for try := 2; try <= m.tries; try++ {
+				if c, _ := rep.Check(m.check); c.Status == probe.Fail {
+					break
+				}
+				cfg.Seed++
+				rep = runProbe(t, cfg)
+			}
 			var failed []string
 			for _, c := range rep.Checks {
 				if c.Status == probe.Fail {
@@ -135,7 +148,7 @@ func TestEachServerSideMistakeFailsTheCheckThatExplainsIt(t *testing.T) {
 			}
 			c, _ := rep.Check(m.check)
 			if c.Status != probe.Fail {
-				t.Fatalf("%s: check %s is %s, want FAIL; failed: %v\n%s", b.Name, m.check, c.Status, failed, dump(rep))
+				t.Fatalf("%s: check %s is %s, want FAIL (in %d run(s)); failed: %v\n%s", b.Name, m.check, c.Status, max(m.tries, 1), failed, dump(rep))
 			}
 			if !strings.Contains(c.Reason, m.explains) {
 				t.Fatalf("%s: check %s failed for another reason than the mistake (want %q): %s\n%s", b.Name, m.check, m.explains, c.Reason, dump(rep))
