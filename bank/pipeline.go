@@ -149,10 +149,10 @@ func runPipeline(ctx context.Context, conn *pgx.Conn, fn func(p *Pipeline) error
 type Outcome struct {
 	refusal *Response
 	receipt Receipt // TransferID is set when the INSERT's answer is read
-	// balanceFrom is set when the sender's balance after the debit was not
+	// balanceInSQL is set when the sender's balance after the debit was not
 	// known when the answer's statements were queued (a transfer in one
-	// round trip): BodySQL then reads it from the row.
-	balanceFrom int64
+	// round trip): BodySQL then reads it from the sender's row.
+	balanceInSQL bool
 }
 
 // Refused is the Outcome of a request refused before its transfer ran (a
@@ -207,7 +207,7 @@ func (o *Outcome) BodySQL(n int) (expr string, args []any) {
 	if !ok {
 		panic("bank: a receipt's JSON has no transferId member")
 	}
-	if o.balanceFrom == 0 {
+	if !o.balanceInSQL {
 		return fmt.Sprintf("$%d::text || %s::text || $%d::text", n, LastTransferID, n+1),
 			[]any{head + `"transferId":`, tail}
 	}
@@ -219,7 +219,7 @@ func (o *Outcome) BodySQL(n int) (expr string, args []any) {
 	}
 	return fmt.Sprintf("$%d::text || %s::text || $%d::text || (SELECT balance_kobo FROM accounts WHERE id = $%d::bigint)::text || '}'",
 			n, LastTransferID, n+1, n+2),
-		[]any{head + `"transferId":`, tail + `"balanceKobo":`, o.balanceFrom}
+		[]any{head + `"transferId":`, tail + `"balanceKobo":`, rc.From}
 }
 
 // PipelinedDebitSQL is the debit of a pipelined transfer. It is not
@@ -330,7 +330,7 @@ func TransferOneTrip(ctx context.Context, p *Pipeline, userID int64, req Transfe
 		return Refused(*refusal), nil
 	}
 	found := map[int64]accountRow{}
-	o := &Outcome{receipt: Receipt{From: req.From, To: req.To, AmountKobo: req.AmountKobo}, balanceFrom: req.From}
+	o := &Outcome{receipt: Receipt{From: req.From, To: req.To, AmountKobo: req.AmountKobo}, balanceInSQL: true}
 	p.Queue(LockAccountsSQL, req.From, req.To).Query(scanAccounts(found))
 	p.Queue(GuardSQL, userID, req.From, req.To, req.AmountKobo)
 	p.Queue(oneTripDebitSQL, req.AmountKobo, req.From)
@@ -343,18 +343,31 @@ func TransferOneTrip(ctx context.Context, p *Pipeline, userID int64, req Transfe
 	return o, nil
 }
 
+// QueueTransfer queues a transfer's statements on a pipeline:
+// TransferOneTrip or TransferPipelined.
+type QueueTransfer func(ctx context.Context, p *Pipeline, userID int64, req TransferRequest) (*Outcome, error)
+
+// OneTripFirst runs a pipelined transfer with TransferOneTrip when oneTrip
+// is set, and with TransferPipelined when it is not or when the guard
+// refused the transfer sent in one round trip (nothing was written then).
+func OneTripFirst(oneTrip bool, run func(QueueTransfer) (Response, error)) (Response, error) {
+	if oneTrip {
+		resp, err := run(TransferOneTrip)
+		if !NeedsChecks(err) {
+			return resp, err
+		}
+	}
+	return run(TransferPipelined)
+}
+
 // PipelinedTransfer runs a transfer in a transaction of its own on db and
 // commits it, for a caller with no idempotency key to complete: in one
 // round trip (TransferOneTrip) when ctx allows it, and in two
 // (TransferPipelined) when it does not or a rule refuses the transfer.
 func PipelinedTransfer(ctx context.Context, db DB, userID int64, req TransferRequest) (Response, error) {
-	if OneTrip(ctx) {
-		resp, err := pipelinedTransfer(ctx, db, userID, req, TransferOneTrip)
-		if !NeedsChecks(err) {
-			return resp, err
-		}
-	}
-	return TwoTripTransfer(ctx, db, userID, req)
+	return OneTripFirst(OneTrip(ctx), func(queue QueueTransfer) (Response, error) {
+		return pipelinedTransfer(ctx, db, userID, req, queue)
+	})
 }
 
 // TwoTripTransfer is PipelinedTransfer always in two round trips: the
@@ -364,8 +377,7 @@ func TwoTripTransfer(ctx context.Context, db DB, userID int64, req TransferReque
 	return pipelinedTransfer(ctx, db, userID, req, TransferPipelined)
 }
 
-func pipelinedTransfer(ctx context.Context, db DB, userID int64, req TransferRequest,
-	queue func(context.Context, *Pipeline, int64, TransferRequest) (*Outcome, error)) (Response, error) {
+func pipelinedTransfer(ctx context.Context, db DB, userID int64, req TransferRequest, queue QueueTransfer) (Response, error) {
 	var out *Outcome
 	err := Pipelined(ctx, db, func(p *Pipeline) error {
 		var err error

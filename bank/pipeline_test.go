@@ -134,7 +134,7 @@ func TestOutcomeBodySQL(t *testing.T) {
 	highIDs(t, pool)
 	for _, form := range []struct {
 		name  string
-		queue func(context.Context, *bank.Pipeline, int64, bank.TransferRequest) (*bank.Outcome, error)
+		queue bank.QueueTransfer
 	}{
 		{"two round trips", bank.TransferPipelined},
 		{"one round trip", bank.TransferOneTrip},

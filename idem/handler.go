@@ -313,8 +313,9 @@ func (h *Handler) transfer(ctx context.Context, req Request, claim *Claim) (bank
 // In two round trips (bank.TransferPipelined): the first sends BEGIN and
 // locks both accounts; every rule is checked in Go on the locked rows; the
 // second sends the writes, the completion and COMMIT. A hook between the
-// checks and the writes, or side effects (whose statements need the
-// transfer's id, an extra round trip), take this way from the start.
+// checks and the writes takes this way from the start. Side effects, either
+// way, cost a round trip more: their statements need the transfer's id, so
+// the writes are sent first and the completion and COMMIT after them.
 //
 // Either way, should the key's lock have passed to another request
 // meanwhile, the completion fails, the COMMIT behind it is skipped, and the
@@ -323,17 +324,12 @@ func (h *Handler) transfer(ctx context.Context, req Request, claim *Claim) (bank
 // stored response written and the COMMIT not yet sent, so with one the
 // COMMIT goes in a round trip of its own.
 func (h *Handler) transferPipelined(ctx context.Context, req Request, claim *Claim) (bank.Response, error) {
-	if h.Effects == nil && bank.OneTrip(ctx) {
-		resp, err := h.pipelined(ctx, req, claim, bank.TransferOneTrip)
-		if !bank.NeedsChecks(err) {
-			return resp, err
-		}
-	}
-	return h.pipelined(ctx, req, claim, bank.TransferPipelined)
+	return bank.OneTripFirst(bank.OneTrip(ctx), func(queue bank.QueueTransfer) (bank.Response, error) {
+		return h.pipelined(ctx, req, claim, queue)
+	})
 }
 
-func (h *Handler) pipelined(ctx context.Context, req Request, claim *Claim,
-	queue func(context.Context, *bank.Pipeline, int64, bank.TransferRequest) (*bank.Outcome, error)) (bank.Response, error) {
+func (h *Handler) pipelined(ctx context.Context, req Request, claim *Claim, queue bank.QueueTransfer) (bank.Response, error) {
 	var out *bank.Outcome
 	err := bank.Pipelined(ctx, h.DB, func(p *bank.Pipeline) error {
 		parsed, refusal := bank.ParseTransferRequest(req.Body)

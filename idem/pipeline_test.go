@@ -17,9 +17,11 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// The correct handler's transfer is pipelined: one round trip locks the
-// accounts, the next carries the writes, the key's completion and COMMIT.
-// These tests pin what must not change for that.
+// The correct handler's transfer is pipelined: in one round trip after the
+// claim (the locking read, the guard, the writes, the key's completion and
+// COMMIT together), or in two when a rule refuses or a hook waits between
+// the checks and the writes (one round trip locks the accounts, the next
+// carries the rest). These tests pin what must not change for that.
 
 // TestPipelinedTakeoverIsFenced lets the key's lock expire between the two
 // round trips, after the checks and before the writes, and has a retry on
@@ -30,20 +32,35 @@ import (
 // retry's transfer happens and its answer is the one the key keeps. With
 // the no-fencing mistake, the same takeover moves the money twice: the
 // test's fault really fires. A refusal is fenced the same way.
+//
+// The same takeover happens again in the moment the one-round-trip transfer
+// has: after the slow server's claim, before its one round trip, with the
+// retry's request answered in between. The slow server's round trip then
+// finds the key completed by another: its completion fails and its COMMIT
+// is skipped; a refusal, which goes on to two round trips, too.
 func TestPipelinedTakeoverIsFenced(t *testing.T) {
 	t.Parallel()
-	for _, tt := range []struct {
+	type test struct {
 		name      string
 		noFencing bool
 		amount    int64
 		status    int // the retry's answer
 		transfers int
-	}{
-		{"correct", false, 1_000_000, 201, 1},
-		{"no-fencing", true, 1_000_000, 201, 2},
-		{"correct, a refusal", false, 6_000_000, 422, 0},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
+		oneTrip   bool // the takeover after the claim, not between the checks and the writes
+	}
+	var tests []test
+	for _, oneTrip := range []bool{false, true} {
+		tests = append(tests,
+			test{"correct", false, 1_000_000, 201, 1, oneTrip},
+			test{"no-fencing", true, 1_000_000, 201, 2, oneTrip},
+			test{"correct, a refusal", false, 6_000_000, 422, 0, oneTrip})
+	}
+	for _, tt := range tests {
+		name := tt.name + ", between the checks and the writes"
+		if tt.oneTrip {
+			name = tt.name + ", before the one round trip"
+		}
+		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			pool := newBank(t, 4)
 			setClock(t, pool, t0)
@@ -75,9 +92,23 @@ func TestPipelinedTakeoverIsFenced(t *testing.T) {
 				case <-time.After(10 * time.Second):
 					t.Error("the retry had not taken the key over after 10 s")
 				}
+				if !tt.oneTrip {
+					return
+				}
+				// Nothing is locked yet: the retry's request runs to its end.
+				select {
+				case <-done:
+				case <-time.After(10 * time.Second):
+					t.Error("the retry had not answered after 10 s")
+				}
 			}
 			var once sync.Once
-			ctx := bank.WithAfterChecks(bounded(t, "the slow server's request"), func() { once.Do(between) })
+			ctx := bounded(t, "the slow server's request")
+			if tt.oneTrip {
+				ctx = idem.WithHooks(ctx, idem.Hooks{AfterClaim: func(context.Context, idem.Claim) { once.Do(between) }})
+			} else {
+				ctx = bank.WithAfterChecks(ctx, func() { once.Do(between) })
+			}
 			slowResp, slowErr := slow.Handle(ctx, req)
 			<-done
 
@@ -243,14 +274,19 @@ func TestHandlerRoundTrips(t *testing.T) {
 		want        int64
 		why         string
 		afterChecks bool // a hook between the checks and the writes
+		effects     bool // side effects that read the receipt in the transaction
 	}{
-		{"new key, pipelined", false, 1, body(1, 2, 100), false, 201, 2, "claim; BEGIN+lock+guard+debit+credit+INSERT+complete+COMMIT", false},
-		{"new key, one statement at a time", true, 1, body(1, 2, 100), false, 201, 8, "claim; BEGIN; lock; debit; credit; INSERT; complete; COMMIT", false},
-		{"new key, a hook between the checks and the writes", false, 1, body(1, 2, 100), false, 201, 3, "claim; BEGIN+lock; debit+credit+INSERT+complete+COMMIT", true},
-		{"refused, pipelined", false, 2, body(2, 1, 9_000_000), false, 422, 5, "claim; BEGIN+lock+guard, which fails; ROLLBACK; BEGIN+lock; complete+COMMIT", false},
-		{"replay", false, 1, body(1, 2, 100), true, 201, 1, "the claim, which reads the completed key and inserts nothing", false},
+		{"new key, pipelined", false, 1, body(1, 2, 100), false, 201, 2, "claim; BEGIN+lock+guard+debit+credit+INSERT+complete+COMMIT", false, false},
+		{"new key, one statement at a time", true, 1, body(1, 2, 100), false, 201, 8, "claim; BEGIN; lock; debit; credit; INSERT; complete; COMMIT", false, false},
+		{"new key, a hook between the checks and the writes", false, 1, body(1, 2, 100), false, 201, 3, "claim; BEGIN+lock; debit+credit+INSERT+complete+COMMIT", true, false},
+		{"new key, side effects", false, 1, body(1, 2, 100), false, 201, 4, "claim; BEGIN+lock+guard+debit+credit+INSERT; the effect's statement; complete+COMMIT", false, true},
+		{"refused, pipelined", false, 2, body(2, 1, 9_000_000), false, 422, 5, "claim; BEGIN+lock+guard, which fails; ROLLBACK; BEGIN+lock; complete+COMMIT", false, false},
+		{"replay", false, 1, body(1, 2, 100), true, 201, 1, "the claim, which reads the completed key and inserts nothing", false, false},
 	} {
 		h := &idem.Handler{DB: conn, Store: &idem.Store{}, Unpipelined: tt.unpipelined}
+		if tt.effects {
+			h.Effects = receiptChecker{}
+		}
 		// Once to prepare the statements on the connection, once to count.
 		for range 2 {
 			k := fmt.Sprintf("round-trips-%06d", n)
@@ -279,6 +315,27 @@ func TestHandlerRoundTrips(t *testing.T) {
 		}
 	}
 }
+
+// receiptChecker is a side effect that holds the receipt it is given
+// against the transaction it runs in: the transfer it names must exist and
+// the sender must hold the balance it reports. In one round trip both are
+// read from the round trip's answers, not computed before it.
+type receiptChecker struct{}
+
+func (receiptChecker) InTx(ctx context.Context, tx pgx.Tx, _ int64, rc bank.Receipt) error {
+	var balance int64
+	var exists bool
+	if err := tx.QueryRow(ctx, "SELECT (SELECT balance_kobo FROM accounts WHERE id = $1), EXISTS (SELECT FROM transfers WHERE id = $2)",
+		rc.From, rc.TransferID).Scan(&balance, &exists); err != nil {
+		return err
+	}
+	if !exists || balance != rc.BalanceKobo {
+		return fmt.Errorf("the receipt %+v: transfer found %v, the sender holds %d", rc, exists, balance)
+	}
+	return nil
+}
+
+func (receiptChecker) AfterCommit(context.Context, int64, bank.Receipt) {}
 
 // TestClaimCommitsBeforeTheLock: the claim commits on its own before the
 // transfer begins. While another transaction holds the sender's row, the
