@@ -63,8 +63,18 @@ func intentArg(ctx context.Context) any {
 // failure (40001): PostgreSQL rolled the transaction back and running it
 // again is safe and expected to succeed.
 func Retryable(err error) bool {
+	code := SQLState(err)
+	return code == "40P01" || code == "40001"
+}
+
+// SQLState is the SQLSTATE of the PostgreSQL error in err's chain, or ""
+// when err did not come from PostgreSQL.
+func SQLState(err error) string {
 	var pg *pgconn.PgError
-	return errors.As(err, &pg) && (pg.Code == "40P01" || pg.Code == "40001")
+	if errors.As(err, &pg) {
+		return pg.Code
+	}
+	return ""
 }
 
 // InTx runs fn in a transaction and commits it, running the whole transaction

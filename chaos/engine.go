@@ -14,7 +14,6 @@ import (
 	"github.com/banksim/bank-sim/idem"
 	"github.com/banksim/bank-sim/outbox"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // HealAttempts bounds how often healing retries one unknown intent.
@@ -994,9 +993,8 @@ func (e *engine) freeze(ctx context.Context, label string, from int64) (hook, th
 				return
 			}
 			_, err = tx.Exec(ctx, "UPDATE accounts SET status = 'frozen' WHERE id = $1 AND status = 'active'", from)
-			var pg *pgconn.PgError
 			switch {
-			case errors.As(err, &pg) && pg.Code == "55P03": // lock_not_available
+			case bank.SQLState(err) == "55P03": // lock_not_available
 				e.count(PathFreezeWaited)
 				return
 			case err != nil:

@@ -15,7 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/banksim/bank-sim/bank"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -1183,6 +1183,5 @@ func (s *sched) chooseLocked(ready []*task) {
 
 // isCancel reports whether err is PostgreSQL's query_canceled (57014).
 func isCancel(err error) bool {
-	var pg *pgconn.PgError
-	return errors.As(err, &pg) && pg.Code == "57014"
+	return bank.SQLState(err) == "57014"
 }

@@ -13,7 +13,6 @@ import (
 
 	"github.com/banksim/bank-sim/bank"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // DefaultLockTTL is how long a claim holds its key before a retry may take
@@ -307,8 +306,7 @@ func (s *Store) QueueComplete(p *bank.Pipeline, userID int64, key, lockID string
 
 // lostLock turns the fenced completion's failure into ErrLostLock.
 func lostLock(err error) error {
-	var pg *pgconn.PgError
-	if errors.As(err, &pg) && pg.Code == sqlstateLostLock {
+	if bank.SQLState(err) == sqlstateLostLock {
 		return ErrLostLock
 	}
 	return err

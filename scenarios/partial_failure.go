@@ -71,8 +71,7 @@ func init() {
 }
 
 func isForeignKeyViolation(err error) bool {
-	var pg *pgconn.PgError
-	return errors.As(err, &pg) && pg.Code == "23503"
+	return bank.SQLState(err) == "23503"
 }
 
 // pgMessage is the server's own sentence, without pgx's SQLSTATE suffix.
