@@ -286,13 +286,14 @@ const GuardSQL = `
 	THEN true
 	ELSE bank_fail('` + sqlstateRecheck + `', 'a rule refuses this transfer; checking it again step by step') END`
 
-// The writes of a transfer in one round trip: PipelinedDebitSQL, CreditSQL
-// and InsertTransferSQL with the account ids sent as bigint, as the locking
+// The writes of a transfer in one round trip: PipelinedDebitSQL (returning
+// the sender's new balance, for the receipt), CreditSQL and
+// InsertTransferSQL, with the account ids sent as bigint, as the locking
 // read and the guard take them. They are queued before anyone has read the
 // accounts, so an id beyond integer (which no account has) must still be
 // sent; the guard fails for it, and PostgreSQL skips these statements.
 const (
-	oneTripDebitSQL  = "UPDATE accounts SET balance_kobo = balance_kobo - $1 WHERE id = $2::bigint"
+	oneTripDebitSQL  = "UPDATE accounts SET balance_kobo = balance_kobo - $1 WHERE id = $2::bigint RETURNING balance_kobo"
 	oneTripCreditSQL = "UPDATE accounts SET balance_kobo = balance_kobo + $1 WHERE id = $2::bigint"
 	oneTripInsertSQL = "INSERT INTO transfers (from_account, to_account, amount_kobo, intent) VALUES ($1::bigint, $2::bigint, $3, $4) RETURNING id"
 )
@@ -304,8 +305,7 @@ const sqlstateRecheck = "BS002"
 // round trip was refused by a rule and nothing was written. Run it again
 // with TransferPipelined, which says which rule.
 func NeedsChecks(err error) bool {
-	var pg *pgconn.PgError
-	return errors.As(err, &pg) && pg.Code == sqlstateRecheck
+	return SQLState(err) == sqlstateRecheck
 }
 
 // OneTrip reports whether a transfer under ctx may be sent in one round
@@ -329,15 +329,15 @@ func TransferOneTrip(ctx context.Context, p *Pipeline, userID int64, req Transfe
 	if refusal := checkRequest(req); refusal != nil {
 		return Refused(*refusal), nil
 	}
-	found := map[int64]accountRow{}
 	o := &Outcome{receipt: Receipt{From: req.From, To: req.To, AmountKobo: req.AmountKobo}, balanceInSQL: true}
-	p.Queue(LockAccountsSQL, req.From, req.To).Query(scanAccounts(found))
+	// The locking read's rows are not needed here: the guard reads them.
+	p.Queue(LockAccountsSQL, req.From, req.To)
 	p.Queue(GuardSQL, userID, req.From, req.To, req.AmountKobo)
-	p.Queue(oneTripDebitSQL, req.AmountKobo, req.From)
+	p.Queue(oneTripDebitSQL, req.AmountKobo, req.From).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&o.receipt.BalanceKobo)
+	})
 	p.Queue(oneTripCreditSQL, req.AmountKobo, req.To)
 	p.Queue(oneTripInsertSQL, req.From, req.To, req.AmountKobo, intentArg(ctx)).QueryRow(func(row pgx.Row) error {
-		// The locked rows were read earlier in the same round trip.
-		o.receipt.BalanceKobo = found[req.From].balance - req.AmountKobo
 		return row.Scan(&o.receipt.TransferID)
 	})
 	return o, nil
