@@ -68,17 +68,23 @@ func runDeterministic(ctx context.Context, db bank.DB, cfg Config, opts Options)
 	if !ok {
 		return nil, ErrDeterministicPool
 	}
+	started := time.Now()
 	poll, err := pool.Acquire(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer poll.Release()
-	started := time.Now()
 	runCtx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	s := newSched(cfg.Seed, cfg.Interleaving, poll, opts.Decisions)
 	s.stop = stop
-	e := newEngineOn(newSchedDB(pool, s), cfg, s)
+	sdb := newSchedDB(pool, s)
+	// Each client holds a connection at a time, and so may each copy of a
+	// duplicate, a late request, a dispatcher and the consumer.
+	if err := sdb.warm(ctx, 2*cfg.WithDefaults().Clients+6); err != nil {
+		return nil, err
+	}
+	e := newEngineOn(sdb, cfg, s)
 	tctx := s.adopt(runCtx)
 	h, runErr := func() (*History, error) {
 		if err := e.open(tctx); err != nil {

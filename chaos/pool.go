@@ -17,7 +17,7 @@ import (
 // no-row-lock bug deadlocks often, and each deadlock would otherwise stall
 // its clients for a second; the deadlock fault relies on it too.
 func Pool(ctx context.Context, base *pgxpool.Pool, clients int) (*pgxpool.Pool, error) {
-	return pool(ctx, base, clients, 2*int32(clients)+10)
+	return pool(ctx, base, clients, 2*int32(clients)+10, false)
 }
 
 // PoolFor opens the pool that a run of cfg needs. A deterministic run's
@@ -28,12 +28,12 @@ func Pool(ctx context.Context, base *pgxpool.Pool, clients int) (*pgxpool.Pool, 
 func PoolFor(ctx context.Context, base *pgxpool.Pool, cfg Config) (*pgxpool.Pool, error) {
 	cfg = cfg.WithDefaults()
 	if cfg.Deterministic {
-		return pool(ctx, base, cfg.Clients, 4*int32(cfg.Clients)+12)
+		return pool(ctx, base, cfg.Clients, 4*int32(cfg.Clients)+12, true)
 	}
 	return Pool(ctx, base, cfg.Clients)
 }
 
-func pool(ctx context.Context, base *pgxpool.Pool, clients int, conns int32) (*pgxpool.Pool, error) {
+func pool(ctx context.Context, base *pgxpool.Pool, clients int, conns int32, det bool) (*pgxpool.Pool, error) {
 	if clients <= 0 {
 		clients = Config{}.WithDefaults().Clients
 		conns = 2*int32(clients) + 10
@@ -42,6 +42,14 @@ func pool(ctx context.Context, base *pgxpool.Pool, clients int, conns int32) (*p
 	cfg.MaxConns = conns
 	cfg.MinConns = 0
 	cfg.ConnConfig.RuntimeParams["deadlock_timeout"] = "20ms"
+	if det {
+		// Set as the session starts, not by a statement of its own: see
+		// schedDB.acquire.
+		cfg.ConnConfig.RuntimeParams["deadlock_timeout"] = detDeadlockTimeout
+		// A task may leave its connection idle for a second of real time
+		// while others run; a ping then would be a round trip per acquire.
+		cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open a pool for %d clients: %w", clients, err)

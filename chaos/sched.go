@@ -149,8 +149,12 @@ type task struct {
 
 	// The statement in flight, if any.
 	inflight bool
-	pid      uint32
-	timed    bool // under lock_timeout: it ends by itself
+	// watched: the statement in flight may wait for a lock, and the
+	// scheduler asks PostgreSQL whether it does; a statement that cannot
+	// (BEGIN, COMMIT, a plain SELECT) is left to answer.
+	watched bool
+	pid     uint32
+	timed   bool // under lock_timeout: it ends by itself
 	// cancelled: the scheduler cancelled the statement, which waited for
 	// a lock held by blockers.
 	cancelled bool
@@ -206,6 +210,9 @@ type dbConn struct {
 	owner *task
 	busy  bool // a statement in flight
 	timed bool // the transaction set lock_timeout
+	// locks: its transaction (or its statement in flight) has sent a
+	// statement that takes row locks, which another may wait for.
+	locks bool
 	// gen moves on each time a transaction on it ends: a task waiting for
 	// one of its locks may try again.
 	gen int
@@ -714,7 +721,7 @@ func (s *sched) txEndedLocked(pid uint32) {
 		return
 	}
 	c.gen++
-	c.timed = false
+	c.timed, c.locks = false, false
 	for _, t := range s.tasks {
 		if t.pgWait && slicesContains(t.blockers, pid) {
 			t.released = true
@@ -732,18 +739,35 @@ func (s *sched) txEndedLocked(pid uint32) {
 	}
 }
 
-// inflight marks t's statement as sent on pid; inPG when it may wait for a
-// lock inside PostgreSQL rather than be cancelled (waitsInPG).
-func (s *sched) inflight(t *task, pid uint32, inPG bool) {
+// inflight marks t's statement as sent on pid; locks when it takes row
+// locks, and so may wait for one (canWait); inPG when it may wait for one
+// inside PostgreSQL rather than be cancelled (waitsInPG). The scheduler
+// watches it only when another connection holds row locks: with none held,
+// it cannot wait, and no one asks PostgreSQL about it.
+func (s *sched) inflight(t *task, pid uint32, locks, inPG bool) {
 	s.mu.Lock()
 	t.inflight, t.pid, t.cancelled, t.blockers = true, pid, false, nil
 	t.inPG, t.pgWait, t.released = inPG, false, false
 	t.timed = false
+	t.watched = locks && s.othersHoldLocksLocked(pid)
 	if c := s.conns[pid]; c != nil {
 		c.owner, c.busy = t, true
+		c.locks = c.locks || locks
 		t.timed = c.timed
 	}
 	s.mu.Unlock()
+}
+
+// othersHoldLocksLocked reports whether a connection other than pid holds
+// row locks, or may: one whose transaction sent a statement that takes them,
+// or one the scheduler does not know.
+func (s *sched) othersHoldLocksLocked(pid uint32) bool {
+	for p, c := range s.conns {
+		if p != pid && (c.locks || c.owner == nil) {
+			return true
+		}
+	}
+	return false
 }
 
 // returned marks t's statement on pid as answered; endsTx when it ended a
@@ -898,7 +922,10 @@ func (s *sched) blockers(ctx context.Context, pid uint32) ([]uint32, error) {
 // loop makes the choices. It runs from adopt to close.
 func (s *sched) loop(ctx context.Context) {
 	defer close(s.done)
-	const firstPoll = 500 * time.Microsecond
+	// A statement is watched only when another transaction holds row
+	// locks, and then it often waits for one: the first question comes
+	// soon after it is sent.
+	const firstPoll = 100 * time.Microsecond
 	pollDelay := firstPoll
 	lastChange := time.Now()
 	for {
@@ -909,7 +936,7 @@ func (s *sched) loop(ctx context.Context) {
 		}
 		if !s.quiescentLocked() {
 			r := s.running
-			watch := r != nil && r.inflight && !r.timed && !r.cancelled
+			watch := r != nil && r.inflight && r.watched && !r.timed && !r.cancelled
 			if r == nil {
 				// A statement released inside PostgreSQL: does it wait
 				// again, or is it on its way back?

@@ -35,6 +35,60 @@ func newSchedDB(pool *pgxpool.Pool, s *sched) *schedDB {
 	return &schedDB{pool: pool, s: s, ready: map[uint32]bool{}}
 }
 
+// detDeadlockTimeout is PostgreSQL's deadlock_timeout in a deterministic
+// run: its detector, which picks its victim by the clock, must never fire
+// before the scheduler's (see sched.go).
+const detDeadlockTimeout = "1h"
+
+// warm opens up to n of the pool's connections at once, each ready for a
+// task, before the run starts: opened by the tasks, one at a time while
+// every other task waits, they cost a run of few intents most of its time.
+func (d *schedDB) warm(ctx context.Context, n int) error {
+	n = min(n, int(d.pool.Config().MaxConns))
+	conns := make([]*pgxpool.Conn, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := d.pool.Acquire(ctx)
+			if err == nil {
+				err = d.prepare(ctx, c)
+			}
+			conns[i], errs[i] = c, err
+		}()
+	}
+	wg.Wait()
+	for _, c := range conns {
+		if c != nil {
+			c.Release()
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// prepare sets deadlock_timeout on a connection that did not start with it
+// (a pool the caller opened: PoolFor's sets it as a session starts).
+func (d *schedDB) prepare(ctx context.Context, c *pgxpool.Conn) error {
+	pid := c.Conn().PgConn().PID()
+	d.mu.Lock()
+	fresh := !d.ready[pid]
+	d.mu.Unlock()
+	if !fresh {
+		return nil
+	}
+	if d.pool.Config().ConnConfig.RuntimeParams["deadlock_timeout"] != detDeadlockTimeout {
+		if _, err := c.Exec(context.WithoutCancel(ctx), "SET deadlock_timeout = '"+detDeadlockTimeout+"'"); err != nil {
+			return fmt.Errorf("deterministic run: set deadlock_timeout: %w", err)
+		}
+	}
+	d.mu.Lock()
+	d.ready[pid] = true
+	d.mu.Unlock()
+	return nil
+}
+
 // acquire checks a connection out for t. A run that needs more connections
 // than its pool has fails here, rather than waiting for a connection that a
 // waiting task holds (it would wait forever).
@@ -47,20 +101,9 @@ func (d *schedDB) acquire(ctx context.Context, t *task) (*pgxpool.Conn, uint32, 
 		return nil, 0, err
 	}
 	pid := c.Conn().PgConn().PID()
-	d.mu.Lock()
-	fresh := !d.ready[pid]
-	d.mu.Unlock()
-	if fresh {
-		// The scheduler finds deadlocks itself, and no statement waits in
-		// PostgreSQL for long: its detector, which picks its victim by the
-		// clock, must never fire first.
-		if _, err := c.Exec(context.WithoutCancel(ctx), "SET deadlock_timeout = '1h'"); err != nil {
-			c.Release()
-			return nil, 0, fmt.Errorf("deterministic run: set deadlock_timeout: %w", err)
-		}
-		d.mu.Lock()
-		d.ready[pid] = true
-		d.mu.Unlock()
+	if err := d.prepare(ctx, c); err != nil {
+		c.Release()
+		return nil, 0, err
 	}
 	d.s.register(pid, t)
 	return c, pid, nil
@@ -80,11 +123,12 @@ type result struct {
 // send runs one statement for t on pid, as a step: it waits to be chosen,
 // sends it (through run), and, each time the scheduler cancels it for a
 // lock, undoes it (undo), waits for the lock's holders, and sends it again.
-func (d *schedDB) send(ctx context.Context, t *task, pid uint32, label string, endsTx, inPG bool,
+// locks says whether it takes row locks (canWait), and so may wait for one.
+func (d *schedDB) send(ctx context.Context, t *task, pid uint32, label string, endsTx, locks, inPG bool,
 	run func() (result, error), undo func() error) (result, error) {
 	d.s.park(t, label)
 	for {
-		d.s.inflight(t, pid, inPG)
+		d.s.inflight(t, pid, locks, inPG)
 		res, err := run()
 		if schedDebug {
 			fmt.Fprintf(os.Stderr, "dbg %d %s | %s | %s err=%v\n", d.s.now(), t.name, label, res.tag, err)
@@ -118,7 +162,7 @@ func (d *schedDB) Exec(ctx context.Context, sql string, args ...any) (pgconn.Com
 		return pgconn.CommandTag{}, err
 	}
 	defer d.release(c, pid)
-	res, err := d.sendNow(ctx, t, pid, label, func() (result, error) {
+	res, err := d.sendNow(ctx, t, pid, label, canWait(sql), func() (result, error) {
 		tag, err := c.Exec(ctx, sql, args...)
 		return result{tag: tag}, err
 	})
@@ -126,10 +170,11 @@ func (d *schedDB) Exec(ctx context.Context, sql string, args ...any) (pgconn.Com
 }
 
 // sendNow is send for a task that has just parked at label and acquired
-// its connection: an autocommit statement, which a cancel undoes whole.
-func (d *schedDB) sendNow(ctx context.Context, t *task, pid uint32, label string, run func() (result, error)) (result, error) {
+// its connection: an autocommit statement, which a cancel undoes whole;
+// locks says whether it takes row locks (canWait).
+func (d *schedDB) sendNow(ctx context.Context, t *task, pid uint32, label string, locks bool, run func() (result, error)) (result, error) {
 	for {
-		d.s.inflight(t, pid, false)
+		d.s.inflight(t, pid, locks, false)
 		res, err := run()
 		if schedDebug {
 			fmt.Fprintf(os.Stderr, "dbg %d %s | %s | %s err=%v\n", d.s.now(), t.name, label, res.tag, err)
@@ -160,7 +205,7 @@ func (d *schedDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows,
 		return nil, err
 	}
 	defer d.release(c, pid)
-	res, err := d.sendNow(ctx, t, pid, label, func() (result, error) {
+	res, err := d.sendNow(ctx, t, pid, label, canWait(sql), func() (result, error) {
 		rows, err := c.Query(ctx, sql, args...)
 		if err != nil {
 			return result{}, err
@@ -198,7 +243,7 @@ func (d *schedDB) BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, erro
 		return nil, err
 	}
 	var tx pgx.Tx
-	_, err = d.sendNow(ctx, t, pid, label, func() (result, error) {
+	_, err = d.sendNow(ctx, t, pid, label, false, func() (result, error) {
 		var err error
 		tx, err = c.BeginTx(ctx, opts)
 		return result{}, err
@@ -245,7 +290,7 @@ func (x *schedTx) end(ctx context.Context, what string, f func(context.Context) 
 		return pgx.ErrTxClosed
 	}
 	t := x.task(ctx)
-	_, err := x.d.send(ctx, t, x.pid, stepName(t, what), true, false, func() (result, error) {
+	_, err := x.d.send(ctx, t, x.pid, stepName(t, what), true, false, false, func() (result, error) {
 		return result{}, f(ctx)
 	}, nil)
 	x.closed = true
@@ -272,6 +317,13 @@ func mayWait(sql string) bool {
 	}
 	return strings.Contains(q, "FOR UPDATE") || strings.HasPrefix(q, "UPDATE") ||
 		strings.HasPrefix(q, "INSERT") || strings.HasPrefix(q, "DELETE")
+}
+
+// canWait reports whether an autocommit statement can wait for a lock: one
+// that may (mayWait), or several statements in one string, which mayWait
+// does not look into (the bank emptied before a run).
+func canWait(sql string) bool {
+	return mayWait(sql) || strings.Contains(sql, ";")
 }
 
 // waitsInPG reports whether sql, when it waits for a lock, is left to wait
@@ -301,7 +353,7 @@ func (x *schedTx) stmt(ctx context.Context, sql string, args []any, rows bool) (
 	t := x.task(ctx)
 	label := stepName(t, sql)
 	if !mayWait(sql) {
-		return x.d.send(ctx, t, x.pid, label, false, false, func() (result, error) {
+		return x.d.send(ctx, t, x.pid, label, false, canWait(sql), false, func() (result, error) {
 			if rows {
 				r, err := x.tx.Query(ctx, sql, args...)
 				if err != nil {
@@ -314,7 +366,7 @@ func (x *schedTx) stmt(ctx context.Context, sql string, args []any, rows bool) (
 			return result{tag: tag}, err
 		}, nil)
 	}
-	return x.d.send(ctx, t, x.pid, label, false, waitsInPG(sql), func() (result, error) {
+	return x.d.send(ctx, t, x.pid, label, false, true, waitsInPG(sql), func() (result, error) {
 		b := &pgx.Batch{}
 		b.Queue("SAVEPOINT " + savepoint)
 		b.Queue(sql, args...)
