@@ -80,7 +80,10 @@ func TestDefaultRunWithTheCorrectHandlerIsValid(t *testing.T) {
 // The mistakes that the probe found outside every check (a claim on
 // the request's context, locks on each app server's clock, replays that are
 // not byte for byte the original) are each caught by a default run alone.
+// Exhaustive: five runs of 1,000 intents; the default suite's audit test
+// catches each of them too.
 func TestDefaultRunCatchesTheMistakesChecksUsedToMiss(t *testing.T) {
+	pgtest.Exhaustive(t)
 	t.Parallel()
 	want := map[string]string{
 		"claim-on-request-context": chaos.KindAbandoned,

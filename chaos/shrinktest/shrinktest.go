@@ -156,8 +156,12 @@ func ToRecipe(t *testing.T, dbs scenarios.Databases, b idem.Bug) {
 func IsPipelineMistake(name string) bool { return pipelineMistakes[name] }
 
 // Each runs ToRecipe, as a parallel subtest named after the mistake, on
-// every mistake of the catalogue that keep selects, all on one server.
+// every mistake of the catalogue that keep selects, all on one server. It
+// is exhaustive (pgtest.Exhaustive): a shrink is dozens of deterministic
+// runs, and the default suite keeps one shrink, through the command line
+// (testdata/script/deterministic.txtar).
 func Each(t *testing.T, keep func(idem.Bug) bool) {
+	pgtest.Exhaustive(t)
 	dbs := scenarios.ServerBanks(pgtest.Server(t))
 	for _, b := range idem.Bugs() {
 		if !keep(b) {
