@@ -181,7 +181,7 @@ func TestTargetRunCatchesTheMistakesAClientCanSee(t *testing.T) {
 			if m.blind != "" {
 				if res.Verdict() == chaos.Invalid {
 					logViolations(t, h, res)
-					t.Fatalf("%s, called blind (%s), now breaks %v: name the rule in targetMistakes and the README", name, m.blind, res.ByKind)
+					t.Fatalf("%s, called blind (%s), now breaks %v: name the rule in targetMistakes and docs/chaos.md", name, m.blind, res.ByKind)
 				}
 				return
 			}

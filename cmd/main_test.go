@@ -252,7 +252,7 @@ func TestServeWithABugWarns(t *testing.T) {
 
 // Defects 3 and 5 of issue 7: serve runs the cleanup job on its interval and
 // logs what it deleted; stopped by a signal with a request in flight, it lets
-// the request finish, prints the ledger and exits 130, as the README says.
+// the request finish, prints the ledger and exits 130, as docs/serve.md says.
 func TestServeCleansUpAndStopsWithExit130(t *testing.T) {
 	r := startCommand(t, nil, "Ctrl-C to stop", "cleanup: deleted 0 keys",
 		"serve", "--addr", "127.0.0.1:0", "--cleanup-every", "50ms", "--grace", "5s")

@@ -111,7 +111,7 @@ func TestEachServerSideMistakeFailsTheCheckThatExplainsIt(t *testing.T) {
 			t.Errorf("idem.Bugs() has a server-side mistake the probe's table does not map: %q (%s).\n"+
 				"Add it to mistakes in probe/mistakes_test.go: run the probe against bank-sim with it "+
 				"(startBankSim with simOptions{bug: &bug}) and name the check that fails and explains it, "+
-				"or, if none can, say why a black-box client cannot see it (blind) — and update the table in the README", b.Name, b.Mistake)
+				"or, if none can, say why a black-box client cannot see it (blind) — and update the table in docs/probe.md", b.Name, b.Mistake)
 			continue
 		}
 		t.Run(b.Name, func(t *testing.T) {
@@ -134,9 +134,9 @@ func TestEachServerSideMistakeFailsTheCheckThatExplainsIt(t *testing.T) {
 			}
 			if m.blind != "" {
 				if len(failed) > 0 {
-					t.Errorf("the probe now fails %v against %s, which the table calls blind (%s): map it to the check that explains it, here and in the README\n%s", failed, b.Name, m.blind, dump(rep))
+					t.Errorf("the probe now fails %v against %s, which the table calls blind (%s): map it to the check that explains it, here and in docs/probe.md\n%s", failed, b.Name, m.blind, dump(rep))
 				}
-				// What it may still have noticed, for the README's table.
+				// What it may still have noticed, for the table in docs/probe.md.
 				for _, c := range rep.Checks {
 					for _, e := range c.Evidence {
 						if strings.HasPrefix(e, "⚠") {

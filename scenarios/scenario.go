@@ -19,8 +19,8 @@ import (
 
 // Scenario is one story. Name, Summary and Phases make it run; the other
 // fields are its teaching material, for list, explain, compare and the order
-// of --all. A new story needs only the first three; see the README's
-// "Writing a scenario" for what each of the others adds.
+// of --all. A new story needs only the first three; see "Writing a
+// scenario" in docs/teaching.md for what each of the others adds.
 type Scenario struct {
 	Name    string
 	Summary string
