@@ -184,7 +184,7 @@ func reportCampaign(app *App, rep campaignReport, run campaignRun) error {
 	p := app.palette()
 	verdict, union := chaos.Judge(run.results, run.cfg.Faults)
 	if rep.junit != "" {
-		if err := writeCampaignJUnit(rep.junit, run, union); err != nil {
+		if err := writeCampaignJUnit(rep.junit, run, verdict, union); err != nil {
 			return &ExitError{Code: ExitFailed, Err: err}
 		}
 	}
@@ -208,7 +208,7 @@ func reportCampaign(app *App, rep campaignReport, run campaignRun) error {
 		switch {
 		case !run.judged():
 			fmt.Fprintf(out, "%s\n", p.dim.Sprint("coverage: judged over every shard's seeds together, when their files are merged (bank-sim check --merge)"))
-		case verdict == chaos.Inconclusive || verdict == chaos.Invalid && !union.Complete():
+		case verdict == chaos.Inconclusive:
 			fmt.Fprintf(out, "\n%s no seed exercised:\n", p.bad.Sprint("INCONCLUSIVE coverage:"))
 			for _, m := range union.Missing() {
 				fmt.Fprintf(out, "   - %s\n", m)
@@ -374,8 +374,9 @@ func (c *campaignProgress) clear() {
 // seed that could not run are failures; an INCONCLUSIVE seed is skipped,
 // with what it did not reach, since the campaign judges coverage over all
 // its seeds: in one more case, "coverage of every seed", that fails when no
-// seed exercised some defence (a shard's report has no such case).
-func writeCampaignJUnit(path string, run campaignRun, union chaos.Coverage) error {
+// seed exercised some defence (skipped when a seed broke a rule; a shard's
+// report has no such case).
+func writeCampaignJUnit(path string, run campaignRun, verdict string, union chaos.Coverage) error {
 	suite := junitSuite{Name: "bank-sim chaos campaign", Time: run.elapsed.Seconds()}
 	suite.Properties = append(suite.Properties, junitProperty{"version", version()}, junitProperty{"seeds", run.seeds}, junitProperty{"flags", strings.TrimSpace(campaignFlags(run.cfg))})
 	if run.shard.sharded() && run.merged == 0 {
@@ -408,8 +409,15 @@ func writeCampaignJUnit(path string, run campaignRun, union chaos.Coverage) erro
 	}
 	if run.judged() {
 		tc := junitCase{Name: "coverage of every seed", Classname: "bank-sim.chaos",
-			SystemOut: fmt.Sprintf("the union of %s' coverage: every defence path taken and every fault fired by some seed\n", count(len(run.results), "seed", "seeds"))}
-		if m := union.Missing(); len(m) > 0 {
+			SystemOut: fmt.Sprintf("%s, their coverage together: every defence path taken and every fault fired by some seed\n", count(len(run.results), "seed", "seeds"))}
+		switch m := union.Missing(); {
+		case verdict == chaos.Invalid:
+			// A broken rule is the campaign's verdict; what it did not
+			// reach is no news beside it.
+			tc.SystemOut = ""
+			tc.Skipped = &junitSkipped{Message: "not judged: a seed broke a rule"}
+			suite.Skipped++
+		case len(m) > 0:
 			tc.SystemOut = ""
 			tc.Failure = &junitFailure{Message: "INCONCLUSIVE: no seed exercised " + strings.Join(union.Unreached(), ", "), Type: "Inconclusive",
 				Body: "no seed exercised:\n  - " + strings.Join(m, "\n  - ") + "\nmore seeds or more intents (--intents) reach every defence\n"}

@@ -334,6 +334,10 @@ func runMerge(c *cobra.Command, app *App, paths []string, o mergeOptions) error 
 	if err != nil {
 		return err
 	}
+	shrink := recipe == nil && run.first != nil && (o.shrink || o.recipe != "")
+	if b := files[0].BankSim; shrink && b != version() {
+		return usageError("--shrink runs seed %d again, and the shards ran bank-sim %s, not this %s: merge with the bank-sim that ran them", uint64(run.first.Seed), b, version())
+	}
 	ctx := c.Context()
 	out := app.Env.Stdout
 	if !o.asJSON {
@@ -350,9 +354,9 @@ func runMerge(c *cobra.Command, app *App, paths []string, o mergeOptions) error 
 				return &ExitError{Code: ExitFailed, Err: fmt.Errorf("write the recipe: %w", err)}
 			}
 		}
-	case run.first != nil && (o.shrink || o.recipe != ""):
+	case shrink:
 		// The shard did not shrink it: run the seed again (deterministic,
-		// the same history) and shrink it here.
+		// the same history, with the same bank-sim) and shrink it here.
 		srv, err := app.Server(ctx)
 		if err != nil {
 			return err
