@@ -12,8 +12,8 @@ func newCheckCmd(app *App) *cobra.Command {
 	var asJSON, merge bool
 	var mo mergeOptions
 	c := &cobra.Command{
-		Use:   "check FILE | check --merge FILE…",
-		Short: "Check a history saved by 'bank-sim chaos --history FILE' again, offline",
+		Use:   "check FILE | --merge FILE…",
+		Short: "Check a history saved by 'bank-sim chaos --history FILE' again, offline; --merge a campaign's shards",
 		Long: `Check a saved chaos history again, without a database: the checker reads
 only the history (every intent, attempt, audit snapshot and the final
 ledger), so the verdict is the same as the run's.
