@@ -11,24 +11,19 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/banksim/bank-sim/cmd"
 	"github.com/banksim/bank-sim/postgres"
 	"github.com/banksim/bank-sim/postgres/pgtest"
 )
 
-// externalServer starts a PostgreSQL server that the commands of one test
-// share through --database-url, in a cache of its own, and stops it when
-// the test ends.
-func externalServer(t *testing.T) string {
+// sharedServer starts a PostgreSQL server (a cluster of the usual cache,
+// reused) that the commands of one test share through --database-url, and
+// stops it when the test ends.
+func sharedServer(t *testing.T) string {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "bank-sim-cmd-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	os.Chmod(dir, 0o755) // the supervisor may run as nobody
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	srv, err := postgres.Start(context.Background(), postgres.Options{CacheDir: dir})
+	srv, err := postgres.Start(context.Background(), postgres.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +84,9 @@ func readJUnit(t *testing.T, path string) junitDoc {
 // each with what was wrong.
 func TestShardsMergedEqualTheWholeCampaign(t *testing.T) {
 	t.Parallel()
-	url := externalServer(t)
+	start := time.Now()
+	url := sharedServer(t)
+	t.Logf("PostgreSQL started in %s", time.Since(start))
 	dir := t.TempDir()
 	at := func(name string) string { return filepath.Join(dir, name) }
 	flags := []string{"chaos", "--seeds", "4,1", "--intents", "6", "--clients", "2", "--database-url", url, "--no-color"}
@@ -110,6 +107,7 @@ func TestShardsMergedEqualTheWholeCampaign(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	t.Logf("the campaign and its two shards ran in %s", time.Since(start))
 	if whole.code != cmd.ExitInconclusive || !strings.Contains(whole.stdout, "INCONCLUSIVE coverage: no seed exercised:") {
 		t.Fatalf("2 seeds of 6 intents: exit %d, want %d, naming what no seed reached; stdout:\n%s\nstderr: %s", whole.code, cmd.ExitInconclusive, whole.stdout, whole.stderr)
 	}
