@@ -44,9 +44,13 @@ type AuditRow struct {
 	// Why holds, for each catching column, the first thing that broke.
 	Why map[string]string `json:"why,omitempty"`
 	// Missing is what the row's chaos run never exercised (see
-	// Coverage.Missing). For the correct handler it must be empty: a chaos
-	// column that missed a defence proves nothing about it.
+	// Coverage.Missing); for the correct handler, what its chaos runs
+	// together never exercised (see AuditCoverageRuns). A chaos column that
+	// missed a defence proves nothing about it.
 	Missing []string `json:"missing,omitempty"`
+	// Seeds are the seeds of the row's chaos runs: the audit's, and for the
+	// correct handler the next ones it took to reach every defence.
+	Seeds []Seed `json:"seeds,omitempty"`
 }
 
 // Any reports whether some column caught the row's bug.
@@ -77,12 +81,34 @@ func (r AuditReport) KillRatio() (caught, total int) {
 	return caught, len(r.Rows)
 }
 
-// Passed reports whether every bug was caught, the clean handler by none,
-// and the clean handler's chaos run exercised every defence.
-func (r AuditReport) Passed() bool {
+// Verdict is the audit's: INVALID when a bug went uncaught or the correct
+// handler was caught (a false alarm); otherwise INCONCLUSIVE when the
+// correct handler's chaos runs, all AuditCoverageRuns of them, together
+// never reached some defence path (the chaos column cannot vouch for it);
+// VALID when they did. A run that happened not to reach a rare path does not
+// make the audit fail: the next seed's run may reach it.
+func (r AuditReport) Verdict() string {
 	caught, total := r.KillRatio()
-	return caught == total && !r.Clean.Any() && len(r.Clean.Missing) == 0
+	switch {
+	case caught < total || r.Clean.Any():
+		return Invalid
+	case len(r.Clean.Missing) > 0:
+		return Inconclusive
+	}
+	return Valid
 }
+
+// Passed reports whether every bug was caught, the clean handler by none,
+// and the clean handler's chaos runs together exercised every defence.
+func (r AuditReport) Passed() bool { return r.Verdict() == Valid }
+
+// AuditCoverageRuns bounds the correct handler's chaos runs in an audit. A
+// run on the audit's seed that breaks no rule but never reached some rare
+// defence path (a wait on a key in progress, a fencing rollback) is followed
+// by a run on the next seed, and so on, until the runs together have reached
+// every path: at most this many runs in all, so that an audit stays short
+// and its seeds repeat it.
+const AuditCoverageRuns = 4
 
 // AuditIntents is the default length of the audit's chaos runs: with
 // AuditRates, enough to take every defence path.
@@ -149,7 +175,7 @@ func Audit(ctx context.Context, dbs scenarios.Databases, cfg AuditConfig) (Audit
 			go func() {
 				defer wg.Done()
 				defer func() { <-sem }()
-				caught, why, missing, err := cell(ctx, dbs, cfg, bug, j.column)
+				caught, why, missing, seeds, err := cell(ctx, dbs, cfg, bug, j.column)
 				mu.Lock()
 				defer mu.Unlock()
 				if err != nil {
@@ -160,7 +186,7 @@ func Audit(ctx context.Context, dbs scenarios.Databases, cfg AuditConfig) (Audit
 				}
 				rows[j.row].Caught[j.column] = caught
 				if j.column == ChaosColumn {
-					rows[j.row].Missing = missing
+					rows[j.row].Missing, rows[j.row].Seeds = missing, seeds
 				}
 				if caught {
 					rows[j.row].Why[j.column] = why
@@ -195,34 +221,64 @@ func Audit(ctx context.Context, dbs scenarios.Databases, cfg AuditConfig) (Audit
 }
 
 // cell runs one check with one bug (nil: the clean handler); for the chaos
-// column it also says what the run never exercised.
-func cell(ctx context.Context, dbs scenarios.Databases, cfg AuditConfig, bug *idem.Bug, column string) (caught bool, why string, missing []string, err error) {
+// column it also says what the runs never exercised, and their seeds.
+func cell(ctx context.Context, dbs scenarios.Databases, cfg AuditConfig, bug *idem.Bug, column string) (caught bool, why string, missing []string, seeds []Seed, err error) {
 	if column == ChaosColumn {
-		c := cfg.Chaos
-		c.Seed, c.Bug = cfg.Seed, bug
-		h, err := RunOn(ctx, dbs, c, nil)
-		if err != nil {
-			return false, "", nil, err
+		run := func(seed uint64) (Result, error) {
+			c := cfg.Chaos
+			c.Seed, c.Bug = seed, bug
+			h, err := RunOn(ctx, dbs, c, nil)
+			if err != nil {
+				return Result{}, err
+			}
+			return Check(h), nil
 		}
-		res := Check(h)
-		missing := res.Coverage.Missing()
-		if res.Valid() {
-			return false, "", missing, nil
+		runs := 1
+		if bug == nil {
+			runs = AuditCoverageRuns
 		}
-		return true, fmt.Sprintf("%s: %s", res.First.Kind, res.First.Detail), missing, nil
+		return chaosCell(cfg.Seed, runs, run)
 	}
 	s, ok := scenarios.Get(column)
 	if !ok {
-		return false, "", nil, fmt.Errorf("no scenario %s", column)
+		return false, "", nil, nil, fmt.Errorf("no scenario %s", column)
 	}
 	rep, err := scenarios.ExecuteWith(ctx, s, dbs, cfg.Seed, nil, scenarios.Options{Bug: bug, SkipControls: true})
 	if err != nil {
-		return false, "", nil, err
+		return false, "", nil, nil, err
 	}
 	if !rep.Caught() {
-		return false, "", nil, nil
+		return false, "", nil, nil, nil
 	}
-	return true, rep.Verdict, nil, nil
+	return true, rep.Verdict, nil, nil, nil
+}
+
+// chaosCell is the chaos column of one row: run on seed, and while the runs
+// so far broke no rule but together never reached some defence path, on the
+// next seed, up to runs runs in all. The first violation catches the row;
+// missing is what the runs together never exercised.
+func chaosCell(seed uint64, runs int, run func(seed uint64) (Result, error)) (caught bool, why string, missing []string, seeds []Seed, err error) {
+	var union Coverage
+	for i := range max(runs, 1) {
+		s := seed + uint64(i) // wraps past 2^64-1 to 0: still a seed
+		res, err := run(s)
+		if err != nil {
+			return false, "", nil, seeds, err
+		}
+		seeds = append(seeds, Seed(s))
+		if !res.Valid() {
+			why := fmt.Sprintf("%s: %s", res.First.Kind, res.First.Detail)
+			if i > 0 {
+				why = fmt.Sprintf("seed %d: %s", s, why)
+			}
+			return true, why, res.Coverage.Missing(), seeds, nil
+		}
+		union = Union(union, res.Coverage)
+		if union.Complete() {
+			break
+		}
+	}
+	return false, "", union.Missing(), seeds, nil
 }
 
 // RunOn runs cfg on a fresh bank from dbs, with a pool sized for its

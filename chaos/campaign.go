@@ -30,6 +30,9 @@ type SeedResult struct {
 	// exercised (INCONCLUSIVE).
 	First   *Violation `json:"first,omitempty"`
 	Missing []string   `json:"missing,omitempty"`
+	// Coverage is what the run exercised, in short (every seed that ran):
+	// the campaign judges the union of its seeds' coverage.
+	Coverage *CoverageCounts `json:"coverage,omitempty"`
 	// Error is set when the run could not happen.
 	Error string        `json:"error,omitempty"`
 	Wall  time.Duration `json:"wallNs"`
@@ -104,6 +107,8 @@ func seedResult(seed uint64, h *History, err error) SeedResult {
 		r.Steps = h.Deterministic.Steps
 	}
 	r.Hash, _ = h.Hash()
+	counts := res.Coverage.Counts()
+	r.Coverage = &counts
 	switch r.Verdict {
 	case Invalid:
 		v := *res.First
@@ -183,6 +188,50 @@ func Tally(results []SeedResult) map[string]int {
 		t[r.Verdict]++
 	}
 	return t
+}
+
+// Judge is a campaign's verdict: INVALID when some seed broke a rule or
+// could not run ("ERROR" as its verdict); otherwise VALID when its seeds
+// together took every defence path and fired every fault given a rate, and
+// INCONCLUSIVE when even together they missed one. A seed that happened not
+// to reach a rare path is INCONCLUSIVE on its own, and no failure: another
+// seed may have reached it. The union (see Union) says what the seeds
+// missed together (Coverage.Missing). rates are the campaign's (each
+// seed's) fault rates.
+func Judge(results []SeedResult, rates Rates) (verdict string, union Coverage) {
+	union = Union(SeedCoverages(results, rates)...)
+	for _, r := range results {
+		if r.Verdict == Invalid || r.Verdict == "ERROR" {
+			return Invalid, union
+		}
+	}
+	if !union.Complete() {
+		return Inconclusive, union
+	}
+	return Valid, union
+}
+
+// SeedCoverages is the whole coverage of each seed that ran.
+func SeedCoverages(results []SeedResult, rates Rates) []Coverage {
+	var out []Coverage
+	for _, r := range results {
+		if r.Coverage != nil {
+			out = append(out, r.Coverage.Coverage(rates))
+		}
+	}
+	return out
+}
+
+// Shard is the share of seeds that shard k of n runs (k from 1 to n): the
+// i-th seed of the list (from 0) goes to shard i mod n + 1. Every shard gets
+// seeds from all along the list, in the list's order, and the n shards
+// together run each seed exactly once.
+func Shard(seeds []uint64, k, n int) []uint64 {
+	var out []uint64
+	for i := k - 1; i >= 0 && i < len(seeds) && n > 0; i += n {
+		out = append(out, seeds[i])
+	}
+	return out
 }
 
 // SortedVerdicts lists the verdicts of t, worst first.

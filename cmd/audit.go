@@ -29,12 +29,17 @@ func newAuditCmd(app *App) *cobra.Command {
 chaos run, and print the matrix: bug × check, caught or missed, and the kill
 ratio. A bug is caught when a protected phase fails or the chaos checker
 finds a violation. The chaos runs use the audit's own fault rates (every
-kind at 3% or more), and the correct handler's run must be VALID: a chaos
-column that never exercised a defence proves nothing about it.
+kind at 3% or more). The correct handler's chaos column must break no rule
+and exercise every defence, or it proves nothing about the defence it
+missed: a run that broke no rule but happened not to reach a rare path is
+followed by a run on the next seed (--seed N+1, …), up to 4 runs, until
+the runs together reached every path.
 
 Exit code 0 when every bug is caught by at least one check, the correct
-handler by none, and its chaos run exercised every defence; 1 otherwise; 3
-when PostgreSQL is unavailable.`,
+handler by none, and its chaos runs together exercised every defence; 1
+when a bug was missed or the correct handler caught; 4 when neither, but
+even 4 runs never reached some defence (INCONCLUSIVE: the report names
+it); 3 when PostgreSQL is unavailable.`,
 		Example: `  bank-sim audit
   bank-sim audit --seed 7 --json`,
 		Args: cobra.NoArgs,
@@ -88,17 +93,28 @@ func runAudit(c *cobra.Command, app *App, o auditOptions) error {
 		caught, total := rep.KillRatio()
 		if err := writeJSON(out, struct {
 			chaos.AuditReport
-			Caught int  `json:"caught"`
-			Total  int  `json:"total"`
-			Passed bool `json:"passed"`
-		}{rep, caught, total, rep.Passed()}); err != nil {
+			Caught  int    `json:"caught"`
+			Total   int    `json:"total"`
+			Passed  bool   `json:"passed"`
+			Verdict string `json:"verdict"`
+		}{rep, caught, total, rep.Passed(), rep.Verdict()}); err != nil {
 			return err
 		}
 	} else {
 		printAudit(out, p, rep)
 	}
-	if !rep.Passed() {
+	return auditExit(rep)
+}
+
+// auditExit is the audit's exit: 1 for a bug missed or a false alarm, 4
+// when the correct handler's chaos runs never reached some defence (it is
+// not failed for a path its runs happened not to reach), else 0.
+func auditExit(rep chaos.AuditReport) error {
+	switch rep.Verdict() {
+	case chaos.Invalid:
 		return errFailed
+	case chaos.Inconclusive:
+		return errInconclusive
 	}
 	return nil
 }
@@ -156,16 +172,29 @@ func printAudit(out io.Writer, p *palette, rep chaos.AuditReport) {
 			}
 		}
 	}
-	if len(rep.Clean.Missing) > 0 {
-		fmt.Fprintf(out, "\n%s the correct handler's chaos run never exercised:\n", p.bad.Sprint("INCONCLUSIVE chaos column:"))
+	seeds := make([]string, len(rep.Clean.Seeds))
+	for i, s := range rep.Clean.Seeds {
+		seeds[i] = fmt.Sprint(uint64(s))
+	}
+	if len(seeds) > 1 && !rep.Clean.Any() {
+		fmt.Fprintf(out, "%s\n", p.dim.Sprintf("the correct handler's chaos column: %d runs (seeds %s), whose coverage is judged together: one that happened not to reach a rare path was followed by the next seed's",
+			len(seeds), strings.Join(seeds, ", ")))
+	}
+	if len(rep.Clean.Missing) > 0 && !rep.Clean.Any() {
+		fmt.Fprintf(out, "\n%s the correct handler broke no rule, but its chaos runs (seeds %s) together never exercised:\n", p.warn.Sprint("INCONCLUSIVE chaos column:"), strings.Join(seeds, ", "))
 		for _, m := range rep.Clean.Missing {
 			fmt.Fprintf(out, "   - %s\n", m)
 		}
 	}
 	caught, total := rep.KillRatio()
 	line := fmt.Sprintf("kill ratio %d/%d", caught, total)
-	if rep.Passed() {
+	switch rep.Verdict() {
+	case chaos.Valid:
 		fmt.Fprintf(out, "\n%s: every bug caught, the correct handler by none %s\n", p.ok.Sprint(line), p.dim.Sprintf("(seed %d)", rep.Seed))
+		return
+	case chaos.Inconclusive:
+		fmt.Fprintf(out, "\n%s: every bug caught, the correct handler by none, but its chaos column cannot vouch for what it never exercised %s\n",
+			p.warn.Sprint(line+": INCONCLUSIVE"), p.dim.Sprintf("(seed %d)", rep.Seed))
 		return
 	}
 	fmt.Fprintf(out, "\n%s %s\n", p.bad.Sprint(line+": FAILED"), p.dim.Sprintf("(seed %d)", rep.Seed))

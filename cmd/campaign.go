@@ -72,19 +72,30 @@ func printRecipe(out io.Writer, p *palette, r *chaos.Recipe, saved string) {
 	}
 }
 
-// runCampaign runs every seed of --seeds deterministically and prints the
-// table, the first failing seed shrunk to a recipe, and the JUnit report.
+// runCampaign runs every seed of --seeds deterministically (with --shard
+// K/N, this machine's share of them) and prints the table, the first
+// failing seed shrunk to a recipe, and the JUnit report; --campaign-out
+// saves the results for 'bank-sim check --merge'.
 func runCampaign(c *cobra.Command, app *App, o chaosOptions, cfg chaos.Config) error {
-	seeds, err := chaos.ParseSeeds(o.seeds)
+	all, err := chaos.ParseSeeds(o.seeds)
 	if err != nil {
 		return usageError("--seeds %s: %v", o.seeds, err)
 	}
+	sh, err := parseShard(o.shard, len(all))
+	if err != nil {
+		return err
+	}
+	seeds := chaos.Shard(all, sh.K, sh.N)
 	ctx := c.Context()
 	out := app.Env.Stdout
 	p := app.palette()
 	if !o.asJSON {
+		what := count(len(seeds), "seed", "seeds")
+		if sh.sharded() {
+			what = fmt.Sprintf("shard %s: %d of %s", sh, len(seeds), count(len(all), "seed", "seeds"))
+		}
 		fmt.Fprintf(out, "bank-sim %s · chaos campaign · %s · deterministic: each seed repeats exactly (bank-sim chaos --deterministic --seed N with these flags)\n",
-			version(), count(len(seeds), "seed", "seeds"))
+			version(), what)
 	}
 	srv, err := app.Server(ctx)
 	if err != nil {
@@ -108,50 +119,125 @@ func runCampaign(c *cobra.Command, app *App, o chaosOptions, cfg chaos.Config) e
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	elapsed := time.Since(start)
+	run := campaignRun{cfg: cfg, seeds: o.seeds, shard: sh, results: results, elapsed: time.Since(start)}
 
-	var recipe *chaos.Recipe
 	var recipeErr error
-	first := chaos.FirstFailing(results)
-	if first != nil {
+	run.first = chaos.FirstFailing(results)
+	if run.first != nil {
 		fc := cfg
-		fc.Seed = uint64(first.Seed)
-		recipe, recipeErr = shrinkRun(ctx, app, o, fc, first.History, dbs, !o.asJSON)
+		fc.Seed = uint64(run.first.Seed)
+		run.recipe, recipeErr = shrinkRun(ctx, app, o, fc, run.first.History, dbs, !o.asJSON)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 	}
-	if o.junit != "" {
-		if err := writeCampaignJUnit(o.junit, cfg, results, elapsed, first, recipe); err != nil {
-			return &ExitError{Code: ExitFailed, Err: err}
-		}
+	// The report first: results that cannot be saved must not cost it.
+	var saveErr error
+	if o.campaignOut != "" {
+		saveErr = saveCampaign(o.campaignOut, run)
 	}
-	tally := chaos.Tally(results)
-	if o.asJSON {
-		if err := writeJSON(out, campaignJSON{Seeds: results, Tally: tally, FirstFailing: firstSeed(first), Recipe: recipe,
-			Duration: elapsed}); err != nil {
-			return err
-		}
-	} else {
-		printCampaign(out, p, results, tally, elapsed)
-		if first != nil {
-			fmt.Fprintf(out, "\n%s seed %d: %s %s\n", p.bad.Sprint("first failing"), uint64(first.Seed), p.bold.Sprint(first.First.Kind), first.First.Detail)
-			fmt.Fprintf(out, "%s\n", p.dim.Sprintf("repeat it: bank-sim chaos --deterministic --seed %d%s", uint64(first.Seed), campaignFlags(cfg)))
-			if recipe != nil {
-				printRecipe(out, p, recipe, o.recipe)
-			}
-		}
-		if o.junit != "" {
-			fmt.Fprintf(out, "%s\n", p.dim.Sprintf("JUnit report written to %s", o.junit))
-		}
-	}
+	err = reportCampaign(app, campaignReport{asJSON: o.asJSON, junit: o.junit, recipe: o.recipe, out: o.campaignOut, saved: saveErr == nil}, run)
 	if recipeErr != nil {
 		fmt.Fprintf(app.Env.Stderr, "bank-sim: %v\n", recipeErr)
 	}
+	if saveErr != nil {
+		return &ExitError{Code: ExitFailed, Err: saveErr}
+	}
+	return err
+}
+
+// campaignRun is a campaign's outcome: run here (the whole or one shard),
+// or merged from the shards' result files.
+type campaignRun struct {
+	cfg     chaos.Config
+	seeds   string // --seeds as given: the whole campaign's list
+	shard   shard  // 1/1 for a whole campaign
+	results []chaos.SeedResult
+	elapsed time.Duration
+	first   *chaos.SeedResult
+	recipe  *chaos.Recipe
+	// merged is how many shards' files were merged; 0 for a run here.
+	merged int
+}
+
+// judged reports whether the run judges coverage: a shard's seeds are only
+// a share of the campaign's, whose coverage is the union of every shard's,
+// judged when they are merged.
+func (r campaignRun) judged() bool { return r.merged > 0 || !r.shard.sharded() }
+
+// campaignReport says how to report a campaign: the flags of chaos --seeds,
+// or of check --merge.
+type campaignReport struct {
+	asJSON bool
+	junit  string
+	recipe string // where the recipe was saved
+	out    string // --campaign-out
+	saved  bool   // --campaign-out was written
+}
+
+// reportCampaign writes the JUnit report and prints the campaign (or its
+// JSON), and returns its exit: 1 when a seed broke a rule or could not run,
+// else 4 when its seeds together never exercised some defence, else 0. A
+// shard's run judges only the rules: its coverage is judged at the merge.
+func reportCampaign(app *App, rep campaignReport, run campaignRun) error {
+	out := app.Env.Stdout
+	p := app.palette()
+	verdict, union := chaos.Judge(run.results, run.cfg.Faults)
+	if rep.junit != "" {
+		if err := writeCampaignJUnit(rep.junit, run, verdict, union); err != nil {
+			return &ExitError{Code: ExitFailed, Err: err}
+		}
+	}
+	tally := chaos.Tally(run.results)
+	if rep.asJSON {
+		j := campaignJSON{Seeds: run.results, Tally: tally, FirstFailing: firstSeed(run.first), Recipe: run.recipe, Duration: run.elapsed}
+		if run.shard.sharded() && run.merged == 0 {
+			j.Shard = &run.shard
+		}
+		if run.judged() || verdict == chaos.Invalid {
+			j.Verdict = verdict
+		}
+		if run.judged() {
+			j.NotReached = append([]string{}, union.Missing()...)
+		}
+		if err := writeJSON(out, j); err != nil {
+			return err
+		}
+	} else {
+		printCampaign(out, p, run, tally)
+		switch {
+		case !run.judged():
+			fmt.Fprintf(out, "%s\n", p.dim.Sprint("coverage: judged over every shard's seeds together, when their files are merged (bank-sim check --merge)"))
+		case verdict == chaos.Inconclusive:
+			fmt.Fprintf(out, "\n%s no seed exercised:\n", p.bad.Sprint("INCONCLUSIVE coverage:"))
+			for _, m := range union.Missing() {
+				fmt.Fprintf(out, "   - %s\n", m)
+			}
+			fmt.Fprintf(out, "%s\n", p.dim.Sprint("more seeds or more intents (--intents) reach every defence"))
+		case tally[chaos.Inconclusive] > 0:
+			fmt.Fprintf(out, "%s\n", p.dim.Sprintf("coverage: the seeds together took every defence path and fired every fault (%s on its own missed some)",
+				count(tally[chaos.Inconclusive], "seed", "seeds")))
+		}
+		if first := run.first; first != nil {
+			fmt.Fprintf(out, "\n%s seed %d: %s %s\n", p.bad.Sprint("first failing"), uint64(first.Seed), p.bold.Sprint(first.First.Kind), first.First.Detail)
+			fmt.Fprintf(out, "%s\n", p.dim.Sprintf("repeat it: bank-sim chaos --deterministic --seed %d%s", uint64(first.Seed), campaignFlags(run.cfg)))
+			if run.recipe != nil {
+				printRecipe(out, p, run.recipe, rep.recipe)
+			} else if run.merged > 0 {
+				fmt.Fprintf(out, "%s\n", p.dim.Sprint("its shard's file holds no recipe: shrink it with --shrink (or --save-recipe FILE), which runs it again"))
+			}
+		}
+		if rep.out != "" && rep.saved {
+			fmt.Fprintf(out, "%s\n", p.dim.Sprintf("results written to %s (merge the shards' files with: bank-sim check --merge FILE…)", rep.out))
+		}
+		if rep.junit != "" {
+			fmt.Fprintf(out, "%s\n", p.dim.Sprintf("JUnit report written to %s", rep.junit))
+		}
+	}
 	switch {
-	case tally[chaos.Invalid] > 0 || tally["ERROR"] > 0:
+	case verdict == chaos.Invalid:
 		return errFailed
-	case tally[chaos.Inconclusive] > 0:
+	case verdict == chaos.Inconclusive && run.judged():
 		return errInconclusive
 	}
 	return nil
@@ -166,6 +252,13 @@ func firstSeed(r *chaos.SeedResult) *chaos.Seed {
 }
 
 type campaignJSON struct {
+	// Verdict is the campaign's (chaos.Judge): a shard's only when one of
+	// its seeds broke a rule, since its coverage is judged at the merge.
+	Verdict string `json:"verdict,omitempty"`
+	// NotReached is what no seed exercised (why a campaign is
+	// INCONCLUSIVE).
+	NotReached   []string           `json:"notReached,omitempty"`
+	Shard        *shard             `json:"shard,omitempty"`
 	Seeds        []chaos.SeedResult `json:"seeds"`
 	Tally        map[string]int     `json:"tally"`
 	FirstFailing *chaos.Seed        `json:"firstFailing,omitempty"`
@@ -183,12 +276,13 @@ func campaignFlags(cfg chaos.Config) string {
 	return b.String()
 }
 
-// printCampaign prints one line per seed and the tally.
-func printCampaign(out io.Writer, p *palette, results []chaos.SeedResult, tally map[string]int, elapsed time.Duration) {
+// printCampaign prints one line per seed and the tally. An INCONCLUSIVE
+// seed's line names what it did not reach.
+func printCampaign(out io.Writer, p *palette, run campaignRun, tally map[string]int) {
 	fmt.Fprintln(out)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "seed\tintents\tfaults\tunknowns\tverdict\tsteps\thistory sha256\t\n")
-	for _, r := range results {
+	for _, r := range run.results {
 		verdict := r.Verdict
 		switch r.Verdict {
 		case chaos.Valid:
@@ -196,7 +290,7 @@ func printCampaign(out io.Writer, p *palette, results []chaos.SeedResult, tally 
 		case chaos.Invalid:
 			verdict = p.bad.Sprintf("%s (%s)", verdict, r.First.Kind)
 		case chaos.Inconclusive:
-			verdict = p.bad.Sprintf("%s (%d not reached)", verdict, len(r.Missing))
+			verdict = p.warn.Sprintf("%s (not reached: %s)", verdict, notReached(r, run.cfg.Faults, 3))
 		default:
 			verdict = p.bad.Sprintf("%s: %s", verdict, r.Error)
 		}
@@ -211,7 +305,20 @@ func printCampaign(out io.Writer, p *palette, results []chaos.SeedResult, tally 
 	for _, v := range chaos.SortedVerdicts(tally) {
 		parts = append(parts, fmt.Sprintf("%d %s", tally[v], v))
 	}
-	fmt.Fprintf(out, "\n%s of %s · %s\n", strings.Join(parts, ", "), count(len(results), "seed", "seeds"), elapsed.Round(time.Millisecond))
+	fmt.Fprintf(out, "\n%s of %s · %s\n", strings.Join(parts, ", "), count(len(run.results), "seed", "seeds"), run.elapsed.Round(time.Millisecond))
+}
+
+// notReached names what seed r did not reach, at most n of them and how
+// many more.
+func notReached(r chaos.SeedResult, rates chaos.Rates, n int) string {
+	if r.Coverage == nil {
+		return strings.Join(r.Missing, "; ")
+	}
+	names := r.Coverage.Coverage(rates).Unreached()
+	if len(names) > n {
+		return fmt.Sprintf("%s +%d more", strings.Join(names[:n], ", "), len(names)-n)
+	}
+	return strings.Join(names, ", ")
 }
 
 // count spells a count with its noun: "1 seed", "20 seeds".
@@ -263,28 +370,57 @@ func (c *campaignProgress) clear() {
 	}
 }
 
-// writeCampaignJUnit writes one test case per seed: INVALID and
-// INCONCLUSIVE seeds, and seeds that could not run, are failures.
-func writeCampaignJUnit(path string, cfg chaos.Config, results []chaos.SeedResult, elapsed time.Duration, first *chaos.SeedResult, recipe *chaos.Recipe) error {
-	suite := junitSuite{Name: "bank-sim chaos campaign", Time: elapsed.Seconds()}
-	for _, r := range results {
+// writeCampaignJUnit writes one test case per seed: an INVALID seed and a
+// seed that could not run are failures; an INCONCLUSIVE seed is skipped,
+// with what it did not reach, since the campaign judges coverage over all
+// its seeds: in one more case, "coverage of every seed", that fails when no
+// seed exercised some defence (skipped when a seed broke a rule; a shard's
+// report has no such case).
+func writeCampaignJUnit(path string, run campaignRun, verdict string, union chaos.Coverage) error {
+	suite := junitSuite{Name: "bank-sim chaos campaign", Time: run.elapsed.Seconds()}
+	suite.Properties = append(suite.Properties, junitProperty{"version", version()}, junitProperty{"seeds", run.seeds}, junitProperty{"flags", strings.TrimSpace(campaignFlags(run.cfg))})
+	if run.shard.sharded() && run.merged == 0 {
+		suite.Properties = append(suite.Properties, junitProperty{"shard", run.shard.String()})
+	}
+	for _, r := range run.results {
 		tc := junitCase{Name: fmt.Sprintf("seed %d", uint64(r.Seed)), Classname: "bank-sim.chaos", Time: r.Wall.Seconds(),
 			SystemOut: fmt.Sprintf("verdict %s · %d intents · %d faults fired · %d unknown outcomes · %d steps · history sha256 %s\nrepeat: bank-sim chaos --deterministic --seed %d%s\n",
-				r.Verdict, r.Stats.Intents, r.Faults, r.Unknowns, r.Steps, r.Hash, uint64(r.Seed), campaignFlags(cfg))}
+				r.Verdict, r.Stats.Intents, r.Faults, r.Unknowns, r.Steps, r.Hash, uint64(r.Seed), campaignFlags(run.cfg))}
 		switch r.Verdict {
 		case chaos.Valid:
 		case chaos.Invalid:
 			body := tc.SystemOut
-			if first != nil && first.Seed == r.Seed && recipe != nil {
-				body += "\n" + recipe.Text()
+			if run.first != nil && run.first.Seed == r.Seed && run.recipe != nil {
+				body += "\n" + run.recipe.Text()
 			}
 			tc.Failure = &junitFailure{Message: r.First.Kind + ": " + r.First.Detail, Type: "InvariantViolation", Body: body}
 		case chaos.Inconclusive:
-			tc.Failure = &junitFailure{Message: "INCONCLUSIVE: " + strings.Join(r.Missing, "; "), Type: "Inconclusive", Body: tc.SystemOut}
+			tc.Skipped = &junitSkipped{Message: "INCONCLUSIVE: broke no rule; not reached: " + notReached(r, run.cfg.Faults, 1<<30) +
+				" (the campaign judges coverage over all its seeds)"}
+			suite.Skipped++
 		default:
 			tc.Failure = &junitFailure{Message: r.Error, Type: "RunError", Body: tc.SystemOut}
 		}
 		if tc.Failure != nil {
+			suite.Failures++
+		}
+		suite.Tests++
+		suite.Cases = append(suite.Cases, tc)
+	}
+	if run.judged() {
+		tc := junitCase{Name: "coverage of every seed", Classname: "bank-sim.chaos",
+			SystemOut: fmt.Sprintf("%s, their coverage together: every defence path taken and every fault fired by some seed\n", count(len(run.results), "seed", "seeds"))}
+		switch m := union.Missing(); {
+		case verdict == chaos.Invalid:
+			// A broken rule is the campaign's verdict; what it did not
+			// reach is no news beside it.
+			tc.SystemOut = ""
+			tc.Skipped = &junitSkipped{Message: "not judged: a seed broke a rule"}
+			suite.Skipped++
+		case len(m) > 0:
+			tc.SystemOut = ""
+			tc.Failure = &junitFailure{Message: "INCONCLUSIVE: no seed exercised " + strings.Join(union.Unreached(), ", "), Type: "Inconclusive",
+				Body: "no seed exercised:\n  - " + strings.Join(m, "\n  - ") + "\nmore seeds or more intents (--intents) reach every defence\n"}
 			suite.Failures++
 		}
 		suite.Tests++

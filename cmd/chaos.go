@@ -44,6 +44,10 @@ type chaosOptions struct {
 	seeds    string
 	junit    string
 	parallel int
+	// shard is --shard K/N: this machine's share of the campaign;
+	// campaignOut is where its results go, for check --merge.
+	shard       string
+	campaignOut string
 }
 
 func newChaosCmd(app *App) *cobra.Command {
@@ -149,13 +153,24 @@ flags, --parallel at a time, with a progress bar on a terminal and a line
 on stderr per tenth of the seeds otherwise; then a table (per seed:
 intents, faults fired, unknown outcomes, verdict, steps, history hash),
 and the first failing seed, shrunk to a recipe. --junit FILE writes one test case per
-seed, for CI.
+seed, for CI. A campaign judges coverage over all its seeds: a seed that
+never reached a rare defence path broke no rule and is no failure (its line
+names what it missed; JUnit marks it skipped); the campaign is INCONCLUSIVE
+only when no seed reached some defence, and says which.
+
+--shard K/N runs one machine's share of the campaign (every N-th seed of
+the list, from the K-th) and --campaign-out FILE saves its results; 'bank-sim
+check --merge FILE…' combines the shards' files into the campaign's table,
+JUnit report, first failing seed's recipe and exit code, as if one machine
+had run every seed. A shard exits 1 when one of its seeds broke a rule, and
+leaves coverage to the merge.
 
 Exit code 0 when the run is VALID (no rule broken, every defence
 exercised), 1 on any violation, 4 when it is INCONCLUSIVE (no rule broken,
 but some defence never exercised or some fault never fired), 2 for a usage
 error, 3 when PostgreSQL is unavailable. A campaign exits 1 if any seed is
-INVALID, else 4 if any is INCONCLUSIVE.`,
+INVALID (or could not run), else 4 if its seeds together never exercised
+some defence, else 0.`,
 		Example: `  bank-sim chaos --seed 42
   bank-sim chaos --clients 16 --intents 10000 --accounts 3
   bank-sim chaos --duration 30s --faults lose-response=0.2,duplicate=0.1
@@ -167,7 +182,9 @@ INVALID, else 4 if any is INCONCLUSIVE.`,
   bank-sim chaos --deterministic --seed 7 --intents 400
   bank-sim chaos --bug read-compare-write --seed 7 --intents 400 --shrink --save-recipe r.json
       then: bank-sim scenario --recipe r.json
-  bank-sim chaos --seeds 1-100 --intents 400 --junit chaos.xml --save-recipe first-failure.json`,
+  bank-sim chaos --seeds 1-100 --intents 400 --junit chaos.xml --save-recipe first-failure.json
+  bank-sim chaos --seeds 1-10000 --intents 400 --shard 2/8 --campaign-out shard-2.json
+      then: bank-sim check --merge shard-*.json --junit chaos.xml`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error { return runChaos(c, app, o) },
 	}
@@ -194,6 +211,8 @@ INVALID, else 4 if any is INCONCLUSIVE.`,
 	f.StringVar(&o.seeds, "seeds", "", "run a campaign: every seed of `LIST` (1-100, or 1,5,9), deterministically, with a summary table")
 	f.StringVar(&o.junit, "junit", "", "with --seeds: write a JUnit XML report to `FILE`, one test case per seed")
 	f.IntVar(&o.parallel, "parallel", 2, "with --seeds: run up to `N` seeds at once")
+	f.StringVar(&o.shard, "shard", "", "with --seeds: run only shard `K/N` of the campaign (every N-th seed, from the K-th); merge the shards with 'bank-sim check --merge'")
+	f.StringVar(&o.campaignOut, "campaign-out", "", "with --seeds: write the campaign's results as JSON to `FILE`, for 'bank-sim check --merge'")
 	_ = c.RegisterFlagCompletionFunc("bug", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 		return idem.BugNames(), cobra.ShellCompDirectiveNoFileComp
 	})
@@ -242,10 +261,23 @@ func (o chaosOptions) config(app *App, c *cobra.Command) (chaos.Config, error) {
 		return chaos.Config{}, usageError("--history writes one run's history; a campaign (--seeds) runs many: repeat a seed with --deterministic --seed N --history FILE")
 	case o.junit != "" && o.seeds == "":
 		return chaos.Config{}, usageError("--junit writes a campaign's report, one test case per seed: give --seeds too")
+	case o.shard != "" && o.seeds == "":
+		return chaos.Config{}, usageError("--shard runs one machine's share of a campaign: give --seeds too")
+	case o.campaignOut != "" && o.seeds == "":
+		return chaos.Config{}, usageError("--campaign-out writes a campaign's results: give --seeds too (one run's history is --history FILE)")
+	case o.shard != "" && o.campaignOut == "":
+		return chaos.Config{}, usageError("--shard %s: give --campaign-out FILE too: 'bank-sim check --merge' combines the shards' files", o.shard)
 	case o.parallel < 1 || o.parallel > 16:
 		return chaos.Config{}, usageError("--parallel %d: give 1 to 16", o.parallel)
 	}
-	for _, f := range [][2]string{{"--save-recipe", o.recipe}, {"--junit", o.junit}} {
+	if o.shard != "" {
+		// Its form now, before anything runs; its N against the seeds
+		// once they are read.
+		if _, err := parseShard(o.shard, chaos.MaxCampaignSeeds); err != nil {
+			return chaos.Config{}, err
+		}
+	}
+	for _, f := range [][2]string{{"--save-recipe", o.recipe}, {"--junit", o.junit}, {"--campaign-out", o.campaignOut}} {
 		if f[1] != "" {
 			if err := checkWritableFlag(f[0], f[1]); err != nil {
 				return chaos.Config{}, err

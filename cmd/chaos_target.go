@@ -22,7 +22,7 @@ func (o chaosOptions) targetConfig(app *App, c *cobra.Command, seed uint64, rate
 	}
 	// The scheduler steps bank-sim's own clients and servers statement by
 	// statement; someone else's server runs on its own time.
-	for _, name := range []string{"deterministic", "shrink", "save-recipe", "seeds", "junit", "parallel"} {
+	for _, name := range []string{"deterministic", "shrink", "save-recipe", "seeds", "junit", "parallel", "shard", "campaign-out"} {
 		if c.Flags().Changed(name) {
 			return chaos.Config{}, usageError("--%s needs bank-sim's own server, run statement by statement by its scheduler; a --target runs on its own time, so a seed repeats its intents and faults, not its interleaving", name)
 		}

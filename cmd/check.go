@@ -9,21 +9,51 @@ import (
 )
 
 func newCheckCmd(app *App) *cobra.Command {
-	var asJSON bool
+	var asJSON, merge bool
+	var mo mergeOptions
 	c := &cobra.Command{
-		Use:   "check FILE",
-		Short: "Check a history saved by 'bank-sim chaos --history FILE' again, offline",
+		Use:   "check FILE | --merge FILE…",
+		Short: "Check a history saved by 'bank-sim chaos --history FILE' again, offline; --merge a campaign's shards",
 		Long: `Check a saved chaos history again, without a database: the checker reads
 only the history (every intent, attempt, audit snapshot and the final
 ledger), so the verdict is the same as the run's.
 
+With --merge, combine the result files of a campaign's shards ('bank-sim
+chaos --seeds LIST --shard K/N --campaign-out FILE', one per machine) into
+the campaign: one table in the order of --seeds, one JUnit report (--junit),
+coverage judged over every shard's seeds together, and the first failing
+seed's recipe, from its shard's file (--save-recipe saves it; --shrink
+shrinks it here when the file has none, which needs PostgreSQL). Every
+shard of one campaign must be given once: files of different flags, seeds,
+numbers of shards or bank-sim builds are refused, as are files over 64 MiB.
+
 Exit code 0 when the history is VALID, 1 on any violation, 4 when it broke
 no rule but is INCONCLUSIVE (some defence never exercised, some fault never
-fired), 2 when the file cannot be read.`,
+fired), 2 when the file cannot be read. A merged campaign exits as the
+campaign would have: 1 if a seed broke a rule, else 4 if no seed exercised
+some defence, else 0; 2 when the files are not one campaign's shards.`,
 		Example: `  bank-sim chaos --seed 42 --history run.json
-  bank-sim check run.json`,
-		Args: cobra.ExactArgs(1),
+  bank-sim check run.json
+  bank-sim check --merge shard-1.json shard-2.json shard-3.json --junit chaos.xml --save-recipe first-failure.json`,
+		Args: func(c *cobra.Command, args []string) error {
+			switch {
+			case merge && len(args) == 0:
+				return usageError("--merge: give the result file of every shard (chaos --seeds … --shard K/N --campaign-out FILE)")
+			case !merge && len(args) != 1:
+				return usageError("check takes one history file (give --merge to combine a campaign's shards' files); got %d arguments", len(args))
+			}
+			return nil
+		},
 		RunE: func(c *cobra.Command, args []string) error {
+			if merge {
+				mo.asJSON = asJSON
+				return runMerge(c, app, args, mo)
+			}
+			for _, name := range []string{"junit", "save-recipe", "shrink"} {
+				if c.Flags().Changed(name) {
+					return usageError("--%s is for a merged campaign: give --merge and the shards' result files", name)
+				}
+			}
 			h, err := loadHistory(args[0])
 			if err != nil {
 				return err
@@ -39,7 +69,12 @@ fired), 2 when the file cannot be read.`,
 			return verdictError(res)
 		},
 	}
-	c.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
+	f := c.Flags()
+	f.BoolVar(&asJSON, "json", false, "print the result as JSON")
+	f.BoolVar(&merge, "merge", false, "combine the result files of a campaign's shards (chaos --shard K/N --campaign-out FILE) into one campaign")
+	f.StringVar(&mo.junit, "junit", "", "with --merge: write the campaign's JUnit XML report to `FILE`, one test case per seed")
+	f.StringVar(&mo.recipe, "save-recipe", "", "with --merge: write the first failing seed's recipe as JSON to `FILE`")
+	f.BoolVar(&mo.shrink, "shrink", false, "with --merge: when the first failing seed's shard saved no recipe, run the seed again and shrink it here (needs PostgreSQL)")
 	return c
 }
 
@@ -63,6 +98,9 @@ func loadHistory(path string) (*chaos.History, error) {
 		return nil, usageError("cannot read %s (%s)", path, plainIOError(err))
 	}
 	if len(h.Opening) == 0 || len(h.Final.Accounts) == 0 && h.Config.Target == nil { // a target run without a balance source has no ledger
+		if _, err := loadCampaign(path); err == nil {
+			return nil, usageError("%s is a campaign's results, not one run's history: combine the shards' files with 'bank-sim check --merge FILE…'", path)
+		}
 		return nil, usageError("%s is not a bank-sim history: it has no opening bank and no final ledger; save one with 'bank-sim chaos --history FILE'", path)
 	}
 	return h, nil

@@ -17,6 +17,7 @@ type junitSuites struct {
 	XMLName  xml.Name     `xml:"testsuites"`
 	Tests    int          `xml:"tests,attr"`
 	Failures int          `xml:"failures,attr"`
+	Skipped  int          `xml:"skipped,attr,omitempty"`
 	Time     float64      `xml:"time,attr"`
 	Suites   []junitSuite `xml:"testsuite"`
 }
@@ -25,6 +26,7 @@ type junitSuite struct {
 	Name       string          `xml:"name,attr"`
 	Tests      int             `xml:"tests,attr"`
 	Failures   int             `xml:"failures,attr"`
+	Skipped    int             `xml:"skipped,attr,omitempty"`
 	Time       float64         `xml:"time,attr"`
 	Properties []junitProperty `xml:"properties>property,omitempty"`
 	Cases      []junitCase     `xml:"testcase"`
@@ -42,7 +44,14 @@ type junitCase struct {
 	Classname string        `xml:"classname,attr"`
 	Time      float64       `xml:"time,attr"`
 	Failure   *junitFailure `xml:"failure,omitempty"`
+	Skipped   *junitSkipped `xml:"skipped,omitempty"`
 	SystemOut string        `xml:"system-out,omitempty"`
+}
+
+// junitSkipped marks a test case that neither passed nor failed: a seed
+// that broke no rule but did not reach every defence on its own.
+type junitSkipped struct {
+	Message string `xml:"message,attr"`
 }
 
 type junitFailure struct {
@@ -81,7 +90,7 @@ func writeJUnit(path string, reports []scenarios.Report, elapsed time.Duration, 
 // writeJUnitSuite writes one suite as a JUnit document to path: whole or
 // not at all, with the mode a new file gets.
 func writeJUnitSuite(path string, suite junitSuite) error {
-	doc := junitSuites{Tests: suite.Tests, Failures: suite.Failures, Time: suite.Time, Suites: []junitSuite{suite}}
+	doc := junitSuites{Tests: suite.Tests, Failures: suite.Failures, Skipped: suite.Skipped, Time: suite.Time, Suites: []junitSuite{suite}}
 	data, err := xml.MarshalIndent(doc, "", "  ")
 	if err != nil {
 		return err

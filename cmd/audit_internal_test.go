@@ -1,0 +1,57 @@
+package cmd
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/banksim/bank-sim/chaos"
+)
+
+// The audit never fails the correct handler for a path its chaos runs did
+// not reach: every bug caught and no false alarm is exit 0 when its runs
+// together reached every defence, 4 (INCONCLUSIVE, naming the path and the
+// runs' seeds) when they did not; a false alarm or a missed bug is 1.
+func TestAuditDoesNotFailTheCorrectHandlerForAnUnreachedPath(t *testing.T) {
+	t.Parallel()
+	report := func(cleanCaught, bugCaught bool, missing ...string) chaos.AuditReport {
+		return chaos.AuditReport{Seed: 7, Columns: []string{chaos.ChaosColumn},
+			Clean: chaos.AuditRow{Bug: chaos.CleanRow, Caught: map[string]bool{chaos.ChaosColumn: cleanCaught}, Why: map[string]string{},
+				Missing: missing, Seeds: []chaos.Seed{7, 8, 9, 10}},
+			Rows: []chaos.AuditRow{{Bug: "no-fencing", Caught: map[string]bool{chaos.ChaosColumn: bugCaught}, Why: map[string]string{chaos.ChaosColumn: "fencing broke"}}}}
+	}
+	exit := func(err error) int {
+		var ee *ExitError
+		if errors.As(err, &ee) {
+			return ee.Code
+		}
+		return ExitOK
+	}
+	if code := exit(auditExit(report(false, true))); code != ExitOK {
+		t.Errorf("every bug caught, the correct handler's runs reached everything: exit %d, want %d", code, ExitOK)
+	}
+	rep := report(false, true, "wait-then-replay never happened (reached by: duplicate on the waiting copy (--servers 2 or more))")
+	if code := exit(auditExit(rep)); code != ExitInconclusive {
+		t.Errorf("the correct handler's runs never reached wait-then-replay: exit %d, want %d", code, ExitInconclusive)
+	}
+	var out bytes.Buffer
+	printAudit(&out, newPalette(false), rep)
+	for _, want := range []string{
+		"INCONCLUSIVE chaos column: the correct handler broke no rule, but its chaos runs (seeds 7, 8, 9, 10) together never exercised:\n   - wait-then-replay never happened",
+		"kill ratio 1/1: INCONCLUSIVE: every bug caught, the correct handler by none, but its chaos column cannot vouch",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("the report lacks %q:\n%s", want, out.String())
+		}
+	}
+	if strings.Contains(out.String(), "FALSE ALARM") || strings.Contains(out.String(), "FAILED") {
+		t.Errorf("an unreached path is neither a false alarm nor a failure:\n%s", out.String())
+	}
+	if code := exit(auditExit(report(true, true, "wait-then-replay never happened"))); code != ExitFailed {
+		t.Errorf("the correct handler caught: exit %d, want %d", code, ExitFailed)
+	}
+	if code := exit(auditExit(report(false, false))); code != ExitFailed {
+		t.Errorf("a bug missed: exit %d, want %d", code, ExitFailed)
+	}
+}

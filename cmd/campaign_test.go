@@ -1,0 +1,226 @@
+package cmd_test
+
+import (
+	"context"
+	"encoding/json"
+	"encoding/xml"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/banksim/bank-sim/cmd"
+	"github.com/banksim/bank-sim/postgres"
+	"github.com/banksim/bank-sim/postgres/pgtest"
+)
+
+// sharedServer starts a PostgreSQL server (a cluster of the usual cache,
+// reused) that the commands of one test share through --database-url, and
+// stops it when the test ends.
+func sharedServer(t *testing.T) string {
+	t.Helper()
+	srv, err := postgres.Start(context.Background(), postgres.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	return srv.AdminURL()
+}
+
+// campaignTable is a campaign's report without its times: the table, the
+// tally, what no seed reached, the first failing seed.
+func campaignTable(stdout string) string {
+	i := strings.Index(stdout, "\nseed ")
+	if i < 0 {
+		return ""
+	}
+	var keep []string
+	for _, line := range strings.Split(stdout[i+1:], "\n") {
+		if strings.Contains(line, "written to") {
+			continue
+		}
+		keep = append(keep, regexp.MustCompile(` · [0-9.]+(ms|s|m[0-9.]*s)$`).ReplaceAllString(line, ""))
+	}
+	return strings.Join(keep, "\n")
+}
+
+type junitDoc struct {
+	Tests    int `xml:"tests,attr"`
+	Failures int `xml:"failures,attr"`
+	Skipped  int `xml:"skipped,attr"`
+	Cases    []struct {
+		Name    string `xml:"name,attr"`
+		Failure *struct {
+			Message string `xml:"message,attr"`
+		} `xml:"failure"`
+		Skipped *struct {
+			Message string `xml:"message,attr"`
+		} `xml:"skipped"`
+	} `xml:"testsuite>testcase"`
+}
+
+func readJUnit(t *testing.T, path string) junitDoc {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d junitDoc
+	if err := xml.Unmarshal(data, &d); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return d
+}
+
+// A campaign run in shards, one machine each, and merged is the campaign
+// run on one machine: the same table (each seed's verdict and what it did
+// not reach, in the order of --seeds), the same coverage judged over every
+// seed, the same JUnit cases, the same exit code. The merge needs no
+// database. Files that are not one campaign's shards are refused (exit 2),
+// each with what was wrong.
+func TestShardsMergedEqualTheWholeCampaign(t *testing.T) {
+	t.Parallel()
+	start := time.Now()
+	url := sharedServer(t)
+	t.Logf("PostgreSQL started in %s", time.Since(start))
+	dir := t.TempDir()
+	at := func(name string) string { return filepath.Join(dir, name) }
+	flags := []string{"chaos", "--seeds", "4,1", "--intents", "6", "--clients", "2", "--database-url", url, "--no-color"}
+	var whole, s1, s2 result
+	var wg sync.WaitGroup
+	for _, c := range []struct {
+		r    *result
+		args []string
+	}{
+		{&whole, []string{"--campaign-out", at("whole.json"), "--junit", at("whole.xml")}},
+		{&s1, []string{"--shard", "1/2", "--campaign-out", at("s1.json")}},
+		{&s2, []string{"--shard", "2/2", "--campaign-out", at("s2.json")}},
+	} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			*c.r = run(t, context.Background(), postgres.Start, append(slices.Clone(flags), c.args...)...)
+		}()
+	}
+	wg.Wait()
+	t.Logf("the campaign and its two shards ran in %s", time.Since(start))
+	if whole.code != cmd.ExitInconclusive || !strings.Contains(whole.stdout, "INCONCLUSIVE coverage: no seed exercised:") {
+		t.Fatalf("2 seeds of 6 intents: exit %d, want %d, naming what no seed reached; stdout:\n%s\nstderr: %s", whole.code, cmd.ExitInconclusive, whole.stdout, whole.stderr)
+	}
+	for _, s := range []result{s1, s2} {
+		// A shard leaves coverage to the merge: it broke no rule.
+		if s.code != cmd.ExitOK || !strings.Contains(s.stdout, "coverage: judged over every shard's seeds together") {
+			t.Fatalf("a shard: exit %d, want %d; stdout:\n%s\nstderr: %s", s.code, cmd.ExitOK, s.stdout, s.stderr)
+		}
+	}
+	if !regexp.MustCompile(`(?m)^bank-sim \S+ · chaos campaign · shard 1/2: 1 of 2 seeds · `).MatchString(s1.stdout) {
+		t.Errorf("shard 1/2's banner should say its share:\n%s", s1.stdout)
+	}
+
+	merged := run(t, context.Background(), mustNotStart(t), "check", "--merge", at("s2.json"), at("s1.json"), "--junit", at("merged.xml"), "--no-color")
+	if merged.code != whole.code {
+		t.Errorf("merged: exit %d, the whole campaign %d; stderr: %s", merged.code, whole.code, merged.stderr)
+	}
+	if got, want := campaignTable(merged.stdout), campaignTable(whole.stdout); got != want || want == "" {
+		t.Errorf("the merged table differs from the whole campaign's:\n--- merged\n%s\n--- whole\n%s", got, want)
+	}
+	if !regexp.MustCompile(`(?m)^4 +6 +\d+ +\d+ +INCONCLUSIVE \(not reached: [a-z0-9-]+, `).MatchString(merged.stdout) {
+		t.Errorf("the merged table should start with seed 4 and name what it did not reach:\n%s", merged.stdout)
+	}
+	w, m := readJUnit(t, at("whole.xml")), readJUnit(t, at("merged.xml"))
+	if w.Tests != 3 || w.Skipped != 2 || w.Failures != 1 || m.Tests != w.Tests || m.Skipped != w.Skipped || m.Failures != w.Failures || len(m.Cases) != len(w.Cases) {
+		t.Fatalf("JUnit: whole %d tests, %d skipped, %d failures; merged %d, %d, %d; want 3 (2 seeds and the coverage), 2 skipped, 1 failure each",
+			w.Tests, w.Skipped, w.Failures, m.Tests, m.Skipped, m.Failures)
+	}
+	for i, c := range w.Cases {
+		mc := m.Cases[i]
+		if c.Name != mc.Name || (c.Skipped == nil) != (mc.Skipped == nil) || (c.Failure == nil) != (mc.Failure == nil) ||
+			c.Skipped != nil && c.Skipped.Message != mc.Skipped.Message || c.Failure != nil && c.Failure.Message != mc.Failure.Message {
+			t.Errorf("JUnit case %d: whole %+v, merged %+v", i, c, mc)
+		}
+	}
+	if c := w.Cases[0]; c.Name != "seed 4" || c.Skipped == nil || !strings.Contains(c.Skipped.Message, "not reached: ") {
+		t.Errorf("an INCONCLUSIVE seed is skipped with what it did not reach: %+v", c)
+	}
+	if c := w.Cases[2]; c.Name != "coverage of every seed" || c.Failure == nil || !strings.HasPrefix(c.Failure.Message, "INCONCLUSIVE: no seed exercised ") {
+		t.Errorf("the campaign's coverage case should fail, naming what no seed reached: %+v", c)
+	}
+	// The whole campaign's own file is a campaign of one shard.
+	if r := run(t, context.Background(), mustNotStart(t), "check", "--merge", at("whole.json"), "--no-color"); r.code != whole.code || campaignTable(r.stdout) != campaignTable(whole.stdout) {
+		t.Errorf("the whole campaign's file merged alone: exit %d; stdout:\n%s", r.code, r.stdout)
+	}
+
+	// What is not one campaign's shards, each refused with what was wrong.
+	edit := func(name string, change func(map[string]any)) string {
+		data, err := os.ReadFile(at("s2.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var f map[string]any
+		if err := json.Unmarshal(data, &f); err != nil {
+			t.Fatal(err)
+		}
+		change(f)
+		data, _ = json.Marshal(f)
+		if err := os.WriteFile(at(name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return at(name)
+	}
+	other := edit("other.json", func(f map[string]any) {
+		f["flags"] = strings.Replace(f["flags"].(string), "--intents 6", "--intents 30", 1)
+		f["configSha256"] = "0000"
+	})
+	short := edit("short.json", func(f map[string]any) { f["results"] = []any{} })
+	build := edit("build.json", func(f map[string]any) { f["bankSim"] = "v0.0.1-other" })
+	os.WriteFile(at("notjson.json"), []byte("seed,verdict\n4,VALID\n"), 0o644)
+	big, err := os.Create(at("big.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	big.Truncate(65 << 20) // sparse: no disk
+	big.Close()
+	for _, c := range []struct {
+		name  string
+		files []string
+		want  string
+	}{
+		{"a shard missing", []string{at("s1.json")}, "shard 2/2 missing: give every shard's file"},
+		{"a shard twice", []string{at("s1.json"), at("s2.json"), at("s1.json")}, "are both shard 1/2: their seeds overlap"},
+		{"other flags", []string{at("s1.json"), other}, "ran different campaigns (" + at("s1.json") + " ran --intents 6, " + other + " --intents 30)"},
+		{"a whole campaign and a shard", []string{at("s1.json"), at("whole.json")}, "is shard 1/2, " + at("whole.json") + " shard 1/1"},
+		{"a shard's file cut short", []string{at("s1.json"), short}, "shard 2/2 of --seeds 4,1 runs 1 seed, but the file holds 0 seeds"},
+		{"another build", []string{at("s1.json"), build}, "was written by bank-sim v0.0.1-other"},
+		{"not JSON", []string{at("notjson.json")}, "is not a campaign's result file: it is not JSON"},
+		{"over 64 MiB", []string{big.Name()}, "is over 64 MiB: not a campaign's result file"},
+	} {
+		r := run(t, context.Background(), mustNotStart(t), append([]string{"check", "--merge"}, c.files...)...)
+		if r.code != cmd.ExitUsage || !strings.Contains(r.stderr, c.want) || strings.Count(strings.TrimSpace(r.stderr), "\n") > 1 || r.stdout != "" {
+			t.Errorf("%s: exit %d, want %d with %q; stdout %q, stderr %q", c.name, r.code, cmd.ExitUsage, c.want, r.stdout, r.stderr)
+		}
+	}
+}
+
+// The issue's campaign: on the correct handler seed 3 of 1-5 at 300 intents
+// never fires clock-jump nor retries a deadlock, which other seeds do. The
+// campaign exits 0; seed 3's line names what it missed; JUnit skips it.
+func TestCampaignOfTheCorrectHandlerIsValidTogether(t *testing.T) {
+	pgtest.Exhaustive(t)
+	xmlPath := filepath.Join(t.TempDir(), "c.xml")
+	r := run(t, context.Background(), postgres.Start, "chaos", "--seeds", "1-5", "--intents", "300", "--junit", xmlPath, "--no-color")
+	if r.code != cmd.ExitOK {
+		t.Fatalf("exit %d, want %d; stdout:\n%s\nstderr: %s", r.code, cmd.ExitOK, r.stdout, r.stderr)
+	}
+	if !regexp.MustCompile(`(?m)^3 +300 .*INCONCLUSIVE \(not reached: deadlock-retry, fault clock-jump\)`).MatchString(r.stdout) ||
+		!strings.Contains(r.stdout, "coverage: the seeds together took every defence path and fired every fault (1 seed on its own missed some)") {
+		t.Errorf("seed 3's line should name what it did not reach, and the campaign say the seeds together reached everything:\n%s", r.stdout)
+	}
+	d := readJUnit(t, xmlPath)
+	if d.Failures != 0 || d.Skipped != 1 || d.Tests != 6 {
+		t.Errorf("JUnit: %d tests, %d failures, %d skipped; want 6 (5 seeds and the coverage), 0, 1", d.Tests, d.Failures, d.Skipped)
+	}
+}
