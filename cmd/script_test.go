@@ -19,6 +19,7 @@ import (
 
 	"github.com/banksim/bank-sim/cmd"
 	"github.com/banksim/bank-sim/postgres"
+	"github.com/banksim/bank-sim/postgres/pgtest"
 	"github.com/jackc/pgx/v5"
 	"github.com/rogpeppe/go-internal/testscript"
 )
@@ -55,7 +56,12 @@ func TestScripts(t *testing.T) {
 		},
 		// [pgbench]: PostgreSQL's pgbench is installed beside its server,
 		// where bench --vs-pgbench looks for it.
+		// [exhaustive]: BANK_SIM_EXHAUSTIVE=1 (pgtest.Exhaustive); a
+		// script's long tail follows "[!exhaustive] stop".
 		Condition: func(cond string) (bool, error) {
+			if cond == "exhaustive" {
+				return pgtest.IsExhaustive(), nil
+			}
 			if cond != "pgbench" {
 				return false, fmt.Errorf("unknown condition %q", cond)
 			}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/banksim/bank-sim/postgres"
+	"github.com/banksim/bank-sim/postgres/pgtest"
 	"github.com/banksim/bank-sim/scenarios"
 )
 
@@ -18,8 +19,12 @@ import (
 // competing dispatchers and mark-shipped's two copies too). (Before,
 // double-tap's 409 showed in 2 runs of 6, and the copies' answers came in
 // either order.) The runs share one server and its template, as the
-// scenarios of one --all do, so that 20 of them take seconds.
+// scenarios of one --all do: 5 runs by default, 20 when exhaustive.
 func TestStagedStoriesTellTheSameStoryEveryRun(t *testing.T) {
+	runs := 5
+	if pgtest.IsExhaustive() {
+		runs = 20
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	srv, err := postgres.Start(ctx, postgres.Options{})
@@ -42,7 +47,7 @@ func TestStagedStoriesTellTheSameStoryEveryRun(t *testing.T) {
 	elapsed := regexp.MustCompile(`\(\d+(\.\d+)? (ms|s)\)`)
 	p := newPalette(false)
 	var first string
-	for run := 1; run <= 20; run++ {
+	for run := 1; run <= runs; run++ {
 		var out bytes.Buffer
 		dbs, wait := scenarios.AsyncBanks(srv)
 		reports, _, err := executeAll(ctx, list, dbs, 11, scenarios.Options{}, len(list), &out,
