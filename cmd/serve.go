@@ -241,11 +241,18 @@ func runServe(ctx context.Context, app *App, o serveOptions) error {
 	}()
 	defer func() { stopDispatch(); <-dispatchDone }()
 
+	// If the embedded PostgreSQL dies, its supervisor starts it again and
+	// says so (the pool reconnects; requests in between fail); if it
+	// cannot, serve stops: a bank without a database could only answer 500.
+	srv.Notify(func(msg string) { logf("%s", msg) })
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- hs.Serve(ln) }()
 	select {
 	case err := <-serveErr:
 		return &ExitError{Code: ExitFailed, Err: fmt.Errorf("serving: %w", err)}
+	case <-srv.Lost():
+		_ = hs.Close()
+		return &ExitError{Code: ExitDatabase, Err: fmt.Errorf("serve stopped: %s. The bank went down with it; nothing is left running, and the next bank-sim run drops what is left of the bank's database", strings.TrimRight(srv.LostReason(), "."))}
 	case <-ctx.Done():
 	}
 

@@ -106,6 +106,7 @@ type Server struct {
 	stdin    *os.File
 	proc     *os.Process
 	done     chan struct{}
+	lost     chan struct{} // closed if the supervisor exits before Close
 	dataDir  string
 	postPID  int
 	stderr   *tailWriter
@@ -124,6 +125,12 @@ type Server struct {
 	tpls  map[string]*tplEntry
 
 	keptMu sync.Mutex // one TakeKept at a time (kept.go)
+
+	// What the supervisor said on its own (events.go).
+	evMu         sync.Mutex
+	notify       func(string)
+	lostMsg      string
+	lostReported bool
 
 	closeOnce sync.Once
 	closeErr  error
@@ -246,7 +253,18 @@ func (s *Server) close() error {
 		cancel()
 	}
 	if s.embedded {
-		errs = append(errs, s.stopSupervisor(15*time.Second))
+		err := s.stopSupervisor(15 * time.Second)
+		s.evMu.Lock()
+		if s.lostMsg != "" {
+			// It had exited already, having said why; said once, by
+			// whoever asked LostReason, else here.
+			err = nil
+			if !s.lostReported {
+				err = errors.New(s.lostMsg)
+			}
+		}
+		s.evMu.Unlock()
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
@@ -325,6 +343,7 @@ func startEmbedded(ctx context.Context, o Options) (*Server, error) {
 		embedded: true,
 		stdin:    stdinW,
 		done:     make(chan struct{}),
+		lost:     make(chan struct{}),
 		stderr:   &tailWriter{max: 8 << 10},
 		major:    bin.major,
 		tpls:     map[string]*tplEntry{},
@@ -360,6 +379,12 @@ func startEmbedded(ctx context.Context, o Options) (*Server, error) {
 		started <- nil
 		s.waitErr = cmd.Wait()
 		close(s.done)
+		s.mu.Lock()
+		asked := s.closed
+		s.mu.Unlock()
+		if !asked {
+			close(s.lost)
+		}
 	}()
 	err = <-started
 	stdinR.Close()
@@ -393,14 +418,20 @@ func startEmbedded(ctx context.Context, o Options) (*Server, error) {
 		if err != nil {
 			return
 		}
-		// Then the answers to commands (Crash), until the supervisor exits.
+		// Then the answers to commands (Crash) and the supervisor's own
+		// events, until it exits.
 		for {
 			b, err := br.ReadBytes('\n')
 			if err != nil {
 				close(s.replies)
 				return
 			}
-			s.replies <- strings.TrimSpace(string(b))
+			line := strings.TrimSpace(string(b))
+			if ev, ok := strings.CutPrefix(line, eventPrefix+" "); ok {
+				s.event(ev)
+				continue
+			}
+			s.replies <- line
 		}
 	}()
 	timeout := 2 * time.Minute
