@@ -59,6 +59,10 @@ took — and after each new transfer the balances; --quiet turns that off.
 Every --cleanup-every, the 24 h cleanup job deletes the keys older than 24 h
 that are completed or whose lock has expired, and logs how many it deleted.
 
+If the PostgreSQL that bank-sim started dies (kill -9, the OOM killer), it
+is started again, recovering every committed transfer, and serve carries on
+and says so; if it cannot be, serve stops with exit code 3 and says why.
+
 --bug NAME serves with one of the lesson's server-side mistakes switched on
 (see 'bank-sim list --bugs'), so that your own client or retry library can be
 shown what it costs; a warning says so when the server starts. A client's

@@ -95,8 +95,15 @@ func (d *Database) Keep(ctx context.Context) error {
 		return fmt.Errorf("postgres: keeping %s: %w", d.Name, err)
 	}
 	prefix := keptPrefixOf(d.version)
-	var kept int
-	err = conn.QueryRow(ctx, "SELECT count(*) FROM pg_database WHERE starts_with(datname, $1)", prefix).Scan(&kept)
+	// Only bank-sim's own count: a look-alike, or an older bank-sim's
+	// unmarked one, is never taken, so it must not take a place either.
+	kept := 0
+	found, err := listDatabases(ctx, conn, "starts_with(d.datname, $1)", prefix)
+	for _, r := range found {
+		if r.Ours() {
+			kept++
+		}
+	}
 	if err == nil && kept < MaxKept {
 		if err = waitDisconnected(ctx, conn, d.Name); err == nil {
 			err = alterOurs(ctx, conn, d.Name, "RENAME TO "+quote(prefix+randHex(4)))

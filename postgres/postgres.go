@@ -32,10 +32,17 @@
 //
 // # Databases and their owners
 //
-// See owner.go: every database this package creates carries, in its name,
+// See marker.go and owner.go: every database this package creates carries
+// a marker in its comment, bound to its oid, and bank-sim drops, alters or
+// renames no database without it, whatever its name; and its name carries
 // the key of an advisory lock its process holds for its lifetime, so that
 // leftovers of dead processes can be told from databases in use, on any
 // server and from any host.
+//
+// # When the embedded PostgreSQL dies
+//
+// See events.go: its supervisor starts it again and says so, or, if it
+// cannot, says why and exits (Server.Lost).
 package postgres
 
 import (
@@ -72,8 +79,10 @@ func unavailable(format string, args ...any) error {
 // Options chooses the server.
 type Options struct {
 	// URL uses an existing server (DATABASE_URL) instead of starting one.
-	// Only bank_sim_* databases are touched: those this process creates,
-	// and those marked by bank-sim processes that have ended (owner.go).
+	// Only databases bank-sim created are touched (marker.go): those this
+	// process creates, and those of bank-sim processes that have ended
+	// (owner.go). Connections to it time out after DefaultConnectTimeout
+	// unless the URL sets connect_timeout.
 	URL string
 	// BinariesPath is a PostgreSQL installation (containing bin/pg_ctl).
 	// "" means $BANK_SIM_PG_BINARIES, else the newest
