@@ -68,9 +68,10 @@ var refusedPassword = regexp.MustCompile(`password authentication failed for use
 // only the first of its tries.
 func (a *App) databaseError(err error) error {
 	msg := err.Error()
-	source := "DATABASE_URL"
-	if a.databaseURL != "" {
-		source = "--database-url"
+	source := a.urlSource()
+	if strings.Contains(msg, postgresSource) {
+		// The postgres package cannot tell which of the two the URL came from.
+		return fmt.Errorf("%w: %s", postgres.ErrUnavailable, strings.ReplaceAll(strings.TrimPrefix(msg, postgres.ErrUnavailable.Error()+": "), postgresSource, source))
 	}
 	if m := refusedPassword.FindString(msg); m != "" {
 		return fmt.Errorf("%w: the PostgreSQL server at %s refused the password (%s); check the user and password in the URL", postgres.ErrUnavailable, source, m)
@@ -80,4 +81,16 @@ func (a *App) databaseError(err error) error {
 		return errors.New(msg)
 	}
 	return err
+}
+
+// postgresSource is how the postgres package names the URL it was given.
+const postgresSource = "DATABASE_URL / --database-url"
+
+// urlSource names where the server's URL came from: the --database-url
+// flag, or DATABASE_URL.
+func (a *App) urlSource() string {
+	if a.databaseURL != "" {
+		return "--database-url"
+	}
+	return "DATABASE_URL"
 }

@@ -26,12 +26,16 @@ job) left behind, and say how much space that freed:
   bank-sim holds, about 60 MB each, with its templates of any schema version.
   The next run builds a new cluster in about a second.
 - on the server at --database-url / DATABASE_URL, if one is given: every
-  bank_sim_* database whose bank-sim run has ended. Each run marks its
-  databases with the key of an advisory lock it holds while it runs.
+  database bank-sim created whose bank-sim run has ended. bank-sim writes a
+  marker in the comment of each database it creates (bound to that
+  database, so a name or a copied comment proves nothing), and each run
+  holds an advisory lock, whose key is in its databases' names, while it
+  runs.
 
 Never touched: a slot or a database in use by a running bank-sim, a
-database anyone is connected to, and bank_sim_* databases without the mark
-(your own, or an older bank-sim's: prune prints the SQL to drop them).
+database anyone is connected to, and every database without bank-sim's
+marker, whatever its name (your own, or an older bank-sim's: prune prints
+the SQL to drop those named bank_sim_*).
 
 Exit code 0 when everything found could be removed, 1 when something could
 not, 3 when the server cannot be reached.`,
@@ -102,7 +106,7 @@ func runPrune(c *cobra.Command, app *App, dryRun bool) error {
 		desc, found, err := postgres.PruneServer(c.Context(), url, dryRun)
 		switch {
 		case errors.Is(err, postgres.ErrUnavailable):
-			unreachable = err
+			unreachable = app.databaseError(err)
 		case err != nil:
 			return &ExitError{Code: ExitFailed, Err: err}
 		default:
@@ -180,7 +184,7 @@ func printLeftovers(out io.Writer, p *palette, found []postgres.Leftover, verb s
 				drop = `ALTER DATABASE "` + l.Name + `" IS_TEMPLATE false; ` + drop
 			}
 			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", "kept", l.Name, size(l.Bytes),
-				what+"not marked by a bank-sim run (yours, or an older bank-sim's); to drop it: "+drop)
+				what+"not created by bank-sim (no bank-sim marker in its comment): yours, or an older bank-sim's; to drop it: "+drop)
 		}
 	}
 }

@@ -59,6 +59,10 @@ took — and after each new transfer the balances; --quiet turns that off.
 Every --cleanup-every, the 24 h cleanup job deletes the keys older than 24 h
 that are completed or whose lock has expired, and logs how many it deleted.
 
+If the PostgreSQL that bank-sim started dies (kill -9, the OOM killer), it
+is started again, recovering every committed transfer, and serve carries on
+and says so; if it cannot be, serve stops with exit code 3 and says why.
+
 --bug NAME serves with one of the lesson's server-side mistakes switched on
 (see 'bank-sim list --bugs'), so that your own client or retry library can be
 shown what it costs; a warning says so when the server starts. A client's
@@ -241,11 +245,18 @@ func runServe(ctx context.Context, app *App, o serveOptions) error {
 	}()
 	defer func() { stopDispatch(); <-dispatchDone }()
 
+	// If the embedded PostgreSQL dies, its supervisor starts it again and
+	// says so (the pool reconnects; requests in between fail); if it
+	// cannot, serve stops: a bank without a database could only answer 500.
+	srv.Notify(func(msg string) { logf("%s", msg) })
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- hs.Serve(ln) }()
 	select {
 	case err := <-serveErr:
 		return &ExitError{Code: ExitFailed, Err: fmt.Errorf("serving: %w", err)}
+	case <-srv.Lost():
+		_ = hs.Close()
+		return &ExitError{Code: ExitDatabase, Err: fmt.Errorf("serve stopped: %s. The bank went down with it; nothing is left running, and the next bank-sim run drops what is left of the bank's database", strings.TrimRight(srv.LostReason(), "."))}
 	case <-ctx.Done():
 	}
 

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -52,20 +51,24 @@ func (s *Server) TakeKept(ctx context.Context, tpl Template, label string) (*Dat
 	// next.
 	s.keptMu.Lock()
 	defer s.keptMu.Unlock()
-	var kept string
-	err = conn.QueryRow(ctx, `SELECT datname FROM pg_database
-		WHERE starts_with(datname, $1) AND NOT datistemplate AND datconnlimit <> -2
-		ORDER BY datname LIMIT 1`, keptPrefixOf(tpl.Version)).Scan(&kept)
-	if errors.Is(err, pgx.ErrNoRows) {
-		s.release(conn, nil)
-		return nil, nil
-	}
+	found, err := listDatabases(ctx, conn, "starts_with(d.datname, $1) AND NOT d.datistemplate AND d.datconnlimit <> -2", keptPrefixOf(tpl.Version))
 	if err != nil {
 		s.release(conn, err)
 		return nil, fmt.Errorf("postgres: looking for a kept database: %w", err)
 	}
+	kept := ""
+	for _, r := range found {
+		if r.Ours() { // a look-alike is not bank-sim's to take (marker.go)
+			kept = r.Name
+			break
+		}
+	}
+	if kept == "" {
+		s.release(conn, nil)
+		return nil, nil
+	}
 	name := s.owner.name(ident(label, 63-len(s.owner.name(""))-1-8) + "_" + randHex(4))
-	_, err = conn.Exec(ctx, "ALTER DATABASE "+quote(kept)+" RENAME TO "+quote(name))
+	err = alterOurs(ctx, conn, kept, "RENAME TO "+quote(name))
 	s.release(conn, err)
 	if err != nil {
 		// Someone is connected to it, say: leave it, clone instead.
@@ -92,11 +95,18 @@ func (d *Database) Keep(ctx context.Context) error {
 		return fmt.Errorf("postgres: keeping %s: %w", d.Name, err)
 	}
 	prefix := keptPrefixOf(d.version)
-	var kept int
-	err = conn.QueryRow(ctx, "SELECT count(*) FROM pg_database WHERE starts_with(datname, $1)", prefix).Scan(&kept)
+	// Only bank-sim's own count: a look-alike, or an older bank-sim's
+	// unmarked one, is never taken, so it must not take a place either.
+	kept := 0
+	found, err := listDatabases(ctx, conn, "starts_with(d.datname, $1)", prefix)
+	for _, r := range found {
+		if r.Ours() {
+			kept++
+		}
+	}
 	if err == nil && kept < MaxKept {
 		if err = waitDisconnected(ctx, conn, d.Name); err == nil {
-			_, err = conn.Exec(ctx, "ALTER DATABASE "+quote(d.Name)+" RENAME TO "+quote(prefix+randHex(4)))
+			err = alterOurs(ctx, conn, d.Name, "RENAME TO "+quote(prefix+randHex(4)))
 		}
 		if err == nil {
 			s.release(conn, nil)

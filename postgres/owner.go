@@ -19,24 +19,26 @@ import (
 // How bank-sim tells its leftovers from databases in use, on a server that
 // is not its own (and on its own too):
 //
-// Every Server takes a random 63-bit key and holds a session-level advisory
-// lock on it, on a connection kept for that purpose, for as long as it runs.
-// PostgreSQL releases the lock the moment that session ends, whatever ends
-// it: Close, exit, panic, SIGKILL, a crash of the host (once TCP notices).
-// Every database the Server creates has the key in its name,
-// bank_sim_<key as 16 hex digits>_…, which marks it atomically with its
-// creation: a name cannot be missing, as a COMMENT added after CREATE
-// DATABASE could be for a run killed in between. (On an external server a
-// COMMENT is added too, for whoever lists the databases.)
+// First, bank-sim touches only databases it can prove it created: those
+// whose comment carries its marker (marker.go). A name proves nothing.
+//
+// Then, among those, it tells the ones in use from the leftovers of runs
+// that have ended. Every Server takes a random 63-bit key and holds a
+// session-level advisory lock on it, on a connection kept for that purpose,
+// for as long as it runs. PostgreSQL releases the lock the moment that
+// session ends, whatever ends it: Close, exit, panic, SIGKILL, a crash of
+// the host (once TCP notices). Every database the Server creates has the
+// key in its name, bank_sim_<key as 16 hex digits>_…
 //
 // A marked database whose key no session holds (pg_locks, which shows the
 // advisory locks of every database to every user) belongs to a process that
 // has ended: it is an orphan, and the next Start on that server, or bank-sim
 // prune, drops it. This works across hosts and processes, with no pid or
 // host name to guess. An orphan is dropped without FORCE, so one that anyone
-// is still connected to stays; databases that are not marked (a user's own
-// bank_sim_foo, or one left by an older bank-sim) are never dropped by
-// bank-sim.
+// is still connected to stays; databases without the marker (a user's own
+// bank_sim_foo or bank_sim_0123456789abcdef_prod, one left by an older
+// bank-sim, or one whose run was killed between CREATE DATABASE and its
+// COMMENT) are never dropped by bank-sim.
 
 // owner is a Server's advisory lock.
 type owner struct {
@@ -149,12 +151,12 @@ func (o *owner) release() {
 // name returns a database name marked with this owner: bank_sim_<key>_<rest>.
 func (o *owner) name(rest string) string { return "bank_sim_" + o.hex + "_" + rest }
 
-// comment describes a marked database for whoever lists the databases of
-// an external server.
+// comment describes a database this owner creates, for whoever lists the
+// databases of the server; mark appends the marker to it.
 func (o *owner) comment() string {
 	host, _ := os.Hostname()
-	return fmt.Sprintf("scratch database of bank-sim (pid %d on %s, advisory lock %d), dropped when that run ends; "+
-		"if the run was killed, the next bank-sim run on this server or `bank-sim prune` drops it", os.Getpid(), host, o.key)
+	return fmt.Sprintf("created by bank-sim (pid %d on %s, advisory lock %d); bank-sim drops it when it no longer needs it, "+
+		"and if the run was killed, the next bank-sim run on this server or `bank-sim prune` drops it", os.Getpid(), host, o.key)
 }
 
 // LeftoverState says what bank-sim may do with a bank_sim_* database.
@@ -169,8 +171,8 @@ const (
 	OrphanInUse
 	// Live: the bank-sim process that made it is running. Kept.
 	Live
-	// Unmarked: not made by this version of bank-sim (a user's own, or an
-	// older bank-sim's). Never dropped by bank-sim.
+	// Unmarked: without bank-sim's marker (marker.go): a user's own, an
+	// older bank-sim's, whatever its name. Never dropped by bank-sim.
 	Unmarked
 )
 
@@ -191,7 +193,8 @@ func listLeftovers(ctx context.Context, conn *pgx.Conn) ([]Leftover, error) {
 	rows, err := conn.Query(ctx, `
 		SELECT d.datname, d.datistemplate AND d.datconnlimit <> -2, -- an invalid one is only dropped
 		       CASE WHEN has_database_privilege(d.datname, 'CONNECT') THEN pg_database_size(d.oid) ELSE -1 END,
-		       (SELECT count(*) FROM pg_stat_activity a WHERE a.datid = d.oid AND a.pid <> pg_backend_pid())
+		       (SELECT count(*) FROM pg_stat_activity a WHERE a.datid = d.oid AND a.pid <> pg_backend_pid()),
+		       d.oid, coalesce(shobj_description(d.oid, 'pg_database'), '')
 		FROM pg_database d
 		WHERE d.datname LIKE 'bank\_sim\_%'
 		ORDER BY d.datname`)
@@ -199,15 +202,19 @@ func listLeftovers(ctx context.Context, conn *pgx.Conn) ([]Leftover, error) {
 		return nil, err
 	}
 	var found []Leftover
+	var ourFlags []bool
 	for rows.Next() {
 		var l Leftover
 		var sessions int64
-		if err := rows.Scan(&l.Name, &l.Template, &l.Bytes, &sessions); err != nil {
+		var oid uint32
+		var comment string
+		if err := rows.Scan(&l.Name, &l.Template, &l.Bytes, &sessions, &oid, &comment); err != nil {
 			rows.Close()
 			return nil, err
 		}
 		l.Sessions = int(sessions)
 		found = append(found, l)
+		ourFlags = append(ourFlags, marked(oid, comment))
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -218,9 +225,9 @@ func listLeftovers(ctx context.Context, conn *pgx.Conn) ([]Leftover, error) {
 	}
 	for i := range found {
 		l := &found[i]
-		key, marked := ownerOf(l.Name)
+		key, named := ownerOf(l.Name)
 		switch {
-		case !marked:
+		case !ourFlags[i] || !named:
 			l.State = Unmarked
 		case held[key]:
 			l.State = Live
@@ -255,18 +262,10 @@ func heldKeys(ctx context.Context, conn *pgx.Conn) (map[uint64]bool, error) {
 }
 
 // dropOrphan drops an orphan, without FORCE: if anyone connected to it
-// since it was listed, PostgreSQL refuses (55006) and it stays.
+// since it was listed, PostgreSQL refuses (55006) and it stays. Like every
+// drop, it checks bank-sim's marker first (dropOurs).
 func dropOrphan(ctx context.Context, conn *pgx.Conn, l *Leftover) {
-	if l.Template {
-		// A template cannot be dropped ("cannot drop a template database").
-		if _, err := conn.Exec(ctx, "ALTER DATABASE "+quote(l.Name)+" IS_TEMPLATE false"); err != nil {
-			if !isCode(err, "3D000") { // another run dropped it first
-				l.Err = explainDrop(err)
-				return
-			}
-		}
-	}
-	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+quote(l.Name)); err != nil {
+	if err := dropOurs(ctx, conn, l.Name, false); err != nil {
 		l.Err = explainDrop(err)
 		return
 	}

@@ -32,10 +32,17 @@
 //
 // # Databases and their owners
 //
-// See owner.go: every database this package creates carries, in its name,
+// See marker.go and owner.go: every database this package creates carries
+// a marker in its comment, bound to its oid, and bank-sim drops, alters or
+// renames no database without it, whatever its name; and its name carries
 // the key of an advisory lock its process holds for its lifetime, so that
 // leftovers of dead processes can be told from databases in use, on any
 // server and from any host.
+//
+// # When the embedded PostgreSQL dies
+//
+// See events.go: its supervisor starts it again and says so, or, if it
+// cannot, says why and exits (Server.Lost).
 package postgres
 
 import (
@@ -72,8 +79,10 @@ func unavailable(format string, args ...any) error {
 // Options chooses the server.
 type Options struct {
 	// URL uses an existing server (DATABASE_URL) instead of starting one.
-	// Only bank_sim_* databases are touched: those this process creates,
-	// and those marked by bank-sim processes that have ended (owner.go).
+	// Only databases bank-sim created are touched (marker.go): those this
+	// process creates, and those of bank-sim processes that have ended
+	// (owner.go). Connections to it time out after DefaultConnectTimeout
+	// unless the URL sets connect_timeout.
 	URL string
 	// BinariesPath is a PostgreSQL installation (containing bin/pg_ctl).
 	// "" means $BANK_SIM_PG_BINARIES, else the newest
@@ -106,6 +115,7 @@ type Server struct {
 	stdin    *os.File
 	proc     *os.Process
 	done     chan struct{}
+	lost     chan struct{} // closed if the supervisor exits before Close
 	dataDir  string
 	postPID  int
 	stderr   *tailWriter
@@ -124,6 +134,12 @@ type Server struct {
 	tpls  map[string]*tplEntry
 
 	keptMu sync.Mutex // one TakeKept at a time (kept.go)
+
+	// What the supervisor said on its own (events.go).
+	evMu         sync.Mutex
+	notify       func(string)
+	lostMsg      string
+	lostReported bool
 
 	closeOnce sync.Once
 	closeErr  error
@@ -246,7 +262,18 @@ func (s *Server) close() error {
 		cancel()
 	}
 	if s.embedded {
-		errs = append(errs, s.stopSupervisor(15*time.Second))
+		err := s.stopSupervisor(15 * time.Second)
+		s.evMu.Lock()
+		if s.lostMsg != "" {
+			// It had exited already, having said why; said once, by
+			// whoever asked LostReason, else here.
+			err = nil
+			if !s.lostReported {
+				err = errors.New(s.lostMsg)
+			}
+		}
+		s.evMu.Unlock()
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
@@ -325,6 +352,7 @@ func startEmbedded(ctx context.Context, o Options) (*Server, error) {
 		embedded: true,
 		stdin:    stdinW,
 		done:     make(chan struct{}),
+		lost:     make(chan struct{}),
 		stderr:   &tailWriter{max: 8 << 10},
 		major:    bin.major,
 		tpls:     map[string]*tplEntry{},
@@ -360,6 +388,12 @@ func startEmbedded(ctx context.Context, o Options) (*Server, error) {
 		started <- nil
 		s.waitErr = cmd.Wait()
 		close(s.done)
+		s.mu.Lock()
+		asked := s.closed
+		s.mu.Unlock()
+		if !asked {
+			close(s.lost)
+		}
 	}()
 	err = <-started
 	stdinR.Close()
@@ -393,14 +427,20 @@ func startEmbedded(ctx context.Context, o Options) (*Server, error) {
 		if err != nil {
 			return
 		}
-		// Then the answers to commands (Crash), until the supervisor exits.
+		// Then the answers to commands (Crash) and the supervisor's own
+		// events, until it exits.
 		for {
 			b, err := br.ReadBytes('\n')
 			if err != nil {
 				close(s.replies)
 				return
 			}
-			s.replies <- strings.TrimSpace(string(b))
+			line := strings.TrimSpace(string(b))
+			if ev, ok := strings.CutPrefix(line, eventPrefix+" "); ok {
+				s.event(ev)
+				continue
+			}
+			s.replies <- line
 		}
 	}()
 	timeout := 2 * time.Minute

@@ -23,14 +23,14 @@ import (
 // every bank_sim_* database with its state. An unreachable server is an
 // error that wraps ErrUnavailable.
 func PruneServer(ctx context.Context, url string, dryRun bool) (string, []Leftover, error) {
-	cfg, err := pgx.ParseConfig(url)
+	cfg, err := pgx.ParseConfig(withConnectTimeout(url))
 	if err != nil {
 		return "", nil, unavailable("DATABASE_URL / --database-url is not a valid connection string: %v", err)
 	}
 	where := fmt.Sprintf("%s:%d", cfg.Host, cfg.Port)
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return "", nil, unavailable("cannot connect to PostgreSQL at %s from DATABASE_URL / --database-url: %v; check that the server runs and the URL is right", where, err)
+		return "", nil, reachError(cfg, err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	var version string

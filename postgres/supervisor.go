@@ -117,6 +117,7 @@ func supervise() int {
 		}
 		close(eof)
 	}()
+	code := 0
 loop:
 	for {
 		select {
@@ -124,6 +125,18 @@ loop:
 			break loop
 		case <-sigs:
 			break loop
+		case <-sv.died():
+			// Not asked for: kill -9, the OOM killer, a crash.
+			old, how := sv.pm.pid, exitHow(sv.pm.err)
+			sv.pm = nil
+			if err := sv.restart(); err != nil {
+				fmt.Fprintf(os.Stdout, "%s %s PostgreSQL (postmaster %d) %s, and bank-sim could not start it again: %s\n",
+					eventPrefix, eventLost, old, how, strings.ReplaceAll(err.Error(), "\n", " "))
+				code = 1
+				break loop
+			}
+			fmt.Fprintf(os.Stdout, "%s %s %d PostgreSQL (postmaster %d) %s; bank-sim started it again (postmaster %d), and it recovered from its WAL: every committed transaction is still there\n",
+				eventPrefix, eventRestarted, sv.pm.pid, old, how, sv.pm.pid)
 		case c := <-cmds:
 			switch c {
 			case cmdCrash:
@@ -142,7 +155,67 @@ loop:
 		fmt.Fprintln(os.Stderr, "bank-sim postgres supervisor: stop:", err)
 		return 1
 	}
-	return 0
+	return code
+}
+
+// Lines the supervisor writes on its own, not as the answer to a command:
+// "event restarted <new pid> <what happened>" once it has started again a
+// postmaster that died without being asked to, "event lost <what
+// happened>" when it could not, just before it exits.
+const (
+	eventPrefix    = "event"
+	eventRestarted = "restarted"
+	eventLost      = "lost"
+)
+
+// maxRestarts bounds the restarts of a postmaster that keeps dying: more
+// than this many within restartWindow and the supervisor gives up.
+const (
+	maxRestarts   = 3
+	restartWindow = time.Minute
+)
+
+// died is closed when the running postmaster has exited; nil (never ready)
+// when none runs.
+func (sv *supervisor) died() <-chan struct{} {
+	if sv.pm == nil {
+		return nil
+	}
+	return sv.pm.done
+}
+
+// restart starts the server again after its postmaster died on its own.
+func (sv *supervisor) restart() error {
+	now := time.Now()
+	recent := sv.restarts[:0]
+	for _, t := range sv.restarts {
+		if now.Sub(t) < restartWindow {
+			recent = append(recent, t)
+		}
+	}
+	sv.restarts = append(recent, now)
+	if len(sv.restarts) > maxRestarts {
+		return fmt.Errorf("it died %d times within %s", len(sv.restarts), restartWindow)
+	}
+	// Its backends were reparented when it died; they notice and exit by
+	// themselves, and the new postmaster refuses to start while one still
+	// holds the old shared memory: relaunch retries until they are gone.
+	return sv.relaunch(nil)
+}
+
+// exitHow says how a postmaster ended, from its Wait error.
+func exitHow(err error) string {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return fmt.Sprintf("was killed by signal %d (%s)", int(ws.Signal()), ws.Signal())
+		}
+		return fmt.Sprintf("exited with status %d", ee.ExitCode())
+	}
+	if err != nil {
+		return fmt.Sprintf("ended (%v)", err)
+	}
+	return "exited"
 }
 
 type supervisor struct {
@@ -156,6 +229,9 @@ type supervisor struct {
 	port    int
 	params  map[string]string
 	pm      *postmaster // nil while no server runs
+	// restarts are the times of the restarts after a postmaster died on
+	// its own, within the last restartWindow.
+	restarts []time.Time
 }
 
 // cmdCrash asks the supervisor to SIGKILL the postmaster and start it again
@@ -185,9 +261,15 @@ func (sv *supervisor) crash() error {
 		return fmt.Errorf("postmaster %d survived SIGKILL", pm.pid)
 	}
 	sv.pm = nil
-	// Backends notice their postmaster's death and exit by themselves; the
-	// new postmaster refuses to start while one still holds the old
-	// shared memory.
+	return sv.relaunch(kids)
+}
+
+// relaunch starts the postmaster again on the same data directory and port
+// after the last one died. Backends notice their postmaster's death and
+// exit by themselves; the new postmaster refuses to start while one still
+// holds the old shared memory. kids are the old postmaster's children, if
+// known (they are reparented once it is dead).
+func (sv *supervisor) relaunch(kids []int) error {
 	if !waitGone(10*time.Second, kids...) {
 		for _, k := range kids {
 			syscall.Kill(k, syscall.SIGKILL)
@@ -204,7 +286,8 @@ func (sv *supervisor) crash() error {
 			sv.pm = pm
 			return nil
 		}
-		if !errors.Is(err, errPortTaken) || time.Now().After(deadline) {
+		retry := errors.Is(err, errPortTaken) || strings.Contains(err.Error(), "pre-existing shared memory block")
+		if !retry || time.Now().After(deadline) {
 			return fmt.Errorf("restarting PostgreSQL after the crash: %v", err)
 		}
 		time.Sleep(100 * time.Millisecond)

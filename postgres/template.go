@@ -101,13 +101,12 @@ func (s *Server) create(ctx context.Context, conn *pgx.Conn, q, name string) err
 	if _, err := conn.Exec(cctx, q); err != nil {
 		return err
 	}
-	if !s.embedded {
-		// For whoever lists the databases of their server; the name is
-		// what marks it.
-		_, _ = conn.Exec(cctx, "COMMENT ON DATABASE "+quote(name)+" IS "+quoteLiteral(s.owner.comment()))
+	// What proves, from now on, that bank-sim made it (marker.go).
+	if err := mark(cctx, conn, name, s.owner.comment()); err != nil {
+		return fmt.Errorf("writing bank-sim's marker on the new database %s (without it, bank-sim never drops it: `bank-sim prune` lists it with the SQL to drop it): %w", name, err)
 	}
 	if ctx.Err() != nil {
-		if _, err := conn.Exec(cctx, "DROP DATABASE IF EXISTS "+quote(name)+" WITH (FORCE)"); err != nil {
+		if err := dropOurs(cctx, conn, name, true); err != nil {
 			return err
 		}
 		return ctx.Err()
@@ -121,7 +120,7 @@ func (d *Database) Drop(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("postgres: dropping %s: %w", d.Name, err)
 	}
-	_, err = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+quote(d.Name)+" WITH (FORCE)")
+	err = dropOurs(ctx, conn, d.Name, true)
 	d.srv.release(conn, err)
 	if err != nil {
 		return fmt.Errorf("postgres: dropping %s: %w", d.Name, err)
@@ -130,7 +129,8 @@ func (d *Database) Drop(ctx context.Context) error {
 }
 
 func (s *Server) ensureTemplate(ctx context.Context, tpl Template) (string, error) {
-	// An embedded cluster keeps its templates for later runs, unmarked.
+	// An embedded cluster keeps its templates for later runs, with no
+	// owner key in their names.
 	name := sharedTemplatePrefix + ident(tpl.Version, 32)
 	if !s.embedded {
 		// A shared server: each process builds its own, marked with its
@@ -155,10 +155,29 @@ func (s *Server) ensureTemplate(ctx context.Context, tpl Template) (string, erro
 	if err != nil {
 		return "", unavailable("connecting to %s: %v", s.desc, err)
 	}
-	var exists bool
-	err = conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1 AND datistemplate)", e.name).Scan(&exists)
-	if err == nil && !exists {
-		err = s.buildTemplate(ctx, conn, tpl, e.name)
+	// A template is used only if bank-sim made it: under its name, or, when
+	// a database that is not bank-sim's has that name, under its name and a
+	// suffix.
+	var found []dbRow
+	found, err = listDatabases(ctx, conn, "(d.datname = $1 OR starts_with(d.datname, $1 || '_'))", e.name)
+	if err == nil {
+		taken, use := false, ""
+		for _, r := range found {
+			taken = taken || r.Name == e.name
+			if use == "" && r.Template && r.Ours() && (r.Name == e.name || len(r.Name) == len(e.name)+9) {
+				use = r.Name
+			}
+		}
+		if use == "" {
+			use = e.name
+			if taken {
+				use += "_" + randHex(4)
+			}
+			err = s.buildTemplate(ctx, conn, tpl, use)
+		}
+		if err == nil {
+			e.name = use
+		}
 	}
 	s.release(conn, err)
 	if err != nil {
@@ -185,7 +204,7 @@ func (s *Server) buildTemplate(ctx context.Context, admin *pgx.Conn, tpl Templat
 	dropScratch := func() {
 		c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		admin.Exec(c, "DROP DATABASE IF EXISTS "+quote(scratch)+" WITH (FORCE)")
+		_ = dropOurs(c, admin, scratch, true)
 	}
 	conn, err := pgx.Connect(ctx, s.dbURL(scratch))
 	if err != nil {
@@ -214,11 +233,9 @@ func (s *Server) buildTemplate(ctx context.Context, admin *pgx.Conn, tpl Templat
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
-	for _, q := range []string{
-		"ALTER DATABASE " + quote(scratch) + " IS_TEMPLATE true",
-		"ALTER DATABASE " + quote(scratch) + " RENAME TO " + quote(name),
-	} {
-		if _, err := admin.Exec(ctx, q); err != nil {
+	// The marker stays through the rename: it names the oid.
+	for _, clause := range []string{"IS_TEMPLATE true", "RENAME TO " + quote(name)} {
+		if err := alterOurs(ctx, admin, scratch, clause); err != nil {
 			dropScratch()
 			return fmt.Errorf("postgres: finishing template %s: %w", name, explain(err))
 		}
@@ -231,28 +248,30 @@ func (s *Server) buildTemplate(ctx context.Context, admin *pgx.Conn, tpl Templat
 const sharedTemplatePrefix = "bank_sim_tpl_"
 
 // dropLeftovers removes, from an embedded cluster that has just started on
-// a new port (so nobody else can be connected to it), every bank_sim_*
-// database but the finished shared templates and the kept databases
-// (kept.go): scenario databases of a killed run, half-built templates, the
-// databases of runs that used this cluster through its URL, and databases a
-// DROP left invalid when it was interrupted. It drops all it can and
-// returns what it could not: a leftover costs disk, not correctness, so it
-// never stops a run.
+// a new port (so nobody else can be connected to it), every database
+// bank-sim made (marker.go) but the finished shared templates and the kept
+// databases (kept.go): scenario databases of a killed run, half-built
+// templates, the databases of runs that used this cluster through its URL,
+// and databases a DROP left invalid when it was interrupted. It drops all
+// it can and returns what it could not: a leftover costs disk, not
+// correctness, so it never stops a run.
 func dropLeftovers(ctx context.Context, conn *pgx.Conn) (int, error) {
-	rows, err := conn.Query(ctx, `SELECT datname, datistemplate AND datconnlimit <> -2 FROM pg_database
-		WHERE datname LIKE 'bank\_sim\_%' AND NOT (datistemplate AND datname LIKE 'bank\_sim\_tpl\_%')
-		  AND NOT (datname LIKE 'bank\_sim\_kept\_%' AND NOT datistemplate AND datconnlimit <> -2)`)
-	if err != nil {
-		return 0, err
-	}
-	found, err := pgx.CollectRows(rows, pgx.RowToStructByPos[namedDB])
+	found, err := listDatabases(ctx, conn, `d.datname LIKE 'bank\_sim\_%'`)
 	if err != nil {
 		return 0, err
 	}
 	var errs []error
 	dropped := 0
 	for _, d := range found {
-		if err := dropDatabase(ctx, conn, d.Name, d.Template); err != nil {
+		switch {
+		case !d.Ours():
+			continue
+		case d.Template && strings.HasPrefix(d.Name, sharedTemplatePrefix):
+			continue
+		case d.Valid && !d.Template && strings.HasPrefix(d.Name, keptPrefix):
+			continue
+		}
+		if err := dropOurs(ctx, conn, d.Name, true); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", d.Name, err))
 			continue
 		}
@@ -261,34 +280,10 @@ func dropLeftovers(ctx context.Context, conn *pgx.Conn) (int, error) {
 	return dropped, errors.Join(errs...)
 }
 
-// namedDB is a row of pg_database as dropLeftovers and dropOwn read it.
-type namedDB struct {
-	Name     string
-	Template bool
-}
-
-// dropDatabase drops a database that may be a template, forcing out any
-// session. Only a valid template is altered first (its callers read
-// template as datistemplate AND datconnlimit <> -2): ALTER DATABASE on a
-// database that an interrupted DROP DATABASE left invalid fails with FATAL
-// 55000 "cannot alter invalid database", which ends the session, while
-// DROP DATABASE removes it.
-func dropDatabase(ctx context.Context, conn *pgx.Conn, name string, template bool) error {
-	if template {
-		if _, err := conn.Exec(ctx, "ALTER DATABASE "+quote(name)+" IS_TEMPLATE false"); err != nil {
-			if isCode(err, "3D000") { // dropped meanwhile
-				return nil
-			}
-			return err
-		}
-	}
-	_, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+quote(name)+" WITH (FORCE)")
-	return err
-}
-
 // dropOwn drops every database marked with this Server's owner key that is
 // still there: on an external server, its templates, and whatever a
-// Database's Drop did not get to (an interrupted run).
+// Database's Drop did not get to (an interrupted run). Like every drop, it
+// drops only what carries bank-sim's marker.
 func (s *Server) dropOwn() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -297,17 +292,16 @@ func (s *Server) dropOwn() error {
 		return err
 	}
 	defer s.release(conn, errors.New("closing"))
-	rows, err := conn.Query(ctx, `SELECT datname, datistemplate AND datconnlimit <> -2 FROM pg_database WHERE starts_with(datname, $1)`, s.owner.name(""))
-	if err != nil {
-		return err
-	}
-	found, err := pgx.CollectRows(rows, pgx.RowToStructByPos[namedDB])
+	found, err := listDatabases(ctx, conn, "starts_with(d.datname, $1)", s.owner.name(""))
 	if err != nil {
 		return err
 	}
 	var errs []error
 	for _, d := range found {
-		if err := dropDatabase(ctx, conn, d.Name, d.Template); err != nil {
+		if !d.Ours() {
+			continue
+		}
+		if err := dropOurs(ctx, conn, d.Name, true); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -315,6 +309,7 @@ func (s *Server) dropOwn() error {
 }
 
 func startExternal(ctx context.Context, o Options) (*Server, error) {
+	o.URL = withConnectTimeout(o.URL)
 	cfg, err := pgx.ParseConfig(o.URL)
 	if err != nil {
 		// pgx's parse errors redact the password.
@@ -329,7 +324,7 @@ func startExternal(ctx context.Context, o Options) (*Server, error) {
 	s.dbURL = func(name string) string { return withDBName(o.URL, name) }
 	conn, err := s.admin(ctx)
 	if err != nil {
-		return nil, unavailable("cannot connect to PostgreSQL at %s from DATABASE_URL / --database-url: %v; check that the server runs and the URL is right, or unset it to start an embedded server", where, err)
+		return nil, reachError(cfg, err)
 	}
 	version := s.serverVersion(ctx, conn)
 	if s.major < 13 {
