@@ -26,10 +26,10 @@ func TestIdsBeyondIntegerAreNotFound(t *testing.T) {
 		status                   int
 		code                     string
 	}{
-		{"recipient 99", "POST", "/transfers", `{"from":1,"to":99,"amountKobo":100}`, 422, bank.CodeRecipientUnavailable},
-		{"recipient 2^31", "POST", "/transfers", `{"from":1,"to":2147483648,"amountKobo":100}`, 422, bank.CodeRecipientUnavailable},
-		{"recipient 2^53-1", "POST", "/transfers", `{"from":1,"to":9007199254740991,"amountKobo":100}`, 422, bank.CodeRecipientUnavailable},
-		{"sender 2^31", "POST", "/transfers", `{"from":2147483648,"to":2,"amountKobo":100}`, 404, bank.CodeAccountNotFound},
+		{"recipient 99", "POST", "/transfers", `{"from":11,"to":99,"amountKobo":100}`, 422, bank.CodeRecipientUnavailable},
+		{"recipient 2^31", "POST", "/transfers", `{"from":11,"to":2147483648,"amountKobo":100}`, 422, bank.CodeRecipientUnavailable},
+		{"recipient 2^53-1", "POST", "/transfers", `{"from":11,"to":9007199254740991,"amountKobo":100}`, 422, bank.CodeRecipientUnavailable},
+		{"sender 2^31", "POST", "/transfers", `{"from":2147483648,"to":21,"amountKobo":100}`, 404, bank.CodeAccountNotFound},
 		{"account 99", "GET", "/accounts/99", "", 404, bank.CodeAccountNotFound},
 		{"account 2^31", "GET", "/accounts/2147483648", "", 404, bank.CodeAccountNotFound},
 		{"transfer 2^31", "GET", "/transfers/2147483648", "", 404, api.CodeNotFound},
@@ -52,13 +52,13 @@ func TestIdsBeyondIntegerAreNotFound(t *testing.T) {
 // money; one refused before the database (400, 401, 404 route, 405, 413,
 // 415) writes no key either. `go test` runs the seed corpus.
 func FuzzTransferRequest(f *testing.F) {
-	good := `{"from":1,"to":2,"amountKobo":100}`
+	good := `{"from":11,"to":21,"amountKobo":100}`
 	seeds := []struct{ method, path, body, keys, auths, ctype string }{
 		{"POST", "/transfers", good, "fuzz-seed-key-000001", "token-ada", "application/json"},
-		{"POST", "/transfers", `{"from":1,"to":2147483648,"amountKobo":100}`, "fuzz-seed-key-000002", "token-ada", "application/json"},
-		{"POST", "/transfers", `{"from":2147483648,"to":1,"amountKobo":100}`, "fuzz-seed-key-000003", "token-bola", "application/json"},
-		{"POST", "/transfers", `{"from":1,"to":-2147483649,"amountKobo":100}`, "fuzz-seed-key-000004", "token-ada", "application/json"},
-		{"POST", "/transfers", `{"from":1,"to":2,"amountKobo":9223372036854775807}`, "fuzz-seed-key-000005", "token-ada", "application/json"},
+		{"POST", "/transfers", `{"from":11,"to":2147483648,"amountKobo":100}`, "fuzz-seed-key-000002", "token-ada", "application/json"},
+		{"POST", "/transfers", `{"from":2147483648,"to":11,"amountKobo":100}`, "fuzz-seed-key-000003", "token-bola", "application/json"},
+		{"POST", "/transfers", `{"from":11,"to":-2147483649,"amountKobo":100}`, "fuzz-seed-key-000004", "token-ada", "application/json"},
+		{"POST", "/transfers", `{"from":11,"to":21,"amountKobo":9223372036854775807}`, "fuzz-seed-key-000005", "token-ada", "application/json"},
 		{"POST", "/transfers", good, "fuzz-seed-key-000006\nfuzz-seed-key-000007", "token-ada", "application/json"},
 		{"POST", "/transfers", good, "fuzz-seed-key-000008", "token-ada\ntoken-bola", "application/json"},
 		{"POST", "/transfers", good, "fuzz-seed-key-000009", "token-ada", "application/json; charset=utf-8"},
@@ -73,7 +73,7 @@ func FuzzTransferRequest(f *testing.F) {
 		{"GET", "/transfers?key=fuzz-seed-key-000001&key=fuzz-seed-key-000002", "", "", "token-ada", ""},
 		{"GET", "/transfers?key=%00%00", "", "", "token-ada", ""},
 		{"DELETE", "/transfers/1", "", "", "token-ada", ""},
-		{"PUT", "/accounts/1", good, "", "token-ada", "application/json"},
+		{"PUT", "/accounts/11", good, "", "token-ada", "application/json"},
 		{"GET", "/nope", "", "", "", ""},
 	}
 	for _, s := range seeds {
@@ -140,7 +140,7 @@ func FuzzTransferRequest(f *testing.F) {
 func TestDuplicateHeadersAreRefused(t *testing.T) {
 	t.Parallel()
 	srv, pool := newServer(t, 4)
-	body := `{"from":1,"to":2,"amountKobo":1000000}`
+	body := `{"from":11,"to":21,"amountKobo":1000000}`
 	send := func(keys, tokens []string, method, path, body string) answer {
 		req, _ := http.NewRequest(method, srv.URL+path, strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
@@ -189,9 +189,9 @@ func TestHTTPReplayIsByteIdentical(t *testing.T) {
 	t.Parallel()
 	srv, _ := newServer(t, 4)
 	const key = "bytes-key-0000000001"
-	body := `{"from":1,"to":2,"amountKobo":1000000}`
+	body := `{"from":11,"to":21,"amountKobo":1000000}`
 	first := do(t, "POST", srv.URL+"/transfers", post("token-ada", key), body)
-	replay := do(t, "POST", srv.URL+"/transfers", post("token-ada", key), `{"amountKobo":1000000,"to":2,"from":1}`)
+	replay := do(t, "POST", srv.URL+"/transfers", post("token-ada", key), `{"amountKobo":1000000,"to":21,"from":11}`)
 	byKey := do(t, "GET", srv.URL+"/transfers?key="+key, post("token-ada", ""), "")
 	if first.status != 201 || replay.body != first.body || byKey.body != first.body {
 		t.Errorf("first %d %s\nreplay %s\nby key %s", first.status, first.body, replay.body, byKey.body)
@@ -266,7 +266,7 @@ func drainWithLockHeld(t *testing.T, grace, hold time.Duration) (map[int]int, *p
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			req, _ := http.NewRequest("POST", ls.url+"/transfers", strings.NewReader(`{"from":1,"to":2,"amountKobo":100}`))
+			req, _ := http.NewRequest("POST", ls.url+"/transfers", strings.NewReader(`{"from":11,"to":21,"amountKobo":100}`))
 			req.Header.Set("Authorization", "Bearer token-ada")
 			req.Header.Set("Content-Type", "application/json")
 			req.Header.Set(api.HeaderKey, fmt.Sprintf("drain-key-%010d", i))
