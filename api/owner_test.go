@@ -101,7 +101,7 @@ func TestEveryReplayCarriesTheMarkerAndTheFirstBytes(t *testing.T) {
 		code              string
 	}{
 		{"created", "token-ada", `{"from":11,"to":21,"amountKobo":1000000}`, 201, ""},
-		{"insufficient funds", "token-bola", `{"from":21,"to":11,"amountKobo":900000}`, 422, bank.CodeInsufficientFunds},
+		{"insufficient funds", "token-bola", `{"from":21,"to":11,"amountKobo":9000000}`, 422, bank.CodeInsufficientFunds},
 		{"another user's account", "token-ada", `{"from":21,"to":11,"amountKobo":100}`, 404, bank.CodeAccountNotFound},
 		{"a closed sender", "token-bola", `{"from":22,"to":11,"amountKobo":100}`, 422, bank.CodeAccountNotActive},
 		{"a frozen sender", "token-chidi", `{"from":31,"to":11,"amountKobo":100}`, 422, bank.CodeAccountNotActive},

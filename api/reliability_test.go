@@ -247,7 +247,7 @@ func drainWithLockHeld(t *testing.T, grace, hold time.Duration) (map[int]int, *p
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := locker.Exec(ctx, "SELECT 1 FROM accounts WHERE id = 1 FOR UPDATE"); err != nil {
+	if _, err := locker.Exec(ctx, "SELECT 1 FROM accounts WHERE id = 11 FOR UPDATE"); err != nil {
 		t.Fatal(err)
 	}
 	unlocked := make(chan struct{})
