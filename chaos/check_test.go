@@ -667,7 +667,7 @@ func TestCheckerBreaksEachConditionAlone(t *testing.T) {
 		}, []string{chaos.KindNegative}},
 		// acknowledged-missing: the transfer told exists, is the intent's
 		// (TestCheckerFlagsEachViolationKind), and moved what it asked: from, to, amount.
-		{chaos.KindAckMissing, "the transfer told exists", "case !ok dropped", func(h *chaos.History) {
+		{chaos.KindAckMissing, "the transfer told exists", "a 201 whose transfer is not found let through (dropping case !ok alone is no weakening: the intent clause then reads the missing row's intent as none)", func(h *chaos.History) {
 			h.Intents[0].Attempts[1].Body = receipt(9, 103, 123, 1_000, 9_000)
 			h.Intents[0].Attempts[2].Body = receipt(9, 103, 123, 1_000, 9_000)
 		}, []string{chaos.KindAckMissing}},
