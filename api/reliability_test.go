@@ -247,16 +247,11 @@ func drainWithLockHeld(t *testing.T, grace, hold time.Duration) (map[int]int, *p
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Let go of the row on every way out, before the pool closes.
+	t.Cleanup(func() { _ = locker.Rollback(ctx) })
 	if _, err := locker.Exec(ctx, "SELECT 1 FROM accounts WHERE id = 11 FOR UPDATE"); err != nil {
 		t.Fatal(err)
 	}
-	unlocked := make(chan struct{})
-	go func() {
-		defer close(unlocked)
-		time.Sleep(hold)
-		_ = locker.Rollback(ctx)
-	}()
-	t.Cleanup(func() { <-unlocked })
 
 	httpc := &http.Client{Timeout: 30 * time.Second}
 	var mu sync.Mutex
@@ -292,6 +287,16 @@ func drainWithLockHeld(t *testing.T, grace, hold time.Duration) (map[int]int, *p
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+	// hold counts from here, once every request waits on the row: counted
+	// from the lock, a loaded machine could spend it on the claims, and the
+	// row would be free before the grace period ends.
+	unlocked := make(chan struct{})
+	go func() {
+		defer close(unlocked)
+		time.Sleep(hold)
+		_ = locker.Rollback(ctx)
+	}()
+	t.Cleanup(func() { <-unlocked })
 	cut, drainErr := api.Drain(ls.srv, grace, stop)
 	if ls.running.Load() != 0 {
 		t.Errorf("Drain returned with %d handlers still running", ls.running.Load())
