@@ -21,27 +21,26 @@ import (
 	"github.com/banksim/bank-sim/faults"
 	"github.com/banksim/bank-sim/idem"
 	"github.com/banksim/bank-sim/postgres/pgtest"
-	"github.com/banksim/bank-sim/scenarios"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }
 
-// newBank is a fresh lesson bank with a pool of conns connections.
+// newBank is a fresh bank of pgtest.MixedAccounts with a pool of conns
+// connections: no account id equals its owner's user id, Ada (user 1) and
+// Bola (user 2) own two accounts each (11, 12; 21, 22 closed), Chidi's 31 is
+// frozen, and account 2 is user 4's. An ownership check that compares the
+// wrong column passes on the lesson's bank, where account n is user n's.
 func newBank(t testing.TB, conns int32) *pgxpool.Pool {
 	t.Helper()
-	db := pgtest.NewDatabase(t, scenarios.BankTemplate)
-	cfg, err := pgxpool.ParseConfig(db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = conns
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	return pool
+	return pgtest.NewBankWith(t, pgtest.BankOptions{MaxConns: conns, Accounts: pgtest.MixedAccounts})
+}
+
+// testTokens are the demo tokens and token-dayo, user 4, who owns account 2.
+func testTokens() map[string]int64 {
+	m := api.DemoTokens()
+	m["token-dayo"] = 4
+	return m
 }
 
 // newServer serves the API on a real loopback socket over a fresh bank, and
@@ -50,7 +49,7 @@ func newServer(t testing.TB, conns int32) (*httptest.Server, *pgxpool.Pool) {
 	t.Helper()
 	pool := newBank(t, conns)
 	h := &idem.Handler{DB: pool, Store: &idem.Store{}}
-	srv := httptest.NewServer(api.NewServer(api.Config{Handler: h, Tokens: api.DemoTokens(), Log: t.Logf}))
+	srv := httptest.NewServer(api.NewServer(api.Config{Handler: h, Tokens: testTokens(), Log: t.Logf}))
 	t.Cleanup(func() {
 		srv.Close()
 		l, err := bank.ReadLedger(context.Background(), pool)
@@ -58,7 +57,7 @@ func newServer(t testing.TB, conns int32) (*httptest.Server, *pgxpool.Pool) {
 			t.Error(err)
 			return
 		}
-		for _, c := range bank.CheckInvariants(bank.LessonAccounts, l, nil) {
+		for _, c := range bank.CheckInvariants(pgtest.MixedAccounts, l, nil) {
 			if !c.OK {
 				t.Errorf("invariant %s: %s", c.Name, c.Detail)
 			}
@@ -121,7 +120,7 @@ func counts(t testing.TB, pool *pgxpool.Pool) (keys, transfers int) {
 func TestPostTransfer(t *testing.T) {
 	t.Parallel()
 	srv, pool := newServer(t, 8)
-	body := `{"from":1,"to":2,"amountKobo":1000000}`
+	body := `{"from":11,"to":21,"amountKobo":1000000}`
 	const key = "key-0000000000000001"
 
 	t.Run("Created", func(t *testing.T) {
@@ -131,15 +130,15 @@ func TestPostTransfer(t *testing.T) {
 		}
 	})
 	t.Run("ReplayedWithTheOriginalReceipt", func(t *testing.T) {
-		a := do(t, "POST", srv.URL+"/transfers", post("token-ada", key), `{"amountKobo":1000000, "to":2, "from":1}`)
+		a := do(t, "POST", srv.URL+"/transfers", post("token-ada", key), `{"amountKobo":1000000, "to":21, "from":11}`)
 		var rc bank.Receipt
 		_ = json.Unmarshal([]byte(a.body), &rc)
-		if a.status != 201 || a.header.Get(api.HeaderReplayed) != "true" || rc != (bank.Receipt{TransferID: 1, From: 1, To: 2, AmountKobo: 1_000_000, BalanceKobo: 4_000_000}) {
+		if a.status != 201 || a.header.Get(api.HeaderReplayed) != "true" || rc != (bank.Receipt{TransferID: 1, From: 11, To: 21, AmountKobo: 1_000_000, BalanceKobo: 4_000_000}) {
 			t.Fatalf("got %d %v %s", a.status, a.header, a.body)
 		}
 	})
 	t.Run("KeyReusedForAnotherBody", func(t *testing.T) {
-		a := do(t, "POST", srv.URL+"/transfers", post("token-ada", key), `{"from":1,"to":2,"amountKobo":5}`)
+		a := do(t, "POST", srv.URL+"/transfers", post("token-ada", key), `{"from":11,"to":21,"amountKobo":5}`)
 		if a.status != 422 || a.problem.Code != idem.CodeKeyReused || a.problem.Status != 422 {
 			t.Fatalf("got %d %s", a.status, a.body)
 		}
@@ -162,16 +161,16 @@ func TestPostTransfer(t *testing.T) {
 		if a := do(t, "GET", srv.URL+"/transfers/1", post("token-bola", ""), ""); a.status != 404 {
 			t.Errorf("Bola: %d %s", a.status, a.body)
 		}
-		if a := do(t, "GET", srv.URL+"/accounts/1", post("token-ada", ""), ""); a.status != 200 || !strings.Contains(a.body, `"balanceKobo":4000000`) {
+		if a := do(t, "GET", srv.URL+"/accounts/11", post("token-ada", ""), ""); a.status != 200 || !strings.Contains(a.body, `"balanceKobo":4000000`) {
 			t.Errorf("Ada's account: %d %s", a.status, a.body)
 		}
-		if a := do(t, "GET", srv.URL+"/accounts/1", post("token-bola", ""), ""); a.status != 404 || a.problem.Code != bank.CodeAccountNotFound {
+		if a := do(t, "GET", srv.URL+"/accounts/11", post("token-bola", ""), ""); a.status != 404 || a.problem.Code != bank.CodeAccountNotFound {
 			t.Errorf("Bola on Ada's account: %d %s", a.status, a.body)
 		}
 	})
 	t.Run("InProgressIs409WithRetryAfter", func(t *testing.T) {
 		const held = "key-held-0000000001"
-		b := `{"from":1,"to":2,"amountKobo":7}`
+		b := `{"from":11,"to":21,"amountKobo":7}`
 		if _, err := (&idem.Store{}).Begin(context.Background(), pool, 1, held, idem.Fingerprint(idem.Method, idem.Path, []byte(b)), time.Now()); err != nil {
 			t.Fatal(err)
 		}
@@ -200,31 +199,31 @@ var malformed = []struct {
 	status                   int
 	code                     string
 }{
-	{name: "NoToken", body: `{"from":1,"to":2,"amountKobo":1}`, status: 401, code: api.CodeUnauthorized},
-	{name: "BadToken", token: "token-ad", body: `{"from":1,"to":2,"amountKobo":1}`, status: 401, code: api.CodeUnauthorized},
-	{name: "NoKey", noKey: true, body: `{"from":1,"to":2,"amountKobo":1}`, status: 400, code: idem.CodeKeyRequired},
-	{name: "TextPlain", ctype: "text/plain", body: `{"from":1,"to":2,"amountKobo":1}`, status: 415, code: api.CodeUnsupportedMedia},
-	{name: "NoContentType", ctype: "-", body: `{"from":1,"to":2,"amountKobo":1}`, status: 415, code: api.CodeUnsupportedMedia},
-	{name: "TooLarge", body: `{"from":1,"to":2,"amountKobo":1}` + strings.Repeat(" ", 2000), status: 413, code: api.CodeBodyTooLarge},
+	{name: "NoToken", body: `{"from":11,"to":21,"amountKobo":1}`, status: 401, code: api.CodeUnauthorized},
+	{name: "BadToken", token: "token-ad", body: `{"from":11,"to":21,"amountKobo":1}`, status: 401, code: api.CodeUnauthorized},
+	{name: "NoKey", noKey: true, body: `{"from":11,"to":21,"amountKobo":1}`, status: 400, code: idem.CodeKeyRequired},
+	{name: "TextPlain", ctype: "text/plain", body: `{"from":11,"to":21,"amountKobo":1}`, status: 415, code: api.CodeUnsupportedMedia},
+	{name: "NoContentType", ctype: "-", body: `{"from":11,"to":21,"amountKobo":1}`, status: 415, code: api.CodeUnsupportedMedia},
+	{name: "TooLarge", body: `{"from":11,"to":21,"amountKobo":1}` + strings.Repeat(" ", 2000), status: 413, code: api.CodeBodyTooLarge},
 	{name: "Empty", body: ``, status: 400, code: bank.CodeInvalidRequest},
 	{name: "Array", body: `[1,2,3]`, status: 400, code: bank.CodeInvalidRequest},
-	{name: "UnknownMember", body: `{"from":1,"to":2,"amountKobo":1,"note":"hi"}`, status: 400, code: bank.CodeInvalidRequest},
-	{name: "CaseVariant", body: `{"FROM":1,"to":2,"amountKobo":1}`, status: 400, code: bank.CodeInvalidRequest},
-	{name: "Duplicate", body: `{"from":1,"to":2,"amountKobo":1,"amountKobo":2}`, status: 400, code: bank.CodeInvalidRequest},
-	{name: "Trailing", body: `{"from":1,"to":2,"amountKobo":1} x`, status: 400, code: bank.CodeInvalidRequest},
-	{name: "SecondObject", body: `{"from":1,"to":2,"amountKobo":1}{}`, status: 400, code: bank.CodeInvalidRequest},
-	{name: "AmountString", body: `{"from":1,"to":2,"amountKobo":"1"}`, status: 400, code: bank.CodeInvalidAmount},
-	{name: "AmountFloat", body: `{"from":1,"to":2,"amountKobo":1.5}`, status: 400, code: bank.CodeInvalidAmount},
-	{name: "AmountWholeFloat", body: `{"from":1,"to":2,"amountKobo":1.0}`, status: 400, code: bank.CodeInvalidAmount},
-	{name: "AmountExponent", body: `{"from":1,"to":2,"amountKobo":1e3}`, status: 400, code: bank.CodeInvalidAmount},
-	{name: "AmountNegative", body: `{"from":1,"to":2,"amountKobo":-1}`, status: 400, code: bank.CodeInvalidAmount},
-	{name: "AmountZero", body: `{"from":1,"to":2,"amountKobo":0}`, status: 400, code: bank.CodeInvalidAmount},
-	{name: "AmountOverflow", body: `{"from":1,"to":2,"amountKobo":99999999999999999999}`, status: 400, code: bank.CodeInvalidAmount},
-	{name: "AmountAboveSafe", body: `{"from":1,"to":2,"amountKobo":9007199254740992}`, status: 400, code: bank.CodeInvalidAmount},
-	{name: "AmountNull", body: `{"from":1,"to":2,"amountKobo":null}`, status: 400, code: bank.CodeInvalidAmount},
-	{name: "AmountMissing", body: `{"from":1,"to":2}`, status: 400, code: bank.CodeInvalidAmount},
-	{name: "FromString", body: `{"from":"1","to":2,"amountKobo":1}`, status: 400, code: bank.CodeInvalidAccount},
-	{name: "ToNegative", body: `{"from":1,"to":-2,"amountKobo":1}`, status: 400, code: bank.CodeInvalidAccount},
+	{name: "UnknownMember", body: `{"from":11,"to":21,"amountKobo":1,"note":"hi"}`, status: 400, code: bank.CodeInvalidRequest},
+	{name: "CaseVariant", body: `{"FROM":1,"to":21,"amountKobo":1}`, status: 400, code: bank.CodeInvalidRequest},
+	{name: "Duplicate", body: `{"from":11,"to":21,"amountKobo":1,"amountKobo":2}`, status: 400, code: bank.CodeInvalidRequest},
+	{name: "Trailing", body: `{"from":11,"to":21,"amountKobo":1} x`, status: 400, code: bank.CodeInvalidRequest},
+	{name: "SecondObject", body: `{"from":11,"to":21,"amountKobo":1}{}`, status: 400, code: bank.CodeInvalidRequest},
+	{name: "AmountString", body: `{"from":11,"to":21,"amountKobo":"1"}`, status: 400, code: bank.CodeInvalidAmount},
+	{name: "AmountFloat", body: `{"from":11,"to":21,"amountKobo":1.5}`, status: 400, code: bank.CodeInvalidAmount},
+	{name: "AmountWholeFloat", body: `{"from":11,"to":21,"amountKobo":1.0}`, status: 400, code: bank.CodeInvalidAmount},
+	{name: "AmountExponent", body: `{"from":11,"to":21,"amountKobo":1e3}`, status: 400, code: bank.CodeInvalidAmount},
+	{name: "AmountNegative", body: `{"from":11,"to":21,"amountKobo":-1}`, status: 400, code: bank.CodeInvalidAmount},
+	{name: "AmountZero", body: `{"from":11,"to":21,"amountKobo":0}`, status: 400, code: bank.CodeInvalidAmount},
+	{name: "AmountOverflow", body: `{"from":11,"to":21,"amountKobo":99999999999999999999}`, status: 400, code: bank.CodeInvalidAmount},
+	{name: "AmountAboveSafe", body: `{"from":11,"to":21,"amountKobo":9007199254740992}`, status: 400, code: bank.CodeInvalidAmount},
+	{name: "AmountNull", body: `{"from":11,"to":21,"amountKobo":null}`, status: 400, code: bank.CodeInvalidAmount},
+	{name: "AmountMissing", body: `{"from":11,"to":21}`, status: 400, code: bank.CodeInvalidAmount},
+	{name: "FromString", body: `{"from":"1","to":21,"amountKobo":1}`, status: 400, code: bank.CodeInvalidAccount},
+	{name: "ToNegative", body: `{"from":11,"to":-2,"amountKobo":1}`, status: 400, code: bank.CodeInvalidAccount},
 }
 
 func TestMalformedRequestsWriteNothing(t *testing.T) {
@@ -264,9 +263,9 @@ func FuzzDecodeTransfer(f *testing.F) {
 	for _, c := range malformed {
 		f.Add(c.body)
 	}
-	f.Add(`{"from":1,"to":2,"amountKobo":1}`)
-	f.Add(`{ "amountKobo" : 100 , "to":2,"from":1 }`)
-	f.Add(`{"from":1,"to":2,"amountKobo":1,"\u0066rom":1}`)
+	f.Add(`{"from":11,"to":21,"amountKobo":1}`)
+	f.Add(`{ "amountKobo" : 100 , "to":21,"from":11 }`)
+	f.Add(`{"from":11,"to":21,"amountKobo":1,"\u0066rom":11}`)
 	srv, pool := newServer(f, 4)
 	n := 0
 	f.Fuzz(func(t *testing.T, body string) {
@@ -351,7 +350,7 @@ func TestClientThroughConnectionFaults(t *testing.T) {
 				p.Env.Struck = func(faults.Strike) { once.Do(func() { close(held) }) }
 				cl.HTTP = &http.Client{Timeout: time.Minute, Transport: &giveUpFirst{held: held, base: http.DefaultTransport}}
 			}
-			out, err := cl.Send(context.Background(), cl.NewIntent(bank.TransferRequest{From: 1, To: 2, AmountKobo: 500}))
+			out, err := cl.Send(context.Background(), cl.NewIntent(bank.TransferRequest{From: 11, To: 21, AmountKobo: 500}))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -406,7 +405,7 @@ func TestClientGivesUpAsUnknownAndResolves(t *testing.T) {
 	srv, pool := newServer(t, 4)
 	p := proxyTo(t, srv).On(&faults.Tunnel{}) // every attempt's answer is lost
 	cl, waits := newClient("token-ada", p.URL())
-	in := cl.NewIntent(bank.TransferRequest{From: 1, To: 2, AmountKobo: 500})
+	in := cl.NewIntent(bank.TransferRequest{From: 11, To: 21, AmountKobo: 500})
 	out, err := cl.Send(context.Background(), in)
 	if err != nil {
 		t.Fatal(err)

@@ -32,10 +32,10 @@ func newPoster(url string, conns int) *poster {
 // post sends Ada's 1-kobo transfer (or Bola's, to keep money flowing both
 // ways) with key, and returns the status.
 func (p *poster) post(key string, ada bool) (int, error) {
-	body := `{"from":1,"to":2,"amountKobo":1}`
+	body := `{"from":11,"to":21,"amountKobo":1}`
 	token := "Bearer token-ada"
 	if !ada {
-		body, token = `{"from":2,"to":1,"amountKobo":1}`, "Bearer token-bola"
+		body, token = `{"from":21,"to":11,"amountKobo":1}`, "Bearer token-bola"
 	}
 	req, _ := http.NewRequest("POST", p.url, bytes.NewReader([]byte(body)))
 	req.Header.Set("Authorization", token)

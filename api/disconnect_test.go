@@ -112,7 +112,7 @@ func resetProbe(t *testing.T, mistake bool, n int) (stuck int) {
 				if i > int64(n) {
 					return
 				}
-				req, _ := http.NewRequest("POST", p.URL()+"/transfers", strings.NewReader(`{"from":1,"to":2,"amountKobo":100}`))
+				req, _ := http.NewRequest("POST", p.URL()+"/transfers", strings.NewReader(`{"from":11,"to":21,"amountKobo":100}`))
 				req.Header.Set("Authorization", "Bearer token-ada")
 				req.Header.Set("Content-Type", "application/json")
 				req.Header.Set(api.HeaderKey, fmt.Sprintf("probe-reset-%08d", i))
@@ -169,7 +169,7 @@ func halfClosed(t *testing.T, addr, key string) *http.Response {
 	}
 	t.Cleanup(func() { _ = c.Close() })
 	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-	body := `{"from":1,"to":2,"amountKobo":1000000}`
+	body := `{"from":11,"to":21,"amountKobo":1000000}`
 	fmt.Fprintf(c, "POST /transfers HTTP/1.1\r\nHost: bank\r\nAuthorization: Bearer token-ada\r\nContent-Type: application/json\r\n"+
 		"Idempotency-Key: %s\r\nContent-Length: %d\r\n\r\n%s", key, len(body), body)
 	if err := c.(*net.TCPConn).CloseWrite(); err != nil {
@@ -231,7 +231,7 @@ func TestHalfCloseFaultThroughTheProxy(t *testing.T) {
 	}
 	defer p.Close()
 	p.On(&faults.HalfClose{})
-	a := do(t, "POST", p.URL()+"/transfers", post("token-ada", "half-close-proxy-000001"), `{"from":1,"to":2,"amountKobo":1000000}`)
+	a := do(t, "POST", p.URL()+"/transfers", post("token-ada", "half-close-proxy-000001"), `{"from":11,"to":21,"amountKobo":1000000}`)
 	if a.status != 201 {
 		t.Fatalf("through a half-closing proxy: %d %s, want 201", a.status, a.body)
 	}

@@ -26,10 +26,10 @@ func TestIdsBeyondIntegerAreNotFound(t *testing.T) {
 		status                   int
 		code                     string
 	}{
-		{"recipient 99", "POST", "/transfers", `{"from":1,"to":99,"amountKobo":100}`, 422, bank.CodeRecipientUnavailable},
-		{"recipient 2^31", "POST", "/transfers", `{"from":1,"to":2147483648,"amountKobo":100}`, 422, bank.CodeRecipientUnavailable},
-		{"recipient 2^53-1", "POST", "/transfers", `{"from":1,"to":9007199254740991,"amountKobo":100}`, 422, bank.CodeRecipientUnavailable},
-		{"sender 2^31", "POST", "/transfers", `{"from":2147483648,"to":2,"amountKobo":100}`, 404, bank.CodeAccountNotFound},
+		{"recipient 99", "POST", "/transfers", `{"from":11,"to":99,"amountKobo":100}`, 422, bank.CodeRecipientUnavailable},
+		{"recipient 2^31", "POST", "/transfers", `{"from":11,"to":2147483648,"amountKobo":100}`, 422, bank.CodeRecipientUnavailable},
+		{"recipient 2^53-1", "POST", "/transfers", `{"from":11,"to":9007199254740991,"amountKobo":100}`, 422, bank.CodeRecipientUnavailable},
+		{"sender 2^31", "POST", "/transfers", `{"from":2147483648,"to":21,"amountKobo":100}`, 404, bank.CodeAccountNotFound},
 		{"account 99", "GET", "/accounts/99", "", 404, bank.CodeAccountNotFound},
 		{"account 2^31", "GET", "/accounts/2147483648", "", 404, bank.CodeAccountNotFound},
 		{"transfer 2^31", "GET", "/transfers/2147483648", "", 404, api.CodeNotFound},
@@ -52,13 +52,13 @@ func TestIdsBeyondIntegerAreNotFound(t *testing.T) {
 // money; one refused before the database (400, 401, 404 route, 405, 413,
 // 415) writes no key either. `go test` runs the seed corpus.
 func FuzzTransferRequest(f *testing.F) {
-	good := `{"from":1,"to":2,"amountKobo":100}`
+	good := `{"from":11,"to":21,"amountKobo":100}`
 	seeds := []struct{ method, path, body, keys, auths, ctype string }{
 		{"POST", "/transfers", good, "fuzz-seed-key-000001", "token-ada", "application/json"},
-		{"POST", "/transfers", `{"from":1,"to":2147483648,"amountKobo":100}`, "fuzz-seed-key-000002", "token-ada", "application/json"},
-		{"POST", "/transfers", `{"from":2147483648,"to":1,"amountKobo":100}`, "fuzz-seed-key-000003", "token-bola", "application/json"},
-		{"POST", "/transfers", `{"from":1,"to":-2147483649,"amountKobo":100}`, "fuzz-seed-key-000004", "token-ada", "application/json"},
-		{"POST", "/transfers", `{"from":1,"to":2,"amountKobo":9223372036854775807}`, "fuzz-seed-key-000005", "token-ada", "application/json"},
+		{"POST", "/transfers", `{"from":11,"to":2147483648,"amountKobo":100}`, "fuzz-seed-key-000002", "token-ada", "application/json"},
+		{"POST", "/transfers", `{"from":2147483648,"to":11,"amountKobo":100}`, "fuzz-seed-key-000003", "token-bola", "application/json"},
+		{"POST", "/transfers", `{"from":11,"to":-2147483649,"amountKobo":100}`, "fuzz-seed-key-000004", "token-ada", "application/json"},
+		{"POST", "/transfers", `{"from":11,"to":21,"amountKobo":9223372036854775807}`, "fuzz-seed-key-000005", "token-ada", "application/json"},
 		{"POST", "/transfers", good, "fuzz-seed-key-000006\nfuzz-seed-key-000007", "token-ada", "application/json"},
 		{"POST", "/transfers", good, "fuzz-seed-key-000008", "token-ada\ntoken-bola", "application/json"},
 		{"POST", "/transfers", good, "fuzz-seed-key-000009", "token-ada", "application/json; charset=utf-8"},
@@ -73,7 +73,7 @@ func FuzzTransferRequest(f *testing.F) {
 		{"GET", "/transfers?key=fuzz-seed-key-000001&key=fuzz-seed-key-000002", "", "", "token-ada", ""},
 		{"GET", "/transfers?key=%00%00", "", "", "token-ada", ""},
 		{"DELETE", "/transfers/1", "", "", "token-ada", ""},
-		{"PUT", "/accounts/1", good, "", "token-ada", "application/json"},
+		{"PUT", "/accounts/11", good, "", "token-ada", "application/json"},
 		{"GET", "/nope", "", "", "", ""},
 	}
 	for _, s := range seeds {
@@ -140,7 +140,7 @@ func FuzzTransferRequest(f *testing.F) {
 func TestDuplicateHeadersAreRefused(t *testing.T) {
 	t.Parallel()
 	srv, pool := newServer(t, 4)
-	body := `{"from":1,"to":2,"amountKobo":1000000}`
+	body := `{"from":11,"to":21,"amountKobo":1000000}`
 	send := func(keys, tokens []string, method, path, body string) answer {
 		req, _ := http.NewRequest(method, srv.URL+path, strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
@@ -189,9 +189,9 @@ func TestHTTPReplayIsByteIdentical(t *testing.T) {
 	t.Parallel()
 	srv, _ := newServer(t, 4)
 	const key = "bytes-key-0000000001"
-	body := `{"from":1,"to":2,"amountKobo":1000000}`
+	body := `{"from":11,"to":21,"amountKobo":1000000}`
 	first := do(t, "POST", srv.URL+"/transfers", post("token-ada", key), body)
-	replay := do(t, "POST", srv.URL+"/transfers", post("token-ada", key), `{"amountKobo":1000000,"to":2,"from":1}`)
+	replay := do(t, "POST", srv.URL+"/transfers", post("token-ada", key), `{"amountKobo":1000000,"to":21,"from":11}`)
 	byKey := do(t, "GET", srv.URL+"/transfers?key="+key, post("token-ada", ""), "")
 	if first.status != 201 || replay.body != first.body || byKey.body != first.body {
 		t.Errorf("first %d %s\nreplay %s\nby key %s", first.status, first.body, replay.body, byKey.body)
@@ -247,16 +247,11 @@ func drainWithLockHeld(t *testing.T, grace, hold time.Duration) (map[int]int, *p
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := locker.Exec(ctx, "SELECT 1 FROM accounts WHERE id = 1 FOR UPDATE"); err != nil {
+	// Let go of the row on every way out, before the pool closes.
+	t.Cleanup(func() { _ = locker.Rollback(ctx) })
+	if _, err := locker.Exec(ctx, "SELECT 1 FROM accounts WHERE id = 11 FOR UPDATE"); err != nil {
 		t.Fatal(err)
 	}
-	unlocked := make(chan struct{})
-	go func() {
-		defer close(unlocked)
-		time.Sleep(hold)
-		_ = locker.Rollback(ctx)
-	}()
-	t.Cleanup(func() { <-unlocked })
 
 	httpc := &http.Client{Timeout: 30 * time.Second}
 	var mu sync.Mutex
@@ -266,7 +261,7 @@ func drainWithLockHeld(t *testing.T, grace, hold time.Duration) (map[int]int, *p
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			req, _ := http.NewRequest("POST", ls.url+"/transfers", strings.NewReader(`{"from":1,"to":2,"amountKobo":100}`))
+			req, _ := http.NewRequest("POST", ls.url+"/transfers", strings.NewReader(`{"from":11,"to":21,"amountKobo":100}`))
 			req.Header.Set("Authorization", "Bearer token-ada")
 			req.Header.Set("Content-Type", "application/json")
 			req.Header.Set(api.HeaderKey, fmt.Sprintf("drain-key-%010d", i))
@@ -292,6 +287,16 @@ func drainWithLockHeld(t *testing.T, grace, hold time.Duration) (map[int]int, *p
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+	// hold counts from here, once every request waits on the row: counted
+	// from the lock, a loaded machine could spend it on the claims, and the
+	// row would be free before the grace period ends.
+	unlocked := make(chan struct{})
+	go func() {
+		defer close(unlocked)
+		time.Sleep(hold)
+		_ = locker.Rollback(ctx)
+	}()
+	t.Cleanup(func() { <-unlocked })
 	cut, drainErr := api.Drain(ls.srv, grace, stop)
 	if ls.running.Load() != 0 {
 		t.Errorf("Drain returned with %d handlers still running", ls.running.Load())

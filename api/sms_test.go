@@ -52,7 +52,7 @@ func TestTransferTextsItsSenderOnce(t *testing.T) {
 		return body.Messages
 	}
 	for range 2 {
-		res := do("POST", "/transfers", "token-ada", "sms-test-key-000000001", `{"from":1,"to":2,"amountKobo":1000000}`)
+		res := do("POST", "/transfers", "token-ada", "sms-test-key-000000001", `{"from":11,"to":21,"amountKobo":1000000}`)
 		res.Body.Close()
 		if res.StatusCode != 201 {
 			t.Fatalf("POST: %d", res.StatusCode)

@@ -592,3 +592,182 @@ func TestCheckerListsOnlyTheSideEffectsItJudged(t *testing.T) {
 		t.Errorf("no side effects recorded: listed %v", l)
 	}
 }
+
+// soloOverdrawn turns intent-4 into a solo intent that asks for ₦0.01 more
+// than its account opened with, refused with 422 insufficient_funds: the
+// only answer the rules allow, so each spoiling of it is a wrong answer.
+func soloOverdrawn(h *chaos.History) {
+	in := &h.Intents[4]
+	in.Request.AmountKobo = 3_001
+	in.Outcome = chaos.SeenRejected
+	a := &in.Attempts[0]
+	a.Status, a.Body, a.Seen = 422, refusal(422, bank.CodeInsufficientFunds), chaos.SeenRejected
+	h.Final.Transfers = []bank.TransferRow{h.Final.Transfers[0], h.Final.Transfers[2]}
+	h.Final.Accounts = withBalances(4_000, 3_000, 9_000, 5_500, 5_500, 3_000)
+	h.Audits[1].Balances = []int64{4_000, 3_000, 9_000, 5_500, 5_500, 3_000}
+}
+
+// refusedThenPaid adds intent-12: user 1 asks for ₦60 from account 113,
+// which has ₦50, and is refused; the client then sends it again under
+// another key once 113 has received ₦35, and it goes through. Told a
+// refusal and a 201, and moved once: no rule is broken.
+func refusedThenPaid(h *chaos.History) {
+	in := chaos.Intent{Index: 12, Label: "intent-12", UserID: 1, Key: key(12), Outcome: chaos.SeenOK,
+		Request: bank.TransferRequest{From: 113, To: 103, AmountKobo: 6_000},
+		Attempts: []chaos.Attempt{
+			{N: 1, Key: key(12), Phase: chaos.PhaseFault, StartNs: 1, EndNs: 2, Status: 422, Body: refusal(422, bank.CodeInsufficientFunds), Seen: chaos.SeenRejected},
+			{N: 2, Key: key(13), Phase: chaos.PhaseFault, StartNs: 96, EndNs: 97, Status: 201, Body: receipt(4, 113, 103, 6_000, 2_500), Seen: chaos.SeenOK},
+		}}
+	h.Intents = append(h.Intents, in)
+	h.Final.Transfers = append(h.Final.Transfers, bank.TransferRow{ID: 4, From: 113, To: 103, AmountKobo: 6_000, Intent: "intent-12"})
+	h.Final.Accounts = withBalances(4_000, 3_000, 15_000, 2_500, 5_500, 0)
+	h.CompletedKeys = append(h.CompletedKeys, "1/"+key(12), "1/"+key(13))
+	s := h.SideEffects
+	s.Transfers = append(s.Transfers, 4)
+	s.SMS = append(s.SMS, outbox.SMS{ID: 4, Message: outbox.Message{TransferID: 4}})
+	s.Events = append(s.Events, outbox.Record{ID: "evt-8", TransferID: 4})
+	s.Applied["evt-8"] = 1
+}
+
+// refusalRepeated gives intent-1's refusal a repeat: its user tapped again
+// and was answered the stored 422, replayed byte for byte.
+func refusalRepeated(h *chaos.History) *chaos.Attempt {
+	in := &h.Intents[1]
+	in.Attempts = append(in.Attempts, chaos.Attempt{N: 2, Key: key(1), Phase: chaos.PhaseRepeat, StartNs: 60, EndNs: 61,
+		Status: 422, Replayed: true, Body: refusal(422, bank.CodeInsufficientFunds), Seen: chaos.SeenRejected})
+	return &in.Attempts[1]
+}
+
+// Issue 19: every rule of the checker, condition by condition. Each case
+// breaks exactly one condition of one rule (want: that rule's kind, and any
+// other the same history must break) or is the neighbour that keeps every
+// condition although it looks like a break (want: nothing). Each names the
+// weakening of the checker (a clause dropped) that it exists to catch; the
+// conditions TestCheckerFlagsEachViolationKind, TestCheckerKnowsWhichAnswersAreRight,
+// TestCheckerDemandsReplaysOfTheFirstAnswer and TestCheckerFindsAbandonedKeys
+// already break alone are not repeated here.
+func TestCheckerBreaksEachConditionAlone(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		rule, condition, weakening string
+		spoil                      func(h *chaos.History)
+		want                       []string // nil: the history is valid
+	}{
+		// total-not-conserved: at every audit (TestCheckerFlagsEachViolationKind) and at the end.
+		{chaos.KindTotal, "the final total", "the final ledger's total not compared", func(h *chaos.History) {
+			// ₦1 from an account the bank never had: each balance still
+			// matches the transfers, only the total grew.
+			h.Final.Transfers = append(h.Final.Transfers, bank.TransferRow{ID: 4, From: 555, To: 113, AmountKobo: 100})
+			h.Final.Accounts = withBalances(4_000, 3_000, 9_000, 8_600, 5_500, 0)
+		}, []string{chaos.KindTotal}},
+		// negative-balance: at an audit (TestCheckerFlagsEachViolationKind) and at the end.
+		{chaos.KindNegative, "no negative balance at the end", "only the audits' balances looked at", func(h *chaos.History) {
+			h.Final.Transfers = append(h.Final.Transfers, bank.TransferRow{ID: 4, From: 907, To: 113, AmountKobo: 100})
+			h.Final.Accounts = withBalances(4_000, 3_000, 9_000, 8_600, 5_500, -100)
+		}, []string{chaos.KindNegative}},
+		// acknowledged-missing: the transfer told exists, is the intent's
+		// (TestCheckerFlagsEachViolationKind), and moved what it asked: from, to, amount.
+		{chaos.KindAckMissing, "the transfer told exists", "a 201 whose transfer is not found let through (dropping case !ok alone is no weakening: the intent clause then reads the missing row's intent as none)", func(h *chaos.History) {
+			h.Intents[0].Attempts[1].Body = receipt(9, 103, 123, 1_000, 9_000)
+			h.Intents[0].Attempts[2].Body = receipt(9, 103, 123, 1_000, 9_000)
+		}, []string{chaos.KindAckMissing}},
+		{chaos.KindAckMissing, "it moved from the account asked", "row.From != in.Request.From dropped", func(h *chaos.History) {
+			h.Final.Transfers[0].From = 113
+			h.Final.Accounts = withBalances(4_000, 3_000, 10_000, 7_500, 5_500, 0)
+		}, []string{chaos.KindAckMissing}},
+		{chaos.KindAckMissing, "it moved to the account asked", "row.To != in.Request.To dropped", func(h *chaos.History) {
+			h.Final.Transfers[0].To = 113
+			h.Final.Accounts = withBalances(4_000, 3_000, 9_000, 9_500, 4_500, 0)
+		}, []string{chaos.KindAckMissing}},
+		{chaos.KindAckMissing, "it moved the amount asked", "row.AmountKobo != amount dropped", func(h *chaos.History) {
+			h.Final.Transfers[0].AmountKobo = 2_000
+			h.Final.Accounts = withBalances(4_000, 3_000, 8_000, 8_500, 6_500, 0)
+		}, []string{chaos.KindAckMissing}},
+		// rejected-but-moved: told a refusal, never told 201 (neighbour), and money moved.
+		{chaos.KindRejected, "never told 201 (neighbour: refused, then paid under another key)", "!sawOK dropped", refusedThenPaid, nil},
+		{chaos.KindRejected, "told a refusal (neighbour: no final answer, and it moved)", "sawRejected dropped", func(h *chaos.History) {
+			h.Intents[0].Attempts = h.Intents[0].Attempts[:1]
+			h.Intents[0].Outcome = chaos.SeenUnknown
+		}, []string{chaos.KindUnresolved}},
+		// wrong-answer, a refusal the accounts decide: its status and its code.
+		{chaos.KindWrong, "a decided refusal's status", "resp.Status == x.status dropped", func(h *chaos.History) {
+			a := &h.Intents[3].Attempts[0] // another user's account: only 404 account_not_found
+			a.Status, a.Body = 422, refusal(422, bank.CodeAccountNotFound)
+		}, []string{chaos.KindWrong}},
+		{chaos.KindWrong, "the same account, refused (neighbour of a 422 insufficient_funds)", "r.From == r.To dropped", func(h *chaos.History) {
+			h.Intents[11].Attempts[0].Body = refusal(422, bank.CodeInsufficientFunds)
+		}, []string{chaos.KindWrong}},
+		// wrong-answer, a solo intent asking for more than it has: only 422 insufficient_funds.
+		{chaos.KindWrong, "solo, too much: 422 insufficient_funds (neighbour)", "amount > balance written as >=", soloOverdrawn, nil},
+		{chaos.KindWrong, "solo, too much: the status", "resp.Status == 422 dropped", func(h *chaos.History) {
+			soloOverdrawn(h)
+			a := &h.Intents[4].Attempts[0]
+			a.Status, a.Body = 400, refusal(400, bank.CodeInsufficientFunds)
+		}, []string{chaos.KindWrong}},
+		{chaos.KindWrong, "solo, too much: the code", "resp.Code() == insufficient_funds dropped", func(h *chaos.History) {
+			soloOverdrawn(h)
+			h.Intents[4].Attempts[0].Body = refusal(422, bank.CodeAccountNotActive)
+		}, []string{chaos.KindWrong}},
+		// wrong-answer, a solo intent with the money: only 201, a receipt, the balance left.
+		{chaos.KindWrong, "solo, enough: the status", "resp.Status == 201 dropped", func(h *chaos.History) {
+			h.Intents[4].Attempts[0].Status = 200
+		}, []string{chaos.KindWrong}},
+		{chaos.KindWrong, "solo, enough: a receipt (₦0 left, as a missing receipt reads)", "ok (the receipt decoded) dropped", func(h *chaos.History) {
+			h.Intents[4].Attempts[0].Body = chaos.Bytes(`"done"`)
+		}, []string{chaos.KindAckMissing, chaos.KindWrong}},
+		// wrong-answer, any other intent: 201, or 422 insufficient_funds.
+		{chaos.KindWrong, "otherwise a refusal's status", "resp.Status == 422 dropped", func(h *chaos.History) {
+			a := &h.Intents[1].Attempts[0]
+			a.Status, a.Body = 400, refusal(400, bank.CodeInsufficientFunds)
+		}, []string{chaos.KindWrong}},
+		{chaos.KindWrong, "otherwise a refusal's code", "resp.Code() == insufficient_funds dropped", func(h *chaos.History) {
+			h.Intents[1].Attempts[0].Body = refusal(422, bank.CodeRecipientUnavailable)
+		}, []string{chaos.KindWrong}},
+		// frozen-debited: the transfer is the frozen intent's, and it debited the frozen account.
+		{chaos.KindFrozen, "the account frozen is the one debited (neighbour: the recipient frozen)", "t.From == f.Account dropped", func(h *chaos.History) {
+			h.Freezes = []chaos.Freeze{{Intent: "intent-0", Account: 123, AtNs: 12}}
+		}, nil},
+		{chaos.KindFrozen, "the transfer is the frozen intent's (neighbour: another intent's freeze)", "t.Intent == f.Intent dropped", func(h *chaos.History) {
+			h.Freezes = []chaos.Freeze{{Intent: "intent-3", Account: 103, AtNs: 32}}
+		}, nil},
+		// replay-differs on a refusal: a replay, of the same status, of the same bytes.
+		{chaos.KindReplay, "a refusal replayed (neighbour)", "", func(h *chaos.History) { refusalRepeated(h) }, nil},
+		{chaos.KindReplay, "a refusal's repeat is a replay", "!a.Replayed dropped, or replays of 201s only", func(h *chaos.History) {
+			refusalRepeated(h).Replayed = false
+		}, []string{chaos.KindReplay}},
+		{chaos.KindReplay, "a refusal's repeat has its bytes", "bytes compared on 201s only", func(h *chaos.History) {
+			a := refusalRepeated(h) // the same JSON value, with a space
+			a.Body = chaos.Bytes(strings.Replace(string(a.Body), ",", ", ", 1))
+		}, []string{chaos.KindReplay}},
+		{chaos.KindReplay, "a refusal's repeat has its bytes on the wire", "Wire not compared", func(h *chaos.History) {
+			a := refusalRepeated(h)
+			a.Wire = append(append(chaos.Bytes(nil), a.Body...), '\n')
+		}, []string{chaos.KindReplay}},
+		// sms-not-once: not two (TestCheckerFlagsEachViolationKind), not none.
+		{chaos.KindSMSNotOnce, "a committed transfer has an SMS", "n != 1 written as n > 1", func(h *chaos.History) {
+			h.SideEffects.SMS = h.SideEffects.SMS[:2]
+		}, []string{chaos.KindSMSNotOnce}},
+		// sms-or-event-for-nothing: an event (TestCheckerFlagsEachViolationKind), an SMS, an outbox row.
+		{chaos.KindGhostEffect, "no SMS for nothing", "the SMS not looked at", func(h *chaos.History) {
+			h.SideEffects.SMS = append(h.SideEffects.SMS, outbox.SMS{ID: 4, Message: outbox.Message{TransferID: 9}})
+		}, []string{chaos.KindGhostEffect}},
+		{chaos.KindGhostEffect, "no outbox row for nothing", "the orphans not looked at", func(h *chaos.History) {
+			h.SideEffects.Orphans = []string{"outbox row 7 is about transfer 9, which does not exist"}
+		}, []string{chaos.KindGhostEffect}},
+		// event-lost: every event applied (TestCheckerFlagsEachViolationKind), every transfer published.
+		{chaos.KindEventLost, "every committed transfer has its event", "the transfers not looked at", func(h *chaos.History) {
+			h.SideEffects.Events = h.SideEffects.Events[:3]
+		}, []string{chaos.KindEventLost}},
+	}
+	for _, tt := range cases {
+		t.Run(tt.rule+"/"+tt.condition, func(t *testing.T) {
+			t.Parallel()
+			h := goodHistory()
+			tt.spoil(h)
+			res := chaos.Check(h)
+			if got := kinds(res); !reflect.DeepEqual(got, tt.want) {
+				t.Fatalf("kinds %v, want %v (the weakening this catches: %s); %+v", got, tt.want, tt.weakening, res.Violations)
+			}
+		})
+	}
+}

@@ -28,6 +28,17 @@ type serveOptions struct {
 	grace        time.Duration
 	cleanupEvery time.Duration
 	quiet        bool
+	// hooks are for tests; the command line leaves them nil.
+	hooks serveHooks
+}
+
+// serveHooks let a test watch serve from inside: where it listens, the
+// dispatcher's moments, and what is left once it has stopped serving and
+// before the bank is dropped.
+type serveHooks struct {
+	listening func(url string)
+	dispatch  outbox.DispatchHooks
+	stopped   func(ctx context.Context, db bank.DB, sms *outbox.Provider)
 }
 
 func newServeCmd(app *App) *cobra.Command {
@@ -184,7 +195,7 @@ func runServe(ctx context.Context, app *App, o serveOptions) error {
 		logf("SMS %d to %s: %q (transfer %d)", m.ID, holderOf(m.UserID), m.Text, m.TransferID)
 	})
 	h.Effects = &outbox.Effects{DB: db.Pool, SMS: sms, Flaws: flaws, Note: logf}
-	dispatcher := &outbox.Dispatcher{DB: db.Pool, Name: "serve", SMS: sms, Flaws: flaws}
+	dispatcher := &outbox.Dispatcher{DB: db.Pool, Name: "serve", SMS: sms, Flaws: flaws, Hooks: o.hooks.dispatch}
 	var handler http.Handler = api.NewServer(api.Config{Handler: h, Tokens: api.DemoTokens(), Log: logf, SMS: sms})
 	if !o.quiet {
 		handler = api.LogRequests(handler, api.DemoTokens(), nil, requestLog(app, db.Pool))
@@ -251,6 +262,9 @@ func runServe(ctx context.Context, app *App, o serveOptions) error {
 	srv.Notify(func(msg string) { logf("%s", msg) })
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- hs.Serve(ln) }()
+	if o.hooks.listening != nil {
+		o.hooks.listening(url)
+	}
 	select {
 	case err := <-serveErr:
 		return &ExitError{Code: ExitFailed, Err: fmt.Errorf("serving: %w", err)}
@@ -276,14 +290,29 @@ func runServe(ctx context.Context, app *App, o serveOptions) error {
 	}
 	stopCleanup()
 	<-cleanupDone
+	// The dispatcher stops only now that no transfer commits any more, and
+	// gives back the rows it had claimed and not sent.
 	stopDispatch()
 	<-dispatchDone
 	lctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	// Every transfer that committed before the stop gets its SMS: the last
-	// rows are sent now rather than left for a dispatcher that will not come.
-	if _, err := dispatcher.Drain(lctx); err != nil {
+	// drain takes every unsent row, one whose claim a stopped dispatcher
+	// still holds too, rather than leave it for a dispatcher that will not
+	// come. What it cannot send is named before the bank goes with it.
+	if _, err := dispatcher.Final(lctx); err != nil {
 		logf("outbox: the last drain: %v", err)
+	}
+	if left, err := outbox.Unsent(lctx, db.Pool); err != nil {
+		logf("outbox: %v", err)
+	} else if len(left) > 0 {
+		logf("outbox: %d rows could not be sent and are dropped with the bank:", len(left))
+		for _, r := range left {
+			logf("  outbox row %d (%s to %s for transfer %d): %q", r.ID, r.Kind, holderOf(r.UserID), r.TransferID, r.Payload)
+		}
+	}
+	if o.hooks.stopped != nil {
+		o.hooks.stopped(lctx, db.Pool, sms)
 	}
 	printLedger(lctx, app, db.Pool)
 	fmt.Fprintf(out, "SMS sent: %d\n", len(sms.Messages()))

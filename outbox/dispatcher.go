@@ -48,7 +48,16 @@ const (
 	// Stale: sent, but the row was no longer this dispatcher's when it came
 	// to mark it: another dispatcher's claim stands.
 	Stale Outcome = "sent, not marked: lost the claim"
+	// Released: the dispatcher stopped (or failed) before it settled the
+	// row and gave its claim back, so that the next claim takes the row at
+	// once instead of waiting out the lease. It may have been sent: the
+	// next send is then recognised by the provider's key.
+	Released Outcome = "released: the dispatcher stopped"
 )
+
+// releaseTimeout bounds giving a claim back on the way out: the context
+// the dispatcher ran on has ended by then.
+const releaseTimeout = 5 * time.Second
 
 // DispatchHooks are points where a scenario or a test can stop a dispatcher.
 type DispatchHooks struct {
@@ -368,7 +377,13 @@ func recordTx(ctx context.Context, tx pgx.Tx, token string, r Row, o Outcome) er
 	return nil
 }
 
-// RunOnce claims one batch and delivers every row of it.
+// RunOnce claims one batch and delivers every row of it. If ctx ends (the
+// dispatcher is stopped) or a delivery fails before the batch is settled,
+// it gives back the rows it has not settled (Release) before it returns:
+// a stopped dispatcher that kept its claim would hide those rows from
+// every other claim, a last drain at a stop included, for a whole lease.
+// A dispatcher that dies (a crash: runtime.Goexit in a hook) gives back
+// nothing, as a process that dies cannot.
 func (d *Dispatcher) RunOnce(ctx context.Context) (Report, error) {
 	b, err := d.Claim(ctx)
 	if err != nil {
@@ -376,13 +391,102 @@ func (d *Dispatcher) RunOnce(ctx context.Context) (Report, error) {
 	}
 	rep := Report{Claimed: len(b.Rows), Outcomes: map[Outcome]int{}}
 	for _, r := range b.Rows {
-		o, err := d.Deliver(ctx, b.Token, r)
+		o, err := Outcome(""), ctx.Err()
+		if err == nil {
+			o, err = d.Deliver(ctx, b.Token, r)
+		}
 		if err != nil {
-			return rep, err
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+			n, rerr := d.Release(rctx, b.Token)
+			cancel()
+			if n > 0 {
+				rep.Outcomes[Released] += n
+			}
+			return rep, errors.Join(err, rerr)
 		}
 		rep.Outcomes[o]++
 	}
 	return rep, nil
+}
+
+// Release gives back the rows of the claim token that are not settled: no
+// token, no lease, their attempts settled as Released. Only the claim's own
+// dispatcher may call it, once it has stopped working on them. It returns
+// how many rows it gave back.
+func (d *Dispatcher) Release(ctx context.Context, token string) (int, error) {
+	var n int
+	err := d.DB.QueryRow(ctx, `
+		WITH released AS (
+			UPDATE outbox SET claim_token = NULL, claimed_until = NULL
+			WHERE claim_token = $1 AND done_at IS NULL
+			RETURNING id
+		), settled AS (
+			UPDATE outbox_attempts SET outcome = $2, settled_seq = nextval('outbox_attempts_seq_seq')
+			WHERE claim_token = $1 AND settled_seq IS NULL AND outbox_id IN (SELECT id FROM released)
+		)
+		SELECT count(*) FROM released`, token, string(Released)).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("give back the outbox rows of claim %s: %w", token, err)
+	}
+	if n > 0 {
+		d.note("%s: stopped with %d outbox rows claimed and not settled; gave them back", d.Name, n)
+	}
+	return n, nil
+}
+
+// Final is the last drain of a process whose dispatchers have all stopped,
+// as serve's at its stop. First it takes back every claim still standing,
+// whatever its lease says (its dispatcher stopped without giving it back:
+// the database was away, or it crashed), settling those attempts as
+// Released, and makes every row waiting out a backoff due; then it drains.
+// A row left unsent after Final is one that could not be sent, not one that
+// a dispatcher that will never come back was holding. Called while another
+// dispatcher runs, it would take rows from under it.
+func (d *Dispatcher) Final(ctx context.Context) (Report, error) {
+	var n int
+	err := d.DB.QueryRow(ctx, `
+		WITH released AS (
+			UPDATE outbox SET claim_token = NULL, claimed_until = NULL, next_attempt_at = least(next_attempt_at, bank_now())
+			WHERE done_at IS NULL AND failed_at IS NULL
+			  AND (claim_token IS NOT NULL OR claimed_until IS NOT NULL OR next_attempt_at > bank_now())
+			RETURNING id
+		), settled AS (
+			UPDATE outbox_attempts SET outcome = $1, settled_seq = nextval('outbox_attempts_seq_seq')
+			WHERE settled_seq IS NULL AND outbox_id IN (SELECT id FROM released)
+		)
+		SELECT count(*) FROM released`, string(Released)).Scan(&n)
+	if err != nil {
+		return Report{}, fmt.Errorf("take back the outbox's claims for the last drain: %w", err)
+	}
+	rep, err := d.Drain(ctx)
+	if n > 0 {
+		if rep.Outcomes == nil {
+			rep.Outcomes = map[Outcome]int{}
+		}
+		rep.Outcomes[Released] += n
+	}
+	return rep, err
+}
+
+// Unsent lists the outbox rows that are not done (failed ones too), in id
+// order: what a stop that drained the outbox for the last time could not
+// send, to be named rather than dropped in silence.
+func Unsent(ctx context.Context, q bank.Querier) ([]Row, error) {
+	rows, err := q.Query(ctx, `
+		SELECT id, kind, transfer_id, user_id, topic, msg_key, payload, attempts
+		FROM outbox WHERE done_at IS NULL ORDER BY id`)
+	if err != nil {
+		return nil, fmt.Errorf("read the unsent outbox rows: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Row, error) {
+		var o Row
+		err := r.Scan(&o.ID, &o.Kind, &o.TransferID, &o.UserID, &o.Topic, &o.Key, &o.Payload, &o.Attempts)
+		return o, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read the unsent outbox rows: %w", err)
+	}
+	return out, nil
 }
 
 // Drain runs batches until a claim finds no row ready.
