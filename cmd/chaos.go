@@ -206,7 +206,7 @@ func parseBug(name string) (*idem.Bug, error) {
 	}
 	b, err := idem.LookupBug(name)
 	if err != nil {
-		return nil, usageError("--bug: %v", err)
+		return nil, usageError("--bug: %v", unknownName("bug", name, idem.BugNames(), "bank-sim list --bugs"))
 	}
 	return &b, nil
 }
