@@ -1,7 +1,6 @@
 package cmd
 
 import (
-
 	"github.com/banksim/bank-sim/chaos"
 	"github.com/spf13/cobra"
 )
