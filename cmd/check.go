@@ -31,7 +31,7 @@ fired), 2 when the file cannot be read.`,
 					return err
 				}
 			} else {
-				printChaosResult(app.Env.Stdout, app.palette(), h, res)
+				printChaosResult(app.Env.Stdout, app.palette(), h, res, nil)
 			}
 			return verdictError(res)
 		},
