@@ -53,7 +53,7 @@ func speaksHTTP(ctx context.Context, ep endpoint, timeout time.Duration) error {
 		}
 		return &UnreachableError{fmt.Sprintf("%s is not an HTTP server: it answered a plain GET with bytes that are not HTTP, %q%s. Is this the transfer API's address?", ep.URL, got, hint)}
 	case errors.Is(err, os.ErrDeadlineExceeded):
-		return &UnreachableError{fmt.Sprintf("%s accepted the connection but answered nothing to a plain GET in %s: is it an HTTP server, and is it stuck?", ep.URL, after)}
+		return &UnreachableError{fmt.Sprintf("%s accepted the connection but gave no answer in time to a plain GET (waited %s): is it an HTTP server, and is it stuck?", ep.URL, timeout)}
 	case n > 0:
 		return &UnreachableError{fmt.Sprintf("%s closed the connection after %q, in the middle of an HTTP answer to a plain GET (after %s)", ep.URL, got, after)}
 	}
