@@ -39,15 +39,15 @@ type chaosOptions struct {
 	targets []string
 	amount  string
 	targetFlags
+	// planned is what a target run's plan listed as "cannot" check; the
+	// report refers to it rather than listing it twice.
+	planned []chaos.Unchecked
 	det      bool
 	shrink   bool
 	recipe   string
 	seeds    string
 	junit    string
 	parallel int
-	// planned is what a target run's plan listed as "cannot" check; the
-	// report refers to it rather than listing it twice.
-	planned []chaos.Unchecked
 }
 
 func newChaosCmd(app *App) *cobra.Command {
