@@ -137,7 +137,7 @@ func checkTruth(l Ledger, told []Told) Check {
 			continue
 		}
 		if n := byIntent[t.Intent]; n > 0 && t.Intent != "" {
-			bad = append(bad, fmt.Sprintf("%s was told %s, but it moved money %d time(s)", t.Intent, t.Response.Summary(), n))
+			bad = append(bad, fmt.Sprintf("%s was told %s, but it moved money %s", t.Intent, t.Response.Summary(), count(n, "time", "times")))
 		}
 	}
 	if len(bad) > 0 {

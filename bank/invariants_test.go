@@ -133,7 +133,7 @@ func TestCheckInvariants(t *testing.T) {
 			told: []bank.Told{{Intent: "tap-1", UserID: 1, Request: tenK,
 				Response: bank.Reject(422, bank.CodeInsufficientFunds, "too low")}},
 			broken: []string{bank.InvTruth},
-			detail: "tap-1 was told 422 insufficient_funds, but it moved money 1 time(s)",
+			detail: "tap-1 was told 422 insufficient_funds, but it moved money 1 time",
 		},
 		{
 			name:   "a 409 is not a final answer, so it cannot be a lie",
@@ -185,6 +185,10 @@ func TestCheckInvariants(t *testing.T) {
 				}
 				if !c.OK && firstBroken == nil {
 					firstBroken = &checks[i]
+				}
+				// Counts are spelt for people: "1 time", "2 times", never "time(s)".
+				if strings.Contains(c.Detail, "(s)") {
+					t.Errorf("%q: %q leaves the plural to the reader", c.Name, c.Detail)
 				}
 			}
 			if got := bank.AllOK(checks); got != (len(tt.broken) == 0) {

@@ -392,8 +392,9 @@ func plural(n int, one, many string) string {
 // rule (as scenarios' unprotected phases must break one), and the correct
 // handler's, which must keep every rule. A recipe found with the handler as
 // it is has only the second: it fails until the handler is fixed. A phase's
-// Bug (scenario --bug) replaces the correct handler.
-func (r *Recipe) Scenario(name string) scenarios.Scenario {
+// Bug (scenario --bug) replaces the correct handler; bug is its name ("" for
+// none), so that the second phase is titled by what runs in it.
+func (r *Recipe) Scenario(name, bug string) scenarios.Scenario {
 	s := scenarios.Scenario{Name: name,
 		Summary: fmt.Sprintf("a shrunk chaos run: %s, %s", plural(len(r.Script.Intents), "intent", "intents"), r.Violation.Kind)}
 	if r.Bug != "" {
@@ -404,9 +405,12 @@ func (r *Recipe) Scenario(name string) scenarios.Scenario {
 			Run:     func(ctx context.Context, run *scenarios.Run) error { return r.replay(ctx, run, &bug, true) },
 		})
 	}
-	title := "With the correct handler (or the mistake --bug names), every rule holds"
-	if r.Bug == "" {
-		title = "With the handler as it is (or the mistake --bug names), every rule holds"
+	title := "With the correct handler, every rule holds"
+	switch {
+	case bug != "":
+		title = fmt.Sprintf("With the mistake %s (--bug), every rule holds", bug)
+	case r.Bug == "":
+		title = "With the handler as it is, every rule holds"
 	}
 	s.Phases = append(s.Phases, scenarios.Phase{Title: title,
 		Run: func(ctx context.Context, run *scenarios.Run) error { return r.replay(ctx, run, run.Bug(), false) }})

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -38,6 +39,9 @@ type chaosOptions struct {
 	targets []string
 	amount  string
 	targetFlags
+	// planned is what a target run's plan listed as "cannot" check; the
+	// report refers to it rather than listing it twice.
+	planned []chaos.Unchecked
 	det      bool
 	shrink   bool
 	recipe   string
@@ -225,7 +229,7 @@ func parseBug(name string) (*idem.Bug, error) {
 	}
 	b, err := idem.LookupBug(name)
 	if err != nil {
-		return nil, usageError("--bug: %v", err)
+		return nil, usageError("--bug: %v", unknownName("bug", name, idem.BugNames(), "bank-sim list --bugs"))
 	}
 	return &b, nil
 }
@@ -403,7 +407,7 @@ func (o chaosOptions) verdict(out io.Writer, p *palette, h *chaos.History, shrin
 			return err
 		}
 	} else {
-		printChaosResult(out, p, h, res)
+		printChaosResult(out, p, h, res, o.planned)
 		if o.history != "" && saveErr == nil {
 			fmt.Fprintf(out, "%s\n", p.dim.Sprintf("history written to %s (re-check it with: bank-sim check %s)", o.history, o.history))
 		}
@@ -504,8 +508,10 @@ func describeConfig(cfg chaos.Config) string {
 }
 
 // printChaosResult prints the summary table, the checks, and the first and
-// worst violation with the timeline of the intent involved.
-func printChaosResult(out io.Writer, p *palette, h *chaos.History, res chaos.Result) {
+// worst violation with the timeline of the intent involved. planned is what
+// a target run's plan listed already as "cannot" (nil when no plan was
+// printed, as for check): those rules are referred to, not listed again.
+func printChaosResult(out io.Writer, p *palette, h *chaos.History, res chaos.Result, planned []chaos.Unchecked) {
 	s := res.Stats
 	fmt.Fprintln(out)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
@@ -550,10 +556,23 @@ func printChaosResult(out io.Writer, p *palette, h *chaos.History, res chaos.Res
 	}
 	_ = tw.Flush()
 
-	printCoverage(out, p, res.Coverage)
+	printCoverage(out, p, targetCoverage(h, res.Coverage))
 	if len(res.Unchecked) > 0 {
 		fmt.Fprintln(out)
-		printUnchecked(out, p, "unchecked", res.Unchecked)
+		var listed, rest []chaos.Unchecked
+		for _, u := range res.Unchecked {
+			if slices.Contains(planned, u) {
+				listed = append(listed, u)
+			} else {
+				rest = append(rest, u)
+			}
+		}
+		label := "unchecked"
+		if len(listed) > 0 {
+			fmt.Fprintf(out, "%-9s %s\n", label, p.dim.Sprintf("the %d listed under “cannot” above", len(listed)))
+			label = ""
+		}
+		printUnchecked(out, p, label, rest)
 	}
 
 	fmt.Fprintln(out)
@@ -625,6 +644,24 @@ func printCoverage(out io.Writer, p *palette, c chaos.Coverage) {
 }
 
 func checkTitle(kind string) string { return chaos.CheckTitle(kind) }
+
+// targetCoverage is c as a target run can claim it: a target that does not
+// promise byte-for-byte replays has its replays compared by status and
+// transfer id only, so the repeats' path must not say "byte for byte".
+func targetCoverage(h *chaos.History, c chaos.Coverage) chaos.Coverage {
+	t := h.Config.Target
+	if t == nil || t.Contract.ExactReplays {
+		return c
+	}
+	paths := slices.Clone(c.Paths)
+	for i, pc := range paths {
+		if pc.Path == chaos.PathReplayAfterFinal {
+			paths[i].What = "the same intent sent again after its final answer, replayed (the same status and transfer id)"
+		}
+	}
+	c.Paths = paths
+	return c
+}
 
 // progressBar shows how far a long run has got. On a terminal it redraws
 // one line; otherwise (stdout piped, or --json) it prints a line to stderr

@@ -87,6 +87,7 @@ func runChaosTarget(c *cobra.Command, app *App, o chaosOptions, cfg chaos.Config
 	if !o.asJSON {
 		fmt.Fprintf(out, "bank-sim chaos --target · seed %d (repeat this run with --seed %d)\n", cfg.Seed, cfg.Seed)
 		printTargetPlan(out, p, plan)
+		o.planned = plan.Cannot // the report refers to them
 	}
 	if o.dryRun {
 		fmt.Fprintln(out, p.dim.Sprint("dry run: nothing was sent"))

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -74,6 +75,23 @@ func TestChaosTargetAgainstServe(t *testing.T) {
 	r = run(t, context.Background(), mustNotStart(t), "chaos", "--target", sv.url, "--seed", "21", "--intents", "300")
 	if r.code != cmd.ExitUsage || !strings.Contains(r.stderr, "already knows the key of intent 0") {
 		t.Errorf("a seed used before: exit %d, stderr:\n%s", r.code, r.stderr)
+	}
+
+	// Issue 21: the report lists what it cannot check once (the plan's
+	// "cannot"), and a target that does not promise byte-for-byte replays
+	// is not said to have been replayed byte for byte.
+	r = run(t, context.Background(), mustNotStart(t), "chaos", "--target", sv.url, "--seed", "22", "--intents", "60")
+	if r.code != cmd.ExitOK && r.code != cmd.ExitInconclusive {
+		t.Fatalf("chaos --target, text: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	if n := strings.Count(r.stdout, "key-lost — "); n != 1 {
+		t.Errorf("the rules it cannot check are listed %d times, want once:\n%s", n, r.stdout)
+	}
+	if !regexp.MustCompile(`(?m)^unchecked +the \d+ listed under “cannot” above$`).MatchString(r.stdout) {
+		t.Errorf("the report does not refer to the plan's list:\n%s", r.stdout)
+	}
+	if strings.Contains(r.stdout, "byte for byte") {
+		t.Errorf("the report claims byte-for-byte replays without --exact-replays:\n%s", r.stdout)
 	}
 
 	// The saved history re-checks offline with the same verdict, by the

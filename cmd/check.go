@@ -1,9 +1,6 @@
 package cmd
 
 import (
-	"encoding/json"
-	"errors"
-
 	"github.com/banksim/bank-sim/chaos"
 	"github.com/spf13/cobra"
 )
@@ -64,7 +61,7 @@ some defence, else 0; 2 when the files are not one campaign's shards.`,
 					return err
 				}
 			} else {
-				printChaosResult(app.Env.Stdout, app.palette(), h, res)
+				printChaosResult(app.Env.Stdout, app.palette(), h, res, nil)
 			}
 			return verdictError(res)
 		},
@@ -87,14 +84,10 @@ func checkWritableFlag(flag, path string) error { return checkOutputFile(flag, p
 // empty run: exit 2, said in the user's terms.
 func loadHistory(path string) (*chaos.History, error) {
 	h, err := chaos.Load(path)
-	var syntax *json.SyntaxError
-	var shape *json.UnmarshalTypeError
-	switch {
-	case errors.As(err, &syntax):
-		return nil, usageError("%s is not a bank-sim history: it is not JSON (at byte %d); save one with 'bank-sim chaos --history FILE'", path, syntax.Offset)
-	case errors.As(err, &shape):
-		return nil, usageError("%s is not a bank-sim history: its JSON has another shape; save one with 'bank-sim chaos --history FILE'", path)
-	case err != nil:
+	if err != nil {
+		if bad := jsonFileProblem(path, "a bank-sim history", "save one with 'bank-sim chaos --history FILE'", err); bad != nil {
+			return nil, usageError("%v", bad)
+		}
 		return nil, usageError("cannot read %s (%s)", path, plainIOError(err))
 	}
 	if len(h.Opening) == 0 || len(h.Final.Accounts) == 0 && h.Config.Target == nil { // a target run without a balance source has no ledger

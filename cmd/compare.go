@@ -23,9 +23,11 @@ attempt, what the client was told, the money the server moved for it and the
 balances right after; then the ledger and the invariants at the end, and what
 differed between the run without protection and the run with it.
 
-Exit code 0 when the story passed, 1 when it failed, 2 for a usage error
-(including a story with a single run, which has nothing to compare), 3 when
-PostgreSQL could not be started or reached.`,
+A story with a single run has nothing to compare: compare says so and how
+to watch it, runs nothing and exits 0.
+
+Exit code 0 when the story passed (or has a single run), 1 when it failed,
+2 for a usage error, 3 when PostgreSQL could not be started or reached.`,
 		Example: `  bank-sim compare lost-response
   bank-sim compare double-tap --seed 7`,
 		Args: cobra.ExactArgs(1),
@@ -39,7 +41,10 @@ PostgreSQL could not be started or reached.`,
 			}
 			s := list[0]
 			if !hasControl(s) {
-				return usageError("%s has a single run, with nothing to compare it to; watch it with 'bank-sim scenario %s'", s.Name, s.Name)
+				// A valid story, not a mistake on the command line: said on
+				// stdout, exit 0.
+				fmt.Fprintf(app.Env.Stdout, "%s has a single run, with nothing to compare it to; watch it with 'bank-sim scenario %s'\n", s.Name, s.Name)
+				return nil
 			}
 			n, err := seedFlag(app, c, seed)
 			if err != nil {

@@ -7,12 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -358,5 +360,45 @@ func TestInterruptedAllReportsWhatFinished(t *testing.T) {
 				t.Errorf("an empty header: %q", l)
 			}
 		}
+	}
+}
+
+// Issue 21: a connection that has sent no request yet (a browser opens one
+// ahead of time) does not hold serve after Ctrl-C: http.Server.Shutdown
+// would wait until it is 5 s old. serve closes it at once, and still sends
+// the SMS of the transfer that committed before the stop.
+func TestServeStopsAtOnceWithAConnectionThatSentNothing(t *testing.T) {
+	r := startCommand(t, nil, "Ctrl-C to stop", "", "serve", "--addr", "127.0.0.1:0")
+	url := regexp.MustCompile(`http://127\.0\.0\.1:\d+`).FindString(r.out.String())
+	req, _ := http.NewRequest("POST", url+"/transfers", strings.NewReader(`{"from":1,"to":2,"amountKobo":250000}`))
+	req.Header.Set("Authorization", "Bearer token-ada")
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", "serve-fresh-conn-0000001")
+	res, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = res.Body.Close()
+	if res.StatusCode != 201 {
+		t.Fatalf("POST: %d", res.StatusCode)
+	}
+	silent, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	opened := time.Now()
+	r.interrupt()
+	// Before the fix serve let it be until it was 5 s old; bounded well
+	// above "at once" and below that.
+	_ = silent.SetReadDeadline(opened.Add(4 * time.Second))
+	if n, err := silent.Read(make([]byte, 1)); !errors.Is(err, io.EOF) && !errors.Is(err, syscall.ECONNRESET) {
+		t.Errorf("the silent connection was not closed by serve within 4 s of opening it: read %d bytes, %v", n, err)
+	}
+	if c := r.exit(t); c != cmd.ExitInterrupted {
+		t.Fatalf("exit %d, want %d; stderr:\n%s", c, cmd.ExitInterrupted, r.errOut.String())
+	}
+	if !strings.Contains(r.out.String(), "SMS sent: 1\n") || !strings.Contains(r.out.String(), "Ada ₦47,500, Bola ₦7,500, Chidi ₦20,000 | total ₦75,000 | transfers 1") {
+		t.Errorf("the committed transfer's SMS or the final ledger is missing:\n%s", r.out.String())
 	}
 }

@@ -56,7 +56,9 @@ meanwhile. Keys, jitter and hang-up moments come from --seed.
 
 Exit code 0 when no check failed, 1 when one did (or, with --strict, when
 one could not be made), 2 for a usage error or a target that does not speak
-the contract, 3 when the target cannot be reached.`,
+the contract (another path, other field names, a token it refuses), 3 when
+the target cannot be reached or is not the transfer API at all: not an HTTP
+server, or a web page where the API should answer.`,
 		Example: `  bank-sim probe http://127.0.0.1:8080
   bank-sim probe http://127.0.0.1:3000 --token ada=s3cret --token bola=t0ken --account ada=17 --account bola=18 --account chidi=19
   bank-sim probe http://127.0.0.1:8080 --balances-url 'http://127.0.0.1:8080/accounts/{id}'
@@ -211,8 +213,8 @@ func runProbe(ctx context.Context, app *App, o probeOptions, args []string) erro
 }
 
 // probeError gives a probe error its exit code: a target that cannot be
-// reached is not a failed check (3), one that does not speak the contract
-// is a usage error (2).
+// reached, or is not the API at all, is not a failed check (3); one that
+// does not speak the contract as the flags describe it is a usage error (2).
 func probeError(err error) error {
 	var ue *probe.UsageError
 	var ne *probe.UnreachableError

@@ -39,7 +39,7 @@ func TestProbeExitCodes(t *testing.T) {
 		says string
 	}{
 		{"nothing listens", []string{"probe", "http://127.0.0.1:1"}, cmd.ExitUnreachable, "cannot reach http://127.0.0.1:1: connection refused"},
-		{"never answers", []string{"probe", silent.URL, "--timeout", "200ms"}, cmd.ExitUnreachable, "no answer in time (waited 200ms)"},
+		{"never answers", []string{"probe", silent.URL, "--timeout", "200ms"}, cmd.ExitUnreachable, "gave no answer in time to a plain GET (waited 200ms)"},
 		{"no such route", []string{"probe", notFound.URL}, cmd.ExitUsage, "Give it with --path"},
 		{"token refused", []string{"probe", refusing.URL}, cmd.ExitUsage, "the token was not accepted. Give the right one with --token ada=TOKEN"},
 		{"remote", []string{"probe", "http://192.0.2.1:8080"}, cmd.ExitUsage, "Add --allow-remote"},

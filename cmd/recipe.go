@@ -1,6 +1,8 @@
 package cmd
 
 import (
+	"errors"
+	"io/fs"
 	"path/filepath"
 
 	"github.com/banksim/bank-sim/chaos"
@@ -11,13 +13,23 @@ import (
 // --recipe FILE'): its phases replay the shrunk run with the recipe's
 // mistake (which must break the recipe's rule again) and with the correct
 // handler (which must keep every rule).
-func recipeScenario(path string, all bool, args []string) ([]scenarios.Scenario, error) {
+//
+// bug is scenario --bug's name ("" for none): it runs in the second phase,
+// whose title says so.
+func recipeScenario(path, bug string, all bool, args []string) ([]scenarios.Scenario, error) {
 	if all || len(args) > 0 {
 		return nil, usageError("--recipe replays one recipe; give no scenario names and no --all with it")
 	}
 	r, err := chaos.LoadRecipe(path)
-	if err != nil {
+	var pe *fs.PathError
+	switch {
+	case errors.As(err, &pe):
+		return nil, usageError("--recipe: cannot read %s (%s)", path, plainIOError(err))
+	case err != nil:
+		if bad := jsonFileProblem(path, "a bank-sim recipe", "save one with 'bank-sim chaos --shrink --save-recipe FILE'", err); bad != nil {
+			return nil, usageError("--recipe: %v", bad)
+		}
 		return nil, usageError("--recipe: %v", err)
 	}
-	return []scenarios.Scenario{r.Scenario("recipe " + filepath.Base(path))}, nil
+	return []scenarios.Scenario{r.Scenario("recipe "+filepath.Base(path), bug)}, nil
 }

@@ -139,7 +139,7 @@ func pickScenarios(all bool, args []string) ([]scenarios.Scenario, error) {
 	for _, name := range args {
 		s, ok := scenarios.Get(name)
 		if !ok {
-			return nil, usageError("unknown scenario %q; valid names: %s", name, strings.Join(scenarios.Names(), ", "))
+			return nil, usageError("%v", unknownName("scenario", name, scenarios.Names(), "bank-sim list"))
 		}
 		if !seen[name] {
 			seen[name] = true
@@ -251,7 +251,7 @@ func checkScenarioFlags(c *cobra.Command, app *App, o *scenarioOptions, args []s
 	var run scenarioRun
 	list, err := pickScenarios(o.all, args)
 	if o.recipe != "" {
-		list, err = recipeScenario(o.recipe, o.all, args)
+		list, err = recipeScenario(o.recipe, o.bug, o.all, args)
 		if err == nil && c.Flags().Changed("seed") {
 			err = usageError("--seed with --recipe: a recipe replays with the seed it was shrunk from, written in it; leave --seed out")
 		}

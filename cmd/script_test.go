@@ -245,18 +245,62 @@ func scrub(ts *testscript.TestScript, neg bool, args []string) {
 // transfer id).
 func httpstub(ts *testscript.TestScript, neg bool, args []string) {
 	if neg || len(args) != 1 {
-		ts.Fatalf("usage: httpstub hang|notfound|noid")
+		ts.Fatalf("usage: httpstub hang|notfound|noid|html|closepost|closer")
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		ts.Fatalf("%v", err)
 	}
+	if args[0] == "closer" {
+		// Not HTTP: reads what it is sent and closes without a byte, as a
+		// PostgreSQL port does with an HTTP request.
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				go func() {
+					_, _ = c.Read(make([]byte, 512))
+					_ = c.Close()
+				}()
+			}
+		}()
+		ts.Defer(func() { _ = ln.Close() })
+		ts.Setenv("STUB", "http://"+ln.Addr().String())
+		return
+	}
 	var h http.Handler
 	switch args[0] {
+	case "html":
+		// A web site, not an API: a page for every request.
+		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/html; charset=utf-8")
+			if r.Method != "GET" {
+				w.WriteHeader(404)
+			}
+			_, _ = io.WriteString(w, "<!DOCTYPE html>\n<html>\n<head>\n<title>Not here</title>\n</head>\n<body>\n"+strings.Repeat("<p>a long page</p>\n", 50)+"</body>\n</html>\n")
+		})
+	case "closepost":
+		// An HTTP server that hangs up on every POST, at once.
+		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == "POST" {
+				c, _, err := http.NewResponseController(w).Hijack()
+				if err == nil {
+					_ = c.Close()
+				}
+				return
+			}
+			w.WriteHeader(404)
+		})
 	case "hang":
 		done := make(chan struct{})
 		ts.Defer(func() { close(done) })
 		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == "GET" {
+				w.WriteHeader(404) // an HTTP server; its transfers hang
+				return
+			}
 			_, _ = io.Copy(io.Discard, r.Body)
 			select {
 			case <-done:

@@ -200,12 +200,14 @@ func runServe(ctx context.Context, app *App, o serveOptions) error {
 	if !o.quiet {
 		handler = api.LogRequests(handler, api.DemoTokens(), nil, requestLog(app, db.Pool))
 	}
+	var fresh freshConns
 	hs := &http.Server{
 		Handler:           handler,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       60 * time.Second,
+		ConnState:         fresh.track,
 	}
 
 	fmt.Fprintf(out, "bank-sim %s serving the transfer API on %s\n", version(), p.bold.Sprint(url))
@@ -278,6 +280,7 @@ func runServe(ctx context.Context, app *App, o serveOptions) error {
 	// flight finish within the grace period, or are rolled back, their keys
 	// released, and answered 503.
 	fmt.Fprintf(out, "stopping: requests in flight have %s to finish\n", scenarios.Dur(o.grace))
+	fresh.stop()
 	cut, err := api.Drain(hs, o.grace, stop)
 	if cut {
 		fmt.Fprintln(out, "the grace period ended: requests still running were rolled back, their keys released, and answered 503 with Retry-After")
@@ -326,6 +329,51 @@ func runServe(ctx context.Context, app *App, o serveOptions) error {
 	return ctx.Err()
 }
 
+// freshConns are the connections that have not sent a request yet: a
+// browser opens one or two ahead of time, and a keep-alive client may
+// have one open. http.Server.Shutdown counts such a connection as idle only
+// once it is 5 s old, so one left open by a browser held serve for up to
+// 5 s after Ctrl-C. They carry no request, so at the stop they are closed
+// at once, as Shutdown closes idle keep-alive connections: a request that
+// was about to be sent on one fails to connect and is retried, and no
+// handler is cut short. A connection whose request has begun is Active and
+// is left to the grace period.
+type freshConns struct {
+	mu       sync.Mutex
+	conns    map[net.Conn]bool
+	stopping bool
+}
+
+// track is the server's ConnState hook.
+func (f *freshConns) track(c net.Conn, state http.ConnState) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case state == http.StateNew && f.stopping:
+		// Accepted as the listener closed.
+		_ = c.Close()
+	case state == http.StateNew:
+		if f.conns == nil {
+			f.conns = map[net.Conn]bool{}
+		}
+		f.conns[c] = true
+	default:
+		delete(f.conns, c)
+	}
+}
+
+// stop closes every connection still waiting for its first request, and
+// every one accepted from now on.
+func (f *freshConns) stop() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.stopping = true
+	for c := range f.conns {
+		_ = c.Close()
+	}
+	f.conns = nil
+}
+
 // cleanupLoop runs the 24 h cleanup job every interval (never when 0) until
 // ctx ends, and logs what each run deleted.
 func cleanupLoop(ctx context.Context, store *idem.Store, db bank.Querier, every time.Duration, logf func(string, ...any)) {
@@ -353,6 +401,24 @@ func cleanupLoop(ctx context.Context, store *idem.Store, db bank.Querier, every 
 		}
 	}
 }
+
+// answerWidth is the request log's answer column: wide enough for the
+// longest answer it prints, a status and the longest error code
+// ("400 idempotency_key_required"), so that no code pushes the columns
+// after it out of line.
+var answerWidth = func() int {
+	w := len("201 transfer 1000000")
+	for _, code := range []string{
+		bank.CodeInvalidRequest, bank.CodeInvalidAccount, bank.CodeInvalidAmount, bank.CodeSameAccount,
+		bank.CodeAccountNotFound, bank.CodeAccountNotActive, bank.CodeRecipientUnavailable, bank.CodeInsufficientFunds,
+		idem.CodeKeyRequired, idem.CodeKeyReused, idem.CodeInProgress, idem.CodeInternal,
+		api.CodeUnauthorized, api.CodeNotFound, api.CodeMethodNotAllowed, api.CodeUnsupportedMedia,
+		api.CodeBodyTooLarge, api.CodeUnknownKey, api.CodeInternal, api.CodeUnavailable, api.CodeDuplicate,
+	} {
+		w = max(w, len("400 ")+len(code))
+	}
+	return w
+}()
 
 // requestLog prints each request as serve answers it, and the balances
 // after each new transfer, so that a live demo shows the server's side.
@@ -394,7 +460,7 @@ func requestLog(app *App, db bank.DB) func(api.Access) {
 			style = p.warn
 		}
 		fmt.Fprintf(app.Env.Stdout, "%s %-4s %-12s %-5s %-8s %s %-6s %s\n", p.dim.Sprint(app.Env.Now().Format("15:04:05")),
-			a.Method, truncate(a.Path, 12), user, key, style.Sprint(pad(answer, 23)), replayed, p.dim.Sprint(humanDuration(a.Duration)))
+			a.Method, truncate(a.Path, 12), user, key, style.Sprint(pad(answer, answerWidth)), replayed, p.dim.Sprint(humanDuration(a.Duration)))
 		if a.Method == "POST" && a.Status == 201 && !a.Replayed {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()

@@ -265,3 +265,49 @@ func TestStepAdvancesALoopAsOne(t *testing.T) {
 		t.Errorf("the loop's steps are still all printed: %d of 5", n)
 	}
 }
+
+// Issue 21: in crash-takeover the moment to stop on is between the retry
+// told 409 and the one that takes the lock over; one key must not show
+// both.
+func TestStepStopsBetweenTheTwoRetries(t *testing.T) {
+	var out, errOut syncBuffer
+	keys, typist := io.Pipe()
+	defer typist.Close()
+	env := &cmd.Env{
+		Stdin: keys, Stdout: &out, Stderr: &errOut, StdinTerminal: true,
+		Getenv: os.Getenv, Now: time.Now, Postgres: postgres.Start,
+	}
+	done := make(chan int, 1)
+	go func() {
+		done <- cmd.Run(context.Background(), env, []string{"scenario", "crash-takeover", "--step", "--seed", "1"})
+	}()
+	const early, late = "retry after 10 s: 409", "retry after 31 s: 201"
+	for n := 1; ; n++ {
+		waitFor(t, &errOut, prompt, n, 2*time.Minute, done)
+		s := out.String()
+		if strings.Contains(s, early) {
+			if strings.Contains(s, late) {
+				t.Fatalf("one key showed both retries:\n%s", s)
+			}
+			break // the pause after the 409, before the takeover
+		}
+		if n > 10 {
+			t.Fatalf("no pause after %q in 10 keys:\n%s", early, s)
+		}
+		if _, err := typist.Write([]byte("\n")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	typist.Close() // no more keys: the rest runs without pauses
+	select {
+	case code := <-done:
+		if code != cmd.ExitOK {
+			t.Fatalf("exit %d; stdout:\n%s\nstderr:\n%s", code, out.String(), errOut.String())
+		}
+	case <-time.After(time.Minute):
+		t.Fatalf("did not finish within a minute of the last key; stdout:\n%s", out.String())
+	}
+	if !strings.Contains(out.String(), late) {
+		t.Errorf("the story did not go on to the takeover:\n%s", out.String())
+	}
+}

@@ -468,7 +468,24 @@ func (m *mermaidObserver) PhaseEnd(r scenarios.PhaseReport) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	its := items(r, newHumanizer(r.Labels))
-	lanes := lanesOf(its)
+	// Only the lanes something happens on: the text picture keeps a lane
+	// for the network that arrows cross, but a Mermaid arrow goes straight
+	// from client to server, and an unused participant is an empty column.
+	used := map[string]bool{}
+	for _, it := range its {
+		switch it.kind {
+		case "arrow":
+			used[it.from], used[it.to] = true, true
+		case "fault", "note":
+			used[it.lane] = true
+		}
+	}
+	var lanes []string
+	for _, l := range lanesOf(its) {
+		if used[l] {
+			lanes = append(lanes, l)
+		}
+	}
 	id := map[string]string{}
 	fmt.Fprintf(m.out, "\n### %s\n\n```mermaid\nsequenceDiagram\n", mermaidText(r.Title))
 	for i, l := range lanes {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 )
 
 // preflight reads the opening balances, makes one plain transfer to learn
@@ -34,11 +35,20 @@ func (r *run) preflight(ctx context.Context) (Preflight, error) {
 	ep := r.eps[0]
 	where := fmt.Sprintf("POST %s%s", ep.URL, r.cfg.Contract.Path)
 	if a.Answer == nil {
-		return pre, &UnreachableError{fmt.Sprintf("%s: %s (waited %s). The server accepted the connection but did not answer; is it an HTTP server, and is it stuck?", where, a.Error, r.cfg.Timeout)}
+		// How long it waited, as it was: the timeout only when it ran out.
+		waited := fmt.Sprintf("after %s", time.Duration(a.Duration).Round(time.Millisecond))
+		if a.Error == explain(context.DeadlineExceeded) {
+			waited = fmt.Sprintf("waited %s", r.cfg.Timeout)
+		}
+		return pre, &UnreachableError{fmt.Sprintf("%s: %s (%s). The server accepted the connection but did not answer; is it stuck?", where, a.Error, waited)}
 	}
 	ans := a.Answer
 	body := snippet(ans.Body)
 	switch {
+	case htmlPage(ans) && !ans.Receipt():
+		// A web server, not the API: its page says nothing to the probe
+		// and would fill the terminal.
+		return pre, &UnreachableError{fmt.Sprintf("%s answered %d with an HTML page (%s), not the transfer API's JSON. Is this the API's address, and is the transfer endpoint at another path (--path)?", where, ans.Status, pageExcerpt(ans.Body))}
 	case ans.Status == http.StatusUnauthorized || ans.Status == http.StatusForbidden:
 		return pre, &UsageError{fmt.Sprintf("%s with %s's token answered %d: the token was not accepted. Give the right one with --token %s=TOKEN (and --auth-header/--auth-scheme if credentials go elsewhere). The answer: %s", where, r.cfg.Payer.Name, ans.Status, r.cfg.Payer.Name, body)}
 	case ans.Status == http.StatusNotFound && ans.Code != "account_not_found" || ans.Status == http.StatusMethodNotAllowed:

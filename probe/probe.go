@@ -20,7 +20,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"sort"
 	"strings"
@@ -450,12 +449,9 @@ func (c *Config) Reach(ctx context.Context) error {
 		if err != nil {
 			return &UsageError{err.Error()}
 		}
-		d := net.Dialer{Timeout: c.Timeout}
-		conn, err := d.DialContext(ctx, "tcp", ep.Addr)
-		if err != nil {
-			return &UnreachableError{fmt.Sprintf("cannot reach %s: %s. Is the server running, and is this its address?", ep.URL, explain(err))}
+		if err := speaksHTTP(ctx, ep, c.Timeout); err != nil {
+			return err
 		}
-		_ = conn.Close()
 	}
 	return nil
 }

@@ -85,7 +85,13 @@ func (r *Report) tally() {
 	case r.Failed > 0:
 		r.Verdict = fmt.Sprintf("FAIL: %d of %d checks failed (%s); this endpoint is not safe to retry", r.Failed, n, strings.Join(r.Failures(), ", "))
 	case r.NotMade > 0:
-		r.Verdict = fmt.Sprintf("PASS on what could be checked: %d of %d checks passed; %d could not be made (%s), so nothing is claimed about them", r.Passed, n, r.NotMade, strings.Join(notMade, ", "))
+		// Said for one or many: "the other-copy check could not be made,
+		// so this run says nothing about it".
+		what, it := fmt.Sprintf("the %s check", notMade[0]), "it"
+		if len(notMade) > 1 {
+			what, it = fmt.Sprintf("%d checks (%s)", len(notMade), strings.Join(notMade, ", ")), "them"
+		}
+		r.Verdict = fmt.Sprintf("PASS on what could be checked: %d of %d checks passed; %s could not be made, so this run says nothing about %s", r.Passed, n, what, it)
 	default:
 		r.Verdict = fmt.Sprintf("PASS: all %d checks passed", n)
 	}

@@ -34,7 +34,10 @@ func init() {
 		}
 		clock.Advance(10 * time.Second)
 		early, _ := r.Send(ctx, serverB, in, 2, "retry after 10 s")
+		// A step of its own: --step stops between the 409 and the takeover,
+		// where the class can guess what the next retry gets.
 		clock.Advance(21 * time.Second)
+		r.Step("21 s later her app retries again: 31 s after server A's claim, and its lock lasts 30 s")
 		late, _ := r.Send(ctx, serverB, in, 3, "retry after 31 s")
 
 		_, aerr := sleepers[0].Wake()

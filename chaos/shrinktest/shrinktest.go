@@ -128,7 +128,7 @@ func ToRecipe(t *testing.T, dbs scenarios.Databases, b idem.Bug) {
 	if !reflect.DeepEqual(loaded, r) {
 		t.Fatalf("the recipe changed on its way through its file:\n%+v\n%+v", r, loaded)
 	}
-	story := loaded.Scenario("recipe")
+	story := loaded.Scenario("recipe", "")
 	var first string
 	for k := range 10 {
 		rep, err := scenarios.Execute(context.Background(), story, dbs, 1, nil)
