@@ -41,7 +41,7 @@ type chaosOptions struct {
 	targetFlags
 	// planned is what a target run's plan listed as "cannot" check; the
 	// report refers to it rather than listing it twice.
-	planned []chaos.Unchecked
+	planned  []chaos.Unchecked
 	det      bool
 	shrink   bool
 	recipe   string
