@@ -65,6 +65,11 @@ const detBound = 10 * time.Minute
 // next step before it gives the run up.
 const detHang = time.Minute
 
+// pollBurst is how many times the scheduler asks PostgreSQL, one question
+// after the other, whether a watched statement waits for a lock before it
+// spaces its questions out.
+const pollBurst = 8
+
 // DefaultAuditSteps is how many scheduler steps pass between two audits of a
 // deterministic run when Config.AuditSteps is zero.
 const DefaultAuditSteps = 500
@@ -755,7 +760,11 @@ func (s *sched) inflight(t *task, pid uint32, locks, inPG bool) {
 		c.locks = c.locks || locks
 		t.timed = c.timed
 	}
+	watched := t.watched
 	s.mu.Unlock()
+	if watched {
+		s.poke() // ask about it now, not at the scheduler's next tick
+	}
 }
 
 // othersHoldLocksLocked reports whether a connection other than pid holds
@@ -926,7 +935,7 @@ func (s *sched) loop(ctx context.Context) {
 	// locks, and then it often waits for one: the first question comes
 	// soon after it is sent.
 	const firstPoll = 100 * time.Microsecond
-	pollDelay := firstPoll
+	pollDelay, polls := firstPoll, 0
 	lastChange := time.Now()
 	for {
 		s.mu.Lock()
@@ -952,23 +961,43 @@ func (s *sched) loop(ctx context.Context) {
 				pid = r.pid
 			}
 			s.mu.Unlock()
-			timer := time.NewTimer(pollDelay)
-			select {
-			case <-s.kick:
-				timer.Stop()
-				pollDelay, lastChange = firstPoll, time.Now()
-				continue
-			case <-ctx.Done():
-				timer.Stop()
-				s.give(ctx.Err())
-				return
-			case <-timer.C:
+			if watch && polls < pollBurst {
+				// A watched statement often waits for a lock within a
+				// round trip of being sent: the first questions go one
+				// after the other, without a timer (Go's, below a
+				// millisecond, may fire a millisecond late).
+				select {
+				case <-s.kick:
+					pollDelay, polls, lastChange = firstPoll, 0, time.Now()
+					continue
+				case <-ctx.Done():
+					s.give(ctx.Err())
+					return
+				default:
+				}
+			} else {
+				timer := time.NewTimer(pollDelay)
+				select {
+				case <-s.kick:
+					timer.Stop()
+					pollDelay, polls, lastChange = firstPoll, 0, time.Now()
+					continue
+				case <-ctx.Done():
+					timer.Stop()
+					s.give(ctx.Err())
+					return
+				case <-timer.C:
+				}
 			}
 			if time.Since(lastChange) > s.hang {
 				s.give(s.hangError())
 				return
 			}
-			pollDelay = min(pollDelay*2, 20*time.Millisecond)
+			// Only a statement still running after the first questions is
+			// asked less and less often.
+			if polls++; polls >= pollBurst {
+				pollDelay = min(pollDelay*2, 20*time.Millisecond)
+			}
 			if watch {
 				if err := s.cancelIfBlocked(ctx, r, pid); err != nil {
 					s.give(err)
