@@ -72,7 +72,7 @@ func startHTTP(e *engine) (*httpRig, error) {
 		tok := fmt.Sprintf("chaos-user-%d", u)
 		r.tokens[u], byToken[tok] = tok, u
 	}
-	r.http = &http.Client{Timeout: httpTimeout, Transport: &http.Transport{DisableKeepAlives: true}}
+	r.http = client.NewHTTP(httpTimeout, &http.Transport{DisableKeepAlives: true})
 	for inst, h := range e.handlers {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
