@@ -80,7 +80,7 @@ func startHTTP(e *engine) (*httpRig, error) {
 			return nil, fmt.Errorf("listen: %w", err)
 		}
 		srv := &http.Server{Handler: r.serverFaults(h, byToken, inst), ReadHeaderTimeout: 5 * time.Second}
-		go func() { _ = srv.Serve(ln) }()
+		go func() { _ = api.Serve(srv, ln) }()
 		r.servers = append(r.servers, srv)
 		p, err := faults.StartProxy(ln.Addr().String(), e.cfg.Seed+uint64(inst))
 		if err != nil {
