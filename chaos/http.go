@@ -145,6 +145,9 @@ func (r *httpRig) connFault(_ int, req *http.Request) faults.ConnFault {
 	case FaultDropRequest:
 		return &faults.Reset{} // reset before the request reaches the server
 	case FaultDuplicate:
+		if r.target != nil {
+			return &faults.DuplicateConn{Copies: 2, Answered: r.target.copiesAnswered(r.e)}
+		}
 		return &faults.DuplicateConn{Copies: 2}
 	case FaultLate:
 		return &lateConn{e: r.e, gone: r.clientGone(i, n)}

@@ -314,6 +314,9 @@ func runTarget(ctx context.Context, cfg Config, opts Options) (*History, error) 
 	if err := redirected(nil); err != nil {
 		return nil, err
 	}
+	// Every exchange of the proxies ends (the copies of a duplicate count
+	// what they were answered) before the history takes the counts.
+	rig.close()
 	h := &History{Seed: cfg.Seed, Config: cfg, Opening: e.lay.accounts, Audits: e.audits, Fired: e.fired, Server: e.server}
 	h.Intents = make([]Intent, len(e.intents))
 	for i, in := range e.intents {
