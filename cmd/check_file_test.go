@@ -30,6 +30,7 @@ func TestCheckRefusesWhatIsNotAHistoryFile(t *testing.T) {
 		{[]string{"check", "/dev/zero"}, "bank-sim: /dev/zero is not a regular file (it is a character device); bank-sim reads a history written by 'bank-sim chaos --history FILE'"},
 		{[]string{"check", big}, "big.json is larger than 256 MiB; bank-sim reads a history written by 'bank-sim chaos --history FILE', which is never that large"},
 		{[]string{"scenario", "--recipe", "/dev/zero"}, "bank-sim: --recipe: /dev/zero is not a regular file (it is a character device); bank-sim reads a recipe"},
+		{[]string{"check", "--merge", "/dev/zero"}, "bank-sim: /dev/zero is not a regular file (it is a character device); bank-sim reads a campaign's result file"},
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		start := time.Now()

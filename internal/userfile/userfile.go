@@ -27,7 +27,12 @@ const chunk = 1 << 20
 
 // Error is a file that cannot be read as the user meant: the message says
 // what is wrong and what to give instead.
-type Error struct{ Msg string }
+type Error struct {
+	Msg string
+	// TooBig: the file is larger than the limit (else it is not a
+	// regular file).
+	TooBig bool
+}
 
 func (e *Error) Error() string { return e.Msg }
 
@@ -49,9 +54,9 @@ func Read(ctx context.Context, path string, max int64, what string) ([]byte, err
 		return nil, err
 	}
 	if !st.Mode().IsRegular() {
-		return nil, &Error{fmt.Sprintf("%s is not a regular file (it is %s); bank-sim reads %s", path, kind(st.Mode()), what)}
+		return nil, &Error{Msg: fmt.Sprintf("%s is not a regular file (it is %s); bank-sim reads %s", path, kind(st.Mode()), what)}
 	}
-	tooBig := &Error{fmt.Sprintf("%s is larger than %s; bank-sim reads %s, which is never that large", path, size(max), what)}
+	tooBig := &Error{Msg: fmt.Sprintf("%s is larger than %s; bank-sim reads %s, which is never that large", path, size(max), what), TooBig: true}
 	if st.Size() > max {
 		return nil, tooBig
 	}
