@@ -41,7 +41,7 @@ func rawPost(key, extra, framing, body string) string {
 		extra + framing + "\r\n" + body
 }
 
-const smuggledBody = `{"from":1,"to":2,"amountKobo":1000}`
+const smuggledBody = `{"from":11,"to":21,"amountKobo":1000}` // Ada's account 11 to Bola's 21
 
 func contentLength(body string) string { return fmt.Sprintf("Content-Length: %d\r\n", len(body)) }
 
