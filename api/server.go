@@ -74,7 +74,9 @@ type server struct {
 	db     bank.DB
 }
 
-// NewServer returns the API as an http.Handler.
+// NewServer returns the API as an http.Handler. Serve it with Serve (or
+// Listener and ConnContext): only then can it refuse a request framed two
+// ways, which net/http reads one way without a word.
 func NewServer(cfg Config) http.Handler {
 	if cfg.MaxBody <= 0 {
 		cfg.MaxBody = DefaultMaxBody
@@ -101,7 +103,7 @@ func NewServer(cfg Config) http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, newProblem(404, CodeNotFound, "No such route: "+r.URL.Path))
 	})
-	return mux
+	return strict(mux)
 }
 
 func methodNotAllowed(allow string) http.HandlerFunc {

@@ -65,6 +65,7 @@ var pathList = []pathInfo{
 	{PathReplayAfterCleanup, "… after the cleanup job ran, the key younger than the retention", "the repeats after cleanup"},
 	{PathConflict, "409 while another request held the key", "duplicate, crash-after-claim"},
 	{PathWaited, "the wait policy waited for the holder, then replayed its answer", "duplicate on the waiting copy (--servers 2 or more)"},
+	{PathConcurrentCopy, "a copy sent while another request held the key, answered 409 or made to wait for that request's answer", "duplicate"},
 	{PathTakeover, "an expired lock taken over", "clock-jump, crash-after-claim, expire-mid-write"},
 	{PathExpiredMidWrite, "the lock expired while its holder was still writing", "expire-mid-write"},
 	{PathFencing, "a late holder failed the fencing check and rolled back", "expire-mid-write, crash-after-claim"},
@@ -212,6 +213,9 @@ func Cover(h *History) Coverage {
 		refused = t.refusedAsReused
 	}
 	counts[PathSharedKey] = sharedKeys(byKey, refused)
+	if h.Config.Target != nil {
+		counts[PathConcurrentCopy] = concurrentCopies(counts)
+	}
 	counts[PathCrossing] = crossings(h)
 
 	var c Coverage
@@ -262,6 +266,8 @@ func applies(h *History, p string) bool {
 		return t.applies(p)
 	}
 	switch {
+	case p == PathConcurrentCopy:
+		return false // bank-sim's own servers count conflict-409 and wait-then-replay apart
 	case p == PathLockTakenAfterExpiry || p == PathLockReleaseRefused:
 		return h.SideEffects != nil && h.SideEffects.LockChecked
 	case slices.Contains(outbox.PipelinePaths(), p):

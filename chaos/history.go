@@ -19,12 +19,14 @@
 package chaos
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"time"
 
 	"github.com/banksim/bank-sim/bank"
+	"github.com/banksim/bank-sim/internal/userfile"
 	"github.com/banksim/bank-sim/outbox"
 )
 
@@ -246,15 +248,40 @@ func (h *History) Save(path string) error {
 	return os.WriteFile(path, b, 0o644)
 }
 
+// HistoryWhat is what a history is, for the messages about a file that is
+// not one.
+const HistoryWhat = "a history written by 'bank-sim chaos --history FILE'"
+
 // Load reads a history saved by Save.
-func Load(path string) (*History, error) {
-	b, err := os.ReadFile(path)
+func Load(path string) (*History, error) { return LoadContext(context.Background(), path) }
+
+// LoadContext reads a history saved by Save: a regular file of at most
+// userfile.MaxSize (a *userfile.Error says why not), read and decoded
+// until ctx ends.
+func LoadContext(ctx context.Context, path string) (*History, error) {
+	b, err := userfile.Read(ctx, path, userfile.MaxSize, HistoryWhat)
 	if err != nil {
 		return nil, err
 	}
-	var h History
-	if err := json.Unmarshal(b, &h); err != nil {
-		return nil, fmt.Errorf("%s is not a bank-sim history: %w", path, err)
+	// Decoding the largest history takes seconds; an interrupt must not
+	// wait for it.
+	type decoded struct {
+		h   *History
+		err error
 	}
-	return &h, nil
+	done := make(chan decoded, 1)
+	go func() {
+		var h History
+		err := json.Unmarshal(b, &h)
+		done <- decoded{&h, err}
+	}()
+	select {
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	case d := <-done:
+		if d.err != nil {
+			return nil, fmt.Errorf("%s is not a bank-sim history: %w", path, d.err)
+		}
+		return d.h, nil
+	}
 }

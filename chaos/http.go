@@ -72,7 +72,7 @@ func startHTTP(e *engine) (*httpRig, error) {
 		tok := fmt.Sprintf("chaos-user-%d", u)
 		r.tokens[u], byToken[tok] = tok, u
 	}
-	r.http = &http.Client{Timeout: httpTimeout, Transport: &http.Transport{DisableKeepAlives: true}}
+	r.http = client.NewHTTP(httpTimeout, &http.Transport{DisableKeepAlives: true})
 	for inst, h := range e.handlers {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -80,7 +80,7 @@ func startHTTP(e *engine) (*httpRig, error) {
 			return nil, fmt.Errorf("listen: %w", err)
 		}
 		srv := &http.Server{Handler: r.serverFaults(h, byToken, inst), ReadHeaderTimeout: 5 * time.Second}
-		go func() { _ = srv.Serve(ln) }()
+		go func() { _ = api.Serve(srv, ln) }()
 		r.servers = append(r.servers, srv)
 		p, err := faults.StartProxy(ln.Addr().String(), e.cfg.Seed+uint64(inst))
 		if err != nil {
@@ -145,6 +145,9 @@ func (r *httpRig) connFault(_ int, req *http.Request) faults.ConnFault {
 	case FaultDropRequest:
 		return &faults.Reset{} // reset before the request reaches the server
 	case FaultDuplicate:
+		if r.target != nil {
+			return &faults.DuplicateConn{Copies: 2, Answered: r.target.copiesAnswered(r.e)}
+		}
 		return &faults.DuplicateConn{Copies: 2}
 	case FaultLate:
 		return &lateConn{e: r.e, gone: r.clientGone(i, n)}

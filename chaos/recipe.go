@@ -13,6 +13,7 @@ import (
 
 	"github.com/banksim/bank-sim/bank"
 	"github.com/banksim/bank-sim/idem"
+	"github.com/banksim/bank-sim/internal/userfile"
 	"github.com/banksim/bank-sim/outbox"
 	"github.com/banksim/bank-sim/scenarios"
 )
@@ -108,10 +109,16 @@ func (r *Recipe) Save(path string) error {
 	return os.Rename(tmp.Name(), path)
 }
 
+// maxRecipe bounds a recipe file: a shrunk run's script, interleaving and
+// history, far below this.
+const maxRecipe = 16 << 20
+
 // LoadRecipe reads a recipe saved by Save, and says what is wrong with one
 // it cannot replay.
 func LoadRecipe(path string) (*Recipe, error) {
-	b, err := os.ReadFile(path)
+	// A recipe is a shrunk run: a few KiB. Reading one is never long, so
+	// it needs no context.
+	b, err := userfile.Read(context.Background(), path, maxRecipe, "a recipe written by 'bank-sim chaos --shrink --save-recipe FILE'")
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -259,6 +260,19 @@ func runTarget(ctx context.Context, cfg Config, opts Options) (*History, error) 
 	if err := t.Reach(ctx); err != nil {
 		return nil, err
 	}
+	// A redirect ends the run: its requests stay on the address the user
+	// gave (none is followed), and the rest of the run would judge answers
+	// that are not the target's.
+	outer := ctx
+	ctx, abort := context.WithCancelCause(ctx)
+	defer abort(nil)
+	redirected := func(err error) error {
+		var re *client.RedirectError
+		if outer.Err() == nil && errors.As(context.Cause(ctx), &re) {
+			return &probe.UsageError{Msg: re.Error() + "; nothing was judged"}
+		}
+		return err
+	}
 	e := &engine{cfg: cfg, lay: cfg.layout(), crash: freeCrash{&faults.CrashAfterClaim{}}, fired: map[string]int{}, server: map[string]int{}, late: (*sched)(nil).newGroup(), bound: attemptTimeout}
 	if err := e.fresh(ctx); err != nil {
 		return nil, err
@@ -268,6 +282,11 @@ func runTarget(ctx context.Context, cfg Config, opts Options) (*History, error) 
 		return nil, err
 	}
 	defer rig.close()
+	rig.http.CheckRedirect = func(req *http.Request, via []*http.Request) error {
+		err := client.RefuseRedirect(req, via)
+		abort(err)
+		return err
+	}
 	e.rig = rig
 	opening, err := t.read(ctx, nil)
 	if err != nil {
@@ -290,8 +309,14 @@ func runTarget(ctx context.Context, cfg Config, opts Options) (*History, error) 
 	stopAudit()
 	audits.Wait()
 	if err != nil {
+		return nil, redirected(err)
+	}
+	if err := redirected(nil); err != nil {
 		return nil, err
 	}
+	// Every exchange of the proxies ends (the copies of a duplicate count
+	// what they were answered) before the history takes the counts.
+	rig.close()
 	h := &History{Seed: cfg.Seed, Config: cfg, Opening: e.lay.accounts, Audits: e.audits, Fired: e.fired, Server: e.server}
 	h.Intents = make([]Intent, len(e.intents))
 	for i, in := range e.intents {
@@ -353,7 +378,11 @@ func (e *engine) fresh(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, t.Timeout)
 	defer cancel()
-	res, err := http.DefaultClient.Do(req.WithContext(ctx))
+	res, err := client.NewHTTP(t.Timeout, nil).Do(req.WithContext(ctx))
+	var re *client.RedirectError
+	if errors.As(err, &re) {
+		return &probe.UsageError{Msg: re.Error() + " (asked for the key of intent 0 with --lookup); nothing was judged"}
+	}
 	if err != nil {
 		return nil // no lookup: the run finds out from the answers
 	}
@@ -413,7 +442,7 @@ func startTargetRig(e *engine) (*httpRig, error) {
 	for k, u := range t.Users {
 		r.tokens[int64(k+1)] = u.Token
 	}
-	r.http = &http.Client{Timeout: t.Timeout, Transport: &http.Transport{DisableKeepAlives: true}}
+	r.http = client.NewHTTP(t.Timeout, &http.Transport{DisableKeepAlives: true})
 	for inst, raw := range t.URLs {
 		u, err := url.Parse(raw)
 		if err != nil {

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/banksim/bank-sim/bank"
+	"github.com/banksim/bank-sim/faults"
 	"github.com/banksim/bank-sim/probe"
 )
 
@@ -304,8 +305,53 @@ func (t *Target) applies(p string) bool {
 	switch p {
 	case PathReplay, PathReplayAfterFinal:
 		return t.Contract.ReplayedHeader != ""
-	case PathConflict, PathHealed, PathReuseRecipient, PathReuseAmount, PathSharedKey, PathCrossing:
+	case PathConcurrentCopy, PathHealed, PathReuseRecipient, PathReuseAmount, PathSharedKey, PathCrossing:
 		return true
 	}
 	return false
+}
+
+// PathConcurrentCopy is a target's (chaos --target) conflict-409 or
+// wait-then-replay, counted as one: the contract allows either answer to a
+// copy sent while another request holds its key, and a server outside
+// cannot be told which to give.
+const PathConcurrentCopy = "concurrent-copy"
+
+// copiesAnswered hears the answers of the copies of a duplicated request
+// (two sent at the same moment with one key) and counts the defence a
+// target showed: one copy answered 409 while the other held the key
+// (PathConflict), or every copy given the same transfer, the copy that came
+// second having waited for the first and been given its answer
+// (PathWaited). The contract allows either; copies given two transfers
+// showed no defence, and are left to the rules (the money, the replays).
+func (t *Target) copiesAnswered(e *engine) func([]*faults.CopyAnswer) {
+	return func(answers []*faults.CopyAnswer) {
+		conflict, id, same := false, "", 0
+		for _, a := range answers {
+			if a == nil {
+				return // a copy got no answer: nothing to tell
+			}
+			ans := t.Contract.Read(a.Status, a.Header, a.Body)
+			switch {
+			case a.Status == http.StatusConflict:
+				conflict = true
+			case ans.Receipt() && (id == "" || id == ans.TransferID):
+				id = ans.TransferID
+				same++
+			}
+		}
+		switch {
+		case conflict:
+			e.count(PathConflict)
+		case same == len(answers):
+			e.count(PathWaited)
+		}
+	}
+}
+
+// concurrentCopies is how often a target met a copy sent while another
+// request held its key, in either way the contract allows: a 409 (seen by
+// a client, or by a copy) or a wait for the first request's answer.
+func concurrentCopies(counts map[string]int) int {
+	return counts[PathConflict] + counts[PathWaited]
 }

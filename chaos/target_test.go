@@ -213,6 +213,10 @@ type foreignOptions struct {
 	// unscopedReplay: keys are shared by all users, and a key seen before
 	// is answered with its stored answer whatever the request.
 	unscopedReplay bool
+	// waitForFirst: a request whose key is in progress waits for the
+	// first one's answer and is given it, instead of a 409 (the lesson's
+	// server.js does this, and the contract allows it).
+	waitForFirst bool
 }
 
 // foreign is a payments API that is not bank-sim, written as a plain
@@ -227,6 +231,8 @@ type foreign struct {
 	owners   map[string]string // token → account
 	keys     map[string]*stored
 	next     int
+	// finished is broadcast, under mu, when a key's answer is stored.
+	finished *sync.Cond
 }
 
 type stored struct {
@@ -237,8 +243,10 @@ type stored struct {
 }
 
 func newForeign(o foreignOptions) *foreign {
-	return &foreign{o: o, balances: map[string]int64{"acc_ada": 5_000_000, "acc_bola": 500_000, "acc_chidi": 100},
+	f := &foreign{o: o, balances: map[string]int64{"acc_ada": 5_000_000, "acc_bola": 500_000, "acc_chidi": 100},
 		owners: map[string]string{"tok_ada": "acc_ada", "tok_bola": "acc_bola", "tok_chidi": "acc_chidi"}, keys: map[string]*stored{}}
+	f.finished = sync.NewCond(&f.mu)
+	return f
 }
 
 func (f *foreign) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -276,6 +284,10 @@ func (f *foreign) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	f.mu.Lock()
 	if s, seen := f.keys[key]; seen && !f.o.ignoreKeys {
+		for f.o.waitForFirst && !s.done {
+			f.finished.Wait()
+			s = f.keys[key]
+		}
 		f.mu.Unlock()
 		switch {
 		case !s.done:
@@ -304,6 +316,7 @@ func (f *foreign) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.status, s.body = 201, []byte(fmt.Sprintf(`{"payment":{"id":"pay_%d"}}`, f.next))
 	}
 	f.keys[key] = s
+	f.finished.Broadcast()
 	f.mu.Unlock()
 	w.WriteHeader(s.status)
 	_, _ = w.Write(s.body)
@@ -441,6 +454,54 @@ func TestTargetReplaysAreJudgedByStatusTransferAndMark(t *testing.T) {
 			}
 			if strings.Join(got, ",") != strings.Join(tc.want, ",") {
 				t.Errorf("broken %v, want %v: %+v", got, tc.want, res.Violations)
+			}
+		})
+	}
+}
+
+// Issue 19, defect 8: a target that makes a copy sent while its key is in
+// progress wait for the first request's answer, instead of answering 409,
+// exercises the defence the contract asks for; the run is VALID, not
+// INCONCLUSIVE for want of a 409. A target that does neither (both copies
+// pay) is still caught.
+func TestTargetRunAcceptsAWaitInsteadOfA409(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name string
+		o    foreignOptions
+	}{
+		{"waits for the first", foreignOptions{waitForFirst: true}},
+		{"neither waits nor answers 409", foreignOptions{checkThenInsert: true}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := httptest.NewServer(newForeign(tc.o))
+			t.Cleanup(srv.Close)
+			h, res := runTarget(t, chaos.Config{Seed: 9, Clients: 8, Intents: 300, Target: foreignTarget(srv.URL)})
+			if !tc.o.waitForFirst {
+				if res.Verdict() != chaos.Invalid || res.ByKind[chaos.KindLedger] == 0 {
+					logViolations(t, h, res)
+					t.Fatalf("a target whose copies both pay: %s %v, want INVALID with %s", res.Verdict(), res.ByKind, chaos.KindLedger)
+				}
+				return
+			}
+			for _, in := range h.Intents {
+				for _, a := range in.Attempts {
+					if a.Status == 409 {
+						t.Fatalf("%s attempt %d was answered 409 by a target that waits", in.Label, a.N)
+					}
+				}
+			}
+			covered := 0
+			for _, p := range res.Coverage.Paths {
+				if p.Path == chaos.PathConcurrentCopy {
+					covered = p.Count
+				}
+			}
+			if res.Verdict() != chaos.Valid || covered == 0 {
+				logViolations(t, h, res)
+				t.Fatalf("a target that waits: %s, %s %d, want VALID with the copies counted; missing %v", res.Verdict(), chaos.PathConcurrentCopy, covered, res.Coverage.Missing())
 			}
 		})
 	}

@@ -534,7 +534,7 @@ func serveBench(t *benchTarget, n int) (stop func(), err error) {
 	}
 	h := &idem.Handler{DB: t.pool, Store: &idem.Store{}}
 	hs := &http.Server{Handler: api.NewServer(api.Config{Handler: h, Tokens: benchTokens(t.layout)}), ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = hs.Serve(ln) }()
+	go func() { _ = api.Serve(hs, ln) }()
 	t.http = "http://" + ln.Addr().String()
 	tr := &http.Transport{MaxIdleConns: n, MaxIdleConnsPerHost: n}
 	t.hc = &http.Client{Transport: tr, Timeout: 30 * time.Second}

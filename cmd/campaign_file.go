@@ -2,13 +2,13 @@ package cmd
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/banksim/bank-sim/chaos"
 	"github.com/banksim/bank-sim/idem"
+	"github.com/banksim/bank-sim/internal/userfile"
 	"github.com/banksim/bank-sim/scenarios"
 	"github.com/spf13/cobra"
 )
@@ -116,23 +117,18 @@ func saveCampaign(path string, run campaignRun) error {
 // loadCampaign reads one campaign result file, and refuses anything else,
 // and a file too big to be one, in the user's terms.
 func loadCampaign(path string) (*campaignFile, error) {
-	fh, err := os.Open(path)
-	if err != nil {
-		return nil, usageError("cannot read %s (%s)", path, plainIOError(err))
-	}
-	defer fh.Close()
 	tooBig := func() error {
 		return usageError("%s is over %d MiB: not a campaign's result file (10,000 seeds write about 20 MiB)", path, maxCampaignFile>>20)
 	}
-	if st, err := fh.Stat(); err == nil && st.Mode().IsRegular() && st.Size() > maxCampaignFile {
+	data, err := userfile.Read(context.Background(), path, maxCampaignFile, "a campaign's result file written by 'bank-sim chaos --seeds … --campaign-out FILE'")
+	var bad *userfile.Error
+	switch {
+	case errors.As(err, &bad) && bad.TooBig:
 		return nil, tooBig()
-	}
-	data, err := io.ReadAll(io.LimitReader(fh, maxCampaignFile+1))
-	if err != nil {
+	case errors.As(err, &bad):
+		return nil, usageError("%s", bad.Msg)
+	case err != nil:
 		return nil, usageError("cannot read %s (%s)", path, plainIOError(err))
-	}
-	if len(data) > maxCampaignFile {
-		return nil, tooBig()
 	}
 	var f campaignFile
 	var syntax *json.SyntaxError

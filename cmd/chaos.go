@@ -596,7 +596,7 @@ func printChaosResult(out io.Writer, p *palette, h *chaos.History, res chaos.Res
 		for _, m := range res.Coverage.Missing() {
 			fmt.Fprintf(out, "   - %s\n", m)
 		}
-		fmt.Fprintf(out, "%s\n", p.dim.Sprintf("seed %d; more intents (--intents) or the default faults reach every defence", h.Seed))
+		fmt.Fprintf(out, "%s\n", p.dim.Sprintf("seed %d; %s", h.Seed, inconclusiveAdvice(h)))
 		return
 	}
 	show := func(label string, v *chaos.Violation) {
@@ -733,4 +733,15 @@ func (b *progressBar) clear() {
 		fmt.Fprintf(b.out, "\r%s\r", strings.Repeat(" ", 60))
 		b.drawn = false
 	}
+}
+
+// inconclusiveAdvice says what may reach the defences a run never
+// exercised. Against a target, a defence can also be missing for good: a
+// server that answers neither way the contract allows never shows it,
+// however long the run.
+func inconclusiveAdvice(h *chaos.History) string {
+	if h.Config.Target != nil {
+		return "each line says what reaches it: raise --intents, or that fault's rate in --faults; a path the target never takes in a long run may be a defence it lacks (try bank-sim probe on it)"
+	}
+	return "each line says what reaches it: raise --intents, or that fault's rate in --faults (the default faults reach every defence)"
 }

@@ -1,7 +1,11 @@
 package cmd
 
 import (
+	"context"
+	"errors"
+
 	"github.com/banksim/bank-sim/chaos"
+	"github.com/banksim/bank-sim/internal/userfile"
 	"github.com/spf13/cobra"
 )
 
@@ -51,11 +55,14 @@ some defence, else 0; 2 when the files are not one campaign's shards.`,
 					return usageError("--%s is for a merged campaign: give --merge and the shards' result files", name)
 				}
 			}
-			h, err := loadHistory(args[0])
+			h, err := loadHistory(c.Context(), args[0])
 			if err != nil {
 				return err
 			}
-			res := chaos.Check(h)
+			res, err := checkUntil(c.Context(), h)
+			if err != nil {
+				return err
+			}
 			if asJSON {
 				if err := writeJSON(app.Env.Stdout, newChaosJSON(h.Seed, res)); err != nil {
 					return err
@@ -82,9 +89,15 @@ func checkWritableFlag(flag, path string) error { return checkOutputFile(flag, p
 // loadHistory reads a history saved by chaos --history, and refuses anything
 // else (an empty object, a scenario report) instead of checking it as an
 // empty run: exit 2, said in the user's terms.
-func loadHistory(path string) (*chaos.History, error) {
-	h, err := chaos.Load(path)
-	if err != nil {
+func loadHistory(ctx context.Context, path string) (*chaos.History, error) {
+	h, err := chaos.LoadContext(ctx, path)
+	var bad *userfile.Error
+	switch {
+	case ctx.Err() != nil:
+		return nil, ctx.Err() // interrupted: Run says so
+	case errors.As(err, &bad):
+		return nil, usageError("%s", bad.Msg)
+	case err != nil:
 		if bad := jsonFileProblem(path, "a bank-sim history", "save one with 'bank-sim chaos --history FILE'", err); bad != nil {
 			return nil, usageError("%v", bad)
 		}
@@ -97,4 +110,17 @@ func loadHistory(path string) (*chaos.History, error) {
 		return nil, usageError("%s is not a bank-sim history: it has no opening bank and no final ledger; save one with 'bank-sim chaos --history FILE'", path)
 	}
 	return h, nil
+}
+
+// checkUntil checks h, or gives up when ctx ends: the checker reads a
+// large history for seconds, and an interrupt must not wait for it.
+func checkUntil(ctx context.Context, h *chaos.History) (chaos.Result, error) {
+	done := make(chan chaos.Result, 1)
+	go func() { done <- chaos.Check(h) }()
+	select {
+	case <-ctx.Done():
+		return chaos.Result{}, ctx.Err()
+	case res := <-done:
+		return res, nil
+	}
 }

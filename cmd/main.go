@@ -208,6 +208,10 @@ func Main() int {
 	postgres.MaybeSupervise()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// The first signal asks every command to stop and clean up; a second
+	// one ends the process at once, as if bank-sim caught none (the
+	// embedded PostgreSQL's supervisor stops it when bank-sim dies).
+	context.AfterFunc(ctx, stop)
 	return Run(ctx, OSEnv(), os.Args[1:])
 }
 

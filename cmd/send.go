@@ -145,7 +145,7 @@ func runSend(cmd *cobra.Command, app *App, o sendOptions) error {
 	c := &client.Client{
 		URLs:     []string{o.url},
 		Token:    users[strings.ToLower(o.as)].token,
-		HTTP:     &http.Client{Timeout: o.timeout},
+		HTTP:     client.NewHTTP(o.timeout, nil),
 		Attempts: o.attempts,
 		Rand:     rand.New(rand.NewPCG(seed, 0x73656e64)),
 		OnAttempt: func(a client.Attempt) {
@@ -226,7 +226,7 @@ func allRefused(attempts []client.Attempt) bool {
 // each demo user's token (an account is visible to its owner only); it
 // prints nothing when the server does not answer that way.
 func printBalances(ctx context.Context, app *App, base string) {
-	hc := &http.Client{Timeout: 5 * time.Second}
+	hc := client.NewHTTP(5*time.Second, nil)
 	var parts []string
 	var total int64
 	for _, name := range []string{"ada", "bola", "chidi"} {

@@ -263,7 +263,7 @@ func runServe(ctx context.Context, app *App, o serveOptions) error {
 	// cannot, serve stops: a bank without a database could only answer 500.
 	srv.Notify(func(msg string) { logf("%s", msg) })
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- hs.Serve(ln) }()
+	go func() { serveErr <- api.Serve(hs, ln) }()
 	if o.hooks.listening != nil {
 		o.hooks.listening(url)
 	}

@@ -3,6 +3,7 @@ package faults
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"sync"
 )
 
@@ -13,6 +14,17 @@ func init() { RegisterConn("duplicate", func() ConnFault { return &DuplicateConn
 // too eagerly does, and passes the first copy's answer on to the client.
 type DuplicateConn struct {
 	Copies int `json:"copies"`
+	// Answered, when set, hears every copy's answer once all have ended
+	// (nil for a copy that got none), in the order the copies were sent:
+	// what the server told the copies the client never sees.
+	Answered func(answers []*CopyAnswer) `json:"-"`
+}
+
+// CopyAnswer is the answer one copy of a duplicated request got.
+type CopyAnswer struct {
+	Status int
+	Header http.Header
+	Body   []byte
 }
 
 // Name implements ConnFault.
@@ -24,6 +36,7 @@ func (f *DuplicateConn) Exchange(ctx context.Context, env *Env, x *Exchange) err
 	type result struct {
 		status int
 		err    error
+		answer *CopyAnswer
 	}
 	copies := make([]*Exchange, n)
 	for i := range copies {
@@ -48,7 +61,7 @@ func (f *DuplicateConn) Exchange(ctx context.Context, env *Env, x *Exchange) err
 				}
 				return
 			}
-			results[i] = result{status: res.StatusCode}
+			results[i] = result{status: res.StatusCode, answer: &CopyAnswer{Status: res.StatusCode, Header: res.Header, Body: body}}
 			if i == 0 {
 				firstErr = x.Reply(res, body)
 			}
@@ -64,6 +77,13 @@ func (f *DuplicateConn) Exchange(ctx context.Context, env *Env, x *Exchange) err
 		}
 	}
 	x.Note("%d copies reached the server at the same moment; they were answered %v, and the client got the first", n, statuses)
+	if f.Answered != nil {
+		answers := make([]*CopyAnswer, n)
+		for i, r := range results {
+			answers[i] = r.answer
+		}
+		f.Answered(answers)
+	}
 	if results[0].err != nil {
 		_ = x.Drop()
 	}

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/banksim/bank-sim/api/client"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -77,9 +78,12 @@ func (b *HTTPBalances) Read(ctx context.Context, ids []ID) (map[ID]int64, error)
 		h := http.Header{}
 		h.Set(b.Auth.AuthHeader, b.Auth.authValue(u.Token))
 		h.Set("Accept", "application/json")
-		status, _, body, err := roundTrip(ctx, wireRequest{Method: "GET", Addr: ep.Addr, Host: ep.Host, Target: pu.RequestURI(), Header: h}, b.Timeout)
+		status, header, body, err := roundTrip(ctx, wireRequest{Method: "GET", Addr: ep.Addr, Host: ep.Host, Target: pu.RequestURI(), Header: h}, b.Timeout)
 		if err != nil {
 			return nil, &UnreachableError{fmt.Sprintf("GET %s: %s", raw, explain(err))}
+		}
+		if re := client.Redirect(status, header, raw); re != nil {
+			return nil, &BalanceError{re.Error()}
 		}
 		if status != 200 {
 			return nil, &BalanceError{fmt.Sprintf("GET %s as %s answered %d, not 200 with the balance: %s", raw, u.Name, status, snippet(body))}

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/banksim/bank-sim/api/client"
 )
 
 // preflight reads the opening balances, makes one plain transfer to learn
@@ -44,6 +46,11 @@ func (r *run) preflight(ctx context.Context) (Preflight, error) {
 	}
 	ans := a.Answer
 	body := snippet(ans.Body)
+	if re := client.Redirect(ans.Status, ans.Header, ep.URL+r.cfg.Contract.Path); re != nil {
+		// The probe's requests never follow one (they are written on the
+		// wire, to the address given); this says why nothing was judged.
+		return pre, &UsageError{re.Error() + "; nothing was judged"}
+	}
 	switch {
 	case htmlPage(ans) && !ans.Receipt():
 		// A web server, not the API: its page says nothing to the probe

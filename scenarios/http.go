@@ -35,7 +35,7 @@ func (r *Run) HTTPServer(h *idem.Handler, name string) (string, error) {
 		Handler:           api.LogRequests(apiServer, api.DemoTokens(), r.arrivedHTTP(name), r.answeredHTTP(name, h)),
 		ReadHeaderTimeout: 5 * time.Second,
 	}
-	go func() { _ = srv.Serve(ln) }()
+	go func() { _ = api.Serve(srv, ln) }()
 	r.Defer(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

@@ -46,7 +46,9 @@ type Client struct {
 	URLs []string
 	// Token is the bearer token; the server derives the user from it.
 	Token string
-	// HTTP sends the requests; one with DefaultTimeout when nil.
+	// HTTP sends the requests; NewHTTP's with DefaultTimeout when nil. Make
+	// one with NewHTTP too: any other follows redirects, to wherever the
+	// server says.
 	HTTP *http.Client
 
 	Attempts      int           // at most this many attempts per intent; DefaultAttempts when zero
@@ -257,6 +259,12 @@ func (c *Client) newRequest(ctx context.Context, base string, in Intent) (*http.
 // client cannot tell whether the server acted.
 func (c *Client) do(req *http.Request) (resp bank.Response, raw []byte, retryAfter time.Duration, err error) {
 	res, err := c.httpClient().Do(req)
+	var redirect *RedirectError
+	if errors.As(err, &redirect) {
+		// An answer, and a final one: the same request would be
+		// redirected again. Err says why it was not followed.
+		return bank.Response{Status: redirect.Status}, nil, 0, redirect
+	}
 	if err != nil {
 		return bank.Response{}, nil, 0, err
 	}
@@ -353,7 +361,7 @@ func (c *Client) httpClient() *http.Client {
 	if c.HTTP != nil {
 		return c.HTTP
 	}
-	return &http.Client{Timeout: DefaultTimeout}
+	return NewHTTP(DefaultTimeout, nil)
 }
 
 func (c *Client) sleep(ctx context.Context, d time.Duration) error {
