@@ -86,8 +86,14 @@ func TestUsageErrorsExitTwoWithoutStartingPostgres(t *testing.T) {
 	}
 }
 
+// A name close to one story is answered with that story; a name close to
+// none, with every name.
 func TestUnknownScenarioListsValidNames(t *testing.T) {
 	r := run(t, context.Background(), mustNotStart(t), "scenario", "lost-responze")
+	if r.code != cmd.ExitUsage || !strings.Contains(r.stderr, "did you mean lost-response?") || strings.Contains(r.stderr, "three-servers") {
+		t.Errorf("exit %d, stderr %q: want exit %d and lost-response alone suggested", r.code, r.stderr, cmd.ExitUsage)
+	}
+	r = run(t, context.Background(), mustNotStart(t), "scenario", "zzzzzz")
 	for _, name := range scenarios.Names() {
 		if !strings.Contains(r.stderr, name) {
 			t.Errorf("stderr does not list %s: %s", name, r.stderr)
