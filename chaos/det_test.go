@@ -33,7 +33,7 @@ func detRun(t testing.TB, cfg chaos.Config) (*chaos.History, []chaos.Decision) {
 // (the same SHA-256). A difference names the first event where the two runs
 // parted, and the first choice where their schedulers did. By default: two
 // seeds, at four clients and at sixteen (where tasks wait for each other's
-// locks most), 60 intents; exhaustive: three seeds at one client, four and
+// locks most), 40 intents; exhaustive: three seeds at one client, four and
 // sixteen, 120 intents.
 func TestDeterministicRunsRepeat(t *testing.T) {
 	t.Parallel()
@@ -41,7 +41,7 @@ func TestDeterministicRunsRepeat(t *testing.T) {
 		seed    uint64
 		clients int
 	}
-	runs, intents := []run{{1, 4}, {2, 16}}, 60
+	runs, intents := []run{{1, 4}, {2, 16}}, 40
 	if pgtest.IsExhaustive() {
 		runs, intents = nil, 120
 		for _, seed := range []uint64{1, 2, 3} {
@@ -113,7 +113,7 @@ func pipelineRanBeside(t *testing.T, h *chaos.History, ds []chaos.Decision) {
 // hash tells runs apart.
 func TestDeterministicRunsDiffer(t *testing.T) {
 	t.Parallel()
-	cfg := chaos.Config{Seed: 1, Clients: 4, Intents: 60}
+	cfg := chaos.Config{Seed: 1, Clients: 4, Intents: 30}
 	a, _ := detRun(t, cfg)
 	cfg.Seed = 2
 	b, _ := detRun(t, cfg)

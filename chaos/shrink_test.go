@@ -79,7 +79,7 @@ func TestSeedsAreStringsInJSON(t *testing.T) {
 func TestCampaignSeedsAreTheirOwnRuns(t *testing.T) {
 	t.Parallel()
 	b, _ := idem.LookupBug("read-compare-write")
-	cfg := chaos.Config{Clients: 4, Intents: 60, Bug: &b}
+	cfg := chaos.Config{Clients: 4, Intents: 40, Bug: &b}
 	seeds := []uint64{3, 1, 2}
 	var done []uint64
 	results := chaos.Campaign(context.Background(), scenarios.ServerBanks(pgtest.Server(t)), cfg, seeds,

@@ -177,7 +177,7 @@ func TestTargetRunCatchesTheMistakesAClientCanSee(t *testing.T) {
 			s := serve(t, max(m.copies, 1), &b, m.lockTTL)
 			target := lessonTarget(s.urls...)
 			target.Settle = 3 * time.Second // an abandoned key stays for 30 s: giving up sooner proves it
-			h, res := runTarget(t, chaos.Config{Seed: 5, Clients: 8, Intents: 300, Target: target})
+			h, res := runTarget(t, chaos.Config{Seed: 5, Clients: 8, Intents: 150, Target: target})
 			if m.blind != "" {
 				if res.Verdict() == chaos.Invalid {
 					logViolations(t, h, res)
