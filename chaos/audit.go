@@ -27,10 +27,11 @@ type AuditConfig struct {
 	// Done, when set, is told each time a cell of the matrix is filled.
 	Done func(done, total int)
 	// FirstCatch fills, for each mistake, only the cells it takes to catch
-	// it: every scenario, then the chaos run only when no scenario caught
-	// it. The correct handler still meets every check. A cell left out is
-	// absent from its row's Caught. It answers "is every mistake caught?"
-	// in a fraction of the time; the whole matrix answers "by what?".
+	// it: the scenarios in order until one catches it, then the chaos run
+	// only when none did. The correct handler still meets every check. A
+	// cell left out is absent from its row's Caught. It answers "is every
+	// mistake caught?" in a fraction of the time; the whole matrix answers
+	// "by what?".
 	FirstCatch bool
 }
 
@@ -145,72 +146,68 @@ func Audit(ctx context.Context, dbs scenarios.Databases, cfg AuditConfig) (Audit
 		rows[i+1] = AuditRow{Bug: b.Name, Mistake: b.Mistake, Caught: map[string]bool{}, Why: map[string]string{}}
 	}
 
+	// A job is a row's cells, filled in order; under FirstCatch a mistake's
+	// row is one job that stops at its first catch (the scenarios come
+	// first, the chaos run last), the others one job a cell.
 	type job struct {
-		row    int
-		column string
+		row     int
+		columns []string
 	}
-	var jobs, later []job
+	var jobs []job
 	for r := range rows {
+		if cfg.FirstCatch && r > 0 {
+			jobs = append(jobs, job{r, rep.Columns})
+			continue
+		}
 		for _, c := range rep.Columns {
-			if cfg.FirstCatch && r > 0 && c == ChaosColumn {
-				later = append(later, job{r, c})
-				continue
-			}
-			jobs = append(jobs, job{r, c})
+			jobs = append(jobs, job{r, []string{c}})
 		}
 	}
 	var mu sync.Mutex
 	var firstErr error
-	done, total := 0, len(jobs)+len(later)
-	run := func(jobs []job) {
-		sem := make(chan struct{}, cfg.Parallel)
-		var wg sync.WaitGroup
-		for _, j := range jobs {
-			var bug *idem.Bug
-			if j.row > 0 {
-				bug = &bugs[j.row-1]
-			}
-			wg.Add(1)
-			sem <- struct{}{}
-			go func() {
-				defer wg.Done()
-				defer func() { <-sem }()
-				caught, why, missing, seeds, err := cell(ctx, dbs, cfg, bug, j.column)
+	done, total := 0, len(rows)*len(rep.Columns)
+	sem := make(chan struct{}, cfg.Parallel)
+	var wg sync.WaitGroup
+	for _, j := range jobs {
+		var bug *idem.Bug
+		if j.row > 0 {
+			bug = &bugs[j.row-1]
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			for i, column := range j.columns {
+				caught, why, missing, seeds, err := cell(ctx, dbs, cfg, bug, column)
 				mu.Lock()
-				defer mu.Unlock()
 				if err != nil {
 					if firstErr == nil {
-						firstErr = fmt.Errorf("audit %s × %s: %w", rows[j.row].Bug, j.column, err)
+						firstErr = fmt.Errorf("audit %s × %s: %w", rows[j.row].Bug, column, err)
 					}
+					mu.Unlock()
 					return
 				}
-				rows[j.row].Caught[j.column] = caught
-				if j.column == ChaosColumn {
+				rows[j.row].Caught[column] = caught
+				if column == ChaosColumn {
 					rows[j.row].Missing, rows[j.row].Seeds = missing, seeds
 				}
 				if caught {
-					rows[j.row].Why[j.column] = why
+					rows[j.row].Why[column] = why
+					total -= len(j.columns) - i - 1 // the cells a first catch leaves out
 				}
 				done++
 				if cfg.Done != nil {
 					cfg.Done(done, total)
 				}
-			}()
-		}
-		wg.Wait()
-	}
-	run(jobs)
-	if firstErr == nil && len(later) > 0 {
-		// The chaos runs of the mistakes no scenario caught.
-		var uncaught []job
-		for _, j := range later {
-			if !rows[j.row].Any() {
-				uncaught = append(uncaught, j)
+				mu.Unlock()
+				if caught {
+					break
+				}
 			}
-		}
-		total -= len(later) - len(uncaught)
-		run(uncaught)
+		}()
 	}
+	wg.Wait()
 	if firstErr != nil {
 		return rep, firstErr
 	}
