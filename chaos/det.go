@@ -78,13 +78,7 @@ func runDeterministic(ctx context.Context, db bank.DB, cfg Config, opts Options)
 	defer stop(nil)
 	s := newSched(cfg.Seed, cfg.Interleaving, poll, opts.Decisions)
 	s.stop = stop
-	sdb := newSchedDB(pool, s)
-	// Each client holds a connection at a time, and so may each copy of a
-	// duplicate, a late request, a dispatcher and the consumer.
-	if err := sdb.warm(ctx, 2*cfg.WithDefaults().Clients+6); err != nil {
-		return nil, err
-	}
-	e := newEngineOn(sdb, cfg, s)
+	e := newEngineOn(newSchedDB(pool, s), cfg, s)
 	tctx := s.adopt(runCtx)
 	h, runErr := func() (*History, error) {
 		if err := e.open(tctx); err != nil {

@@ -40,34 +40,6 @@ func newSchedDB(pool *pgxpool.Pool, s *sched) *schedDB {
 // before the scheduler's (see sched.go).
 const detDeadlockTimeout = "1h"
 
-// warm opens up to n of the pool's connections at once, each ready for a
-// task, before the run starts: opened by the tasks, one at a time while
-// every other task waits, they cost a run of few intents most of its time.
-func (d *schedDB) warm(ctx context.Context, n int) error {
-	n = min(n, int(d.pool.Config().MaxConns))
-	conns := make([]*pgxpool.Conn, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := range conns {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c, err := d.pool.Acquire(ctx)
-			if err == nil {
-				err = d.prepare(ctx, c)
-			}
-			conns[i], errs[i] = c, err
-		}()
-	}
-	wg.Wait()
-	for _, c := range conns {
-		if c != nil {
-			c.Release()
-		}
-	}
-	return errors.Join(errs...)
-}
-
 // prepare sets deadlock_timeout on a connection that did not start with it
 // (a pool the caller opened: PoolFor's sets it as a session starts).
 func (d *schedDB) prepare(ctx context.Context, c *pgxpool.Conn) error {
