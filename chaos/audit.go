@@ -292,6 +292,17 @@ func RunOnWith(ctx context.Context, dbs scenarios.Databases, cfg Config, opts Op
 		return nil, err
 	}
 	defer db.Close()
+	if opts.pools != nil {
+		pool, err := opts.pools.get(ctx, db, cfg)
+		if err != nil {
+			return nil, err
+		}
+		h, err := RunWith(ctx, pool, cfg, opts)
+		if err != nil {
+			opts.pools.drop(db) // its connections may be dead or mid-transaction
+		}
+		return h, err
+	}
 	pool, err := PoolFor(ctx, db.Pool, cfg)
 	if err != nil {
 		return nil, err

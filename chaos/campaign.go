@@ -58,6 +58,13 @@ func Campaign(ctx context.Context, dbs scenarios.Databases, cfg Config, seeds []
 		o.Parallel = 2
 	}
 	cfg.Deterministic = true
+	// Each seed's run gets a bank reset to the opening state (sequences
+	// too, so a seed's history is the one a fresh bank gives) and the
+	// connections the last run on that bank opened.
+	dbs, closeDBs := scenarios.Recycled(dbs)
+	defer closeDBs()
+	pools := newPoolCache()
+	defer pools.close() // before the banks are dropped
 	out := make([]SeedResult, len(seeds))
 	var mu sync.Mutex
 	done := 0
@@ -75,7 +82,7 @@ func Campaign(ctx context.Context, dbs scenarios.Databases, cfg Config, seeds []
 			if ctx.Err() != nil {
 				r.Error = ctx.Err().Error()
 			} else {
-				h, err := RunOn(ctx, dbs, c, nil)
+				h, err := RunOnWith(ctx, dbs, c, Options{pools: pools})
 				r = seedResult(seed, h, err)
 			}
 			mu.Lock()

@@ -71,6 +71,9 @@ type Options struct {
 	// Decisions, when set, is told every choice of a deterministic run's
 	// scheduler, in order.
 	Decisions func(Decision)
+	// pools, when set, keeps RunOnWith's pool on each bank for the next
+	// run on it (a shrink's or a campaign's banks, recycled).
+	pools *poolCache
 }
 
 // ErrNoCrash is returned for a run with Config.KillPostgres but no

@@ -3,7 +3,9 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"sync"
 
+	"github.com/banksim/bank-sim/scenarios"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -27,10 +29,16 @@ func Pool(ctx context.Context, base *pgxpool.Pool, clients int) (*pgxpool.Pool, 
 // even that is not enough.
 func PoolFor(ctx context.Context, base *pgxpool.Pool, cfg Config) (*pgxpool.Pool, error) {
 	cfg = cfg.WithDefaults()
+	return pool(ctx, base, cfg.Clients, poolConns(cfg), cfg.Deterministic)
+}
+
+// poolConns is the size of the pool PoolFor opens for cfg.
+func poolConns(cfg Config) int32 {
+	cfg = cfg.WithDefaults()
 	if cfg.Deterministic {
-		return pool(ctx, base, cfg.Clients, 4*int32(cfg.Clients)+12, true)
+		return 4*int32(cfg.Clients) + 12
 	}
-	return Pool(ctx, base, cfg.Clients)
+	return 2*int32(cfg.Clients) + 10
 }
 
 func pool(ctx context.Context, base *pgxpool.Pool, clients int, conns int32, det bool) (*pgxpool.Pool, error) {
@@ -55,4 +63,65 @@ func pool(ctx context.Context, base *pgxpool.Pool, clients int, conns int32, det
 		return nil, fmt.Errorf("open a pool for %d clients: %w", clients, err)
 	}
 	return pool, nil
+}
+
+// poolCache keeps, for each recycled bank of a shrink or a campaign, the
+// pool its last run used, so that the next run on that bank finds its
+// connections open: a deterministic run's fixed cost was mostly PostgreSQL
+// starting a backend for each connection it opened (a 2-intent run at 8
+// clients: about 0.7 s, most of it in the kernel). A bank is used by one
+// run at a time, and so is its pool. close must come before the banks are
+// dropped.
+type poolCache struct {
+	mu sync.Mutex
+	m  map[string]*pgxpool.Pool
+}
+
+func newPoolCache() *poolCache { return &poolCache{m: map[string]*pgxpool.Pool{}} }
+
+// get returns db's pool for a run of cfg: the last one, when it is a pool
+// of the same kind with enough connections.
+func (c *poolCache) get(ctx context.Context, db *scenarios.Database, cfg Config) (*pgxpool.Pool, error) {
+	c.mu.Lock()
+	p := c.m[db.Name]
+	c.mu.Unlock()
+	if p != nil && p.Config().MaxConns >= poolConns(cfg) && isDetPool(p) == cfg.Deterministic {
+		return p, nil
+	}
+	if p != nil {
+		p.Close()
+	}
+	p, err := PoolFor(ctx, db.Pool, cfg)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.m[db.Name] = p
+	c.mu.Unlock()
+	return p, nil
+}
+
+// drop closes db's pool and forgets it.
+func (c *poolCache) drop(db *scenarios.Database) {
+	c.mu.Lock()
+	p := c.m[db.Name]
+	delete(c.m, db.Name)
+	c.mu.Unlock()
+	if p != nil {
+		p.Close()
+	}
+}
+
+// close closes every pool.
+func (c *poolCache) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for name, p := range c.m {
+		p.Close()
+		delete(c.m, name)
+	}
+}
+
+func isDetPool(p *pgxpool.Pool) bool {
+	return p.Config().ConnConfig.RuntimeParams["deadlock_timeout"] == detDeadlockTimeout
 }

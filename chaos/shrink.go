@@ -57,7 +57,9 @@ func Shrink(ctx context.Context, dbs scenarios.Databases, cfg Config, h *History
 	}
 	dbs, closeDBs := scenarios.Recycled(dbs)
 	defer closeDBs()
-	s := &shrinker{ctx: ctx, dbs: dbs, kind: o.Kind, seed: cfg.Seed, bug: cfg.Bug, budget: o.Budget, log: o.Log}
+	pools := newPoolCache()
+	defer pools.close() // before the banks are dropped
+	s := &shrinker{ctx: ctx, dbs: dbs, pools: pools, kind: o.Kind, seed: cfg.Seed, bug: cfg.Bug, budget: o.Budget, log: o.Log}
 	if s.log == nil {
 		s.log = func(string, ...any) {}
 	}
@@ -126,6 +128,7 @@ func Shrink(ctx context.Context, dbs scenarios.Databases, cfg Config, h *History
 type shrinker struct {
 	ctx     context.Context
 	dbs     scenarios.Databases
+	pools   *poolCache
 	kind    string
 	seed    uint64
 	bug     *idem.Bug
@@ -190,7 +193,7 @@ func (s *shrinker) test(c *candidate) bool {
 	}
 	s.runs++
 	var ds []Decision
-	h, err := RunOnWith(s.ctx, s.dbs, s.config(*c), Options{Decisions: func(d Decision) { ds = append(ds, d) }})
+	h, err := RunOnWith(s.ctx, s.dbs, s.config(*c), Options{Decisions: func(d Decision) { ds = append(ds, d) }, pools: s.pools})
 	if err != nil {
 		s.lastErr = err
 		return false
