@@ -19,9 +19,9 @@ import (
 // competing dispatchers and mark-shipped's two copies too). (Before,
 // double-tap's 409 showed in 2 runs of 6, and the copies' answers came in
 // either order.) The runs share one server and its template, as the
-// scenarios of one --all do: 5 runs by default, 20 when exhaustive.
+// scenarios of one --all do: 3 runs by default, 20 when exhaustive.
 func TestStagedStoriesTellTheSameStoryEveryRun(t *testing.T) {
-	runs := 5
+	runs := 3
 	if pgtest.IsExhaustive() {
 		runs = 20
 	}

@@ -152,6 +152,7 @@ func tampered(t *testing.T, change func(dataDir string)) string {
 }
 
 func TestASnapshotThatDoesNotFitFallsBackToInitdb(t *testing.T) {
+	exhaustive(t) // three initdbs
 	builtInSnapshot(t)
 	notAnArchive := filepath.Join(cacheDir(t), "garbage.tar.gz")
 	os.WriteFile(notAnArchive, []byte("not gzip"), 0o644)
@@ -196,5 +197,14 @@ func TestBankSimSnapshotEnvironment(t *testing.T) {
 	s, _ := start(t, Options{CacheDir: cacheDir(t)})
 	if strings.Contains(s.Describe(), "from") {
 		t.Fatalf("BANK_SIM_SNAPSHOT=off: Describe = %q; want initdb's cluster", s.Describe())
+	}
+}
+
+// exhaustive is pgtest.Exhaustive, which this package's tests cannot import
+// (pgtest imports postgres): it skips t unless BANK_SIM_EXHAUSTIVE=1.
+func exhaustive(t *testing.T) {
+	t.Helper()
+	if os.Getenv("BANK_SIM_EXHAUSTIVE") != "1" {
+		t.Skip("exhaustive: set BANK_SIM_EXHAUSTIVE=1 to run")
 	}
 }
