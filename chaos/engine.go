@@ -131,6 +131,8 @@ type engine struct {
 	// bound bounds each delivery to a server (attemptTimeout, or detBound
 	// in a deterministic run).
 	bound time.Duration
+	// takeoverWait is the takeoverWait constant, or longer in a test.
+	takeoverWait time.Duration
 	// sms, log and locks are the systems beyond the database: every
 	// transfer commits an SMS and an event in its outbox, which pipeline
 	// drains to sms and log while clients run; locks is the lock service in
@@ -186,6 +188,9 @@ func newEngineOn(db bank.DB, cfg Config, s *sched) *engine {
 		sched:  s,
 		late:   s.newGroup(),
 		bound:  attemptTimeout,
+		// A test of the race with the correct handler waits as long as
+		// it takes (realEngine).
+		takeoverWait: takeoverWait,
 	}
 	var duplicate faults.Fault = &faults.Duplicate{Copies: 2}
 	e.crash = freeCrash{&faults.CrashAfterClaim{}}
@@ -1051,14 +1056,14 @@ func (e *engine) expireMidWrite(ctx context.Context, req idem.Request, holder in
 				defer cancel()
 				_, _ = e.servers[(holder+1)%len(e.servers)](ctx, req)
 			})
-			switch e.sched.waitAny(ctx, "the retry to take the key over", takeoverWait, claimed, done) {
+			switch e.sched.waitAny(ctx, "the retry to take the key over", e.takeoverWait, claimed, done) {
 			case 0:
 				if claim.TookOver {
 					e.count(PathExpiredMidWrite)
 				}
 			case 1:
 			default:
-				e.stall("expire-mid-write on key %s: the retry had not claimed the key after %s", req.Key, takeoverWait)
+				e.stall("expire-mid-write on key %s: the retry had not claimed the key after %s", req.Key, e.takeoverWait)
 			}
 		})
 	}

@@ -157,6 +157,9 @@ func realEngine(t *testing.T) *engine {
 		t.Fatal(err)
 	}
 	e.start = time.Now()
+	// The correct handler always takes the key over: wait for it, with a
+	// bound that means "hung", not "slow" (500 ms missed at load 20).
+	e.takeoverWait = 30 * time.Second
 	return e
 }
 
