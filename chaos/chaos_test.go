@@ -230,7 +230,8 @@ func TestKillPostgresRunIsValid(t *testing.T) {
 	if os.Getenv("DATABASE_URL") != "" {
 		t.Skip("DATABASE_URL is set: --kill-postgres needs the PostgreSQL bank-sim starts itself")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	// A bound against a hang: at load 20-36 two minutes ran out.
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	srv, err := postgres.Start(ctx, postgres.Options{})
 	if err != nil {

@@ -198,7 +198,10 @@ func TestWorkTimeoutReleasesTheKey(t *testing.T) {
 	if _, err := tx.Exec(ctx, "SELECT 1 FROM accounts WHERE id = 1 FOR UPDATE"); err != nil {
 		t.Fatal(err)
 	}
-	h := &idem.Handler{DB: pool, Store: &idem.Store{}, WorkTimeout: 300 * time.Millisecond}
+	// The work waits for the row lock above for as long as it is held: any
+	// timeout fires there. Long enough that the claim before it has
+	// committed even on a loaded machine (300 ms did not, at load 20-36).
+	h := &idem.Handler{DB: pool, Store: &idem.Store{}, WorkTimeout: 2 * time.Second}
 	_, herr := h.Handle(ctx, idem.Request{UserID: 1, Key: key, Body: body(1, 2, 1_000_000)})
 	if !errors.Is(herr, context.DeadlineExceeded) {
 		t.Errorf("Handle: %v, want the work timeout", herr)
