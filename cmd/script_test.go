@@ -201,7 +201,7 @@ var unstable = []struct {
 	{regexp.MustCompile(`\(\d+(\.\d+)? (ms|s|min)\)`), "(<dur>)"},
 	{regexp.MustCompile(`(?m)\bin \d+(\.\d+)? (ms|s|min)$`), "in <dur>"},
 	{regexp.MustCompile(`(?m)^\d+(\.\d+)? (ms|s) +`), timeColumn},
-	{regexp.MustCompile(`(?m)^embedded PostgreSQL .*$|^PostgreSQL (\S+ )?at .*$`), "<database>"},
+	{regexp.MustCompile(`(?m)^embedded PostgreSQL .*$|^PostgreSQL at .*$`), "<database>"},
 	{regexp.MustCompile(`bank-sim \S+ · (seed|recipe)`), "bank-sim <version> · $1"},
 	{regexp.MustCompile(`bank-sim \S+, seed`), "bank-sim <version>, seed"},
 	{regexp.MustCompile(`(?m)^PostgreSQL \S+ at \S+`), "PostgreSQL <version> at <host:port>"},
