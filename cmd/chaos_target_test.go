@@ -37,6 +37,7 @@ func balance(t *testing.T, url, token, id string) int64 {
 // checks the money through serve's account endpoint, and leaves the bank's
 // total where it was.
 func TestChaosTargetAgainstServe(t *testing.T) {
+	t.Parallel()
 	sv := startServe(t)
 	ada, bola := balance(t, sv.url, "token-ada", "1"), balance(t, sv.url, "token-bola", "2")
 

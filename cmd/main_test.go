@@ -112,6 +112,7 @@ func TestUnreachableDatabaseExitsThree(t *testing.T) {
 }
 
 func TestAllScenariosPassAndSayHowMany(t *testing.T) {
+	t.Parallel()
 	r := run(t, context.Background(), postgres.Start, "scenario", "--all", "--seed", "3")
 	if r.code != cmd.ExitOK {
 		t.Fatalf("exit %d; stdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)

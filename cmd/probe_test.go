@@ -69,6 +69,7 @@ func TestProbeExitCodes(t *testing.T) {
 // byte (--exact-replays), and the bank ends where it started, also after a
 // second probe interrupted mid-run.
 func TestProbeAgainstServe(t *testing.T) {
+	t.Parallel()
 	sv := startServe(t)
 	url := sv.url
 

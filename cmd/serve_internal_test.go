@@ -45,6 +45,7 @@ func (l *lockedBuffer) String() string {
 // rows of that claim are the ones the last drain used to pass over, their
 // lease still running, and the bank was dropped with them unsent.
 func TestServeStopUnderLoadTextsEveryCommittedTransferOnce(t *testing.T) {
+	t.Parallel()
 	const (
 		clients   = 16
 		perClient = 20 // at most 320 transfers: the load is bounded

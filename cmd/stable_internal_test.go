@@ -21,6 +21,7 @@ import (
 // either order.) The runs share one server and its template, as the
 // scenarios of one --all do: 3 runs by default, 20 when exhaustive.
 func TestStagedStoriesTellTheSameStoryEveryRun(t *testing.T) {
+	t.Parallel()
 	runs := 3
 	if pgtest.IsExhaustive() {
 		runs = 20
