@@ -1,10 +1,8 @@
 package postgres
 
 import (
-	"context"
 	"fmt"
 	"strings"
-	"time"
 )
 
 // When an embedded server's postmaster dies without being asked to (kill
@@ -66,16 +64,10 @@ func (s *Server) event(ev string) {
 		msg = rest
 		s.mu.Lock()
 		s.postPID = pid
-		idle := s.idle
-		s.idle = nil
 		s.mu.Unlock()
 		// The admin connections died with the server: a later Drop must
 		// not be handed a dead one.
-		for _, c := range idle {
-			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-			_ = c.Close(ctx)
-			cancel()
-		}
+		s.closeIdleAdmin()
 	case eventLost:
 		s.evMu.Lock()
 		s.lostMsg = msg

@@ -177,6 +177,21 @@ func (s *Server) Describe() string { return s.desc }
 // ErrNotEmbedded is returned by Crash for a server this process did not start.
 var ErrNotEmbedded = errors.New("only a PostgreSQL that bank-sim started itself can be crashed; not one at --database-url / DATABASE_URL")
 
+// closeIdleAdmin closes the idle admin connections of a server that died
+// (crashed, or restarted by its supervisor), so that no later statement is
+// handed a dead one.
+func (s *Server) closeIdleAdmin() {
+	s.mu.Lock()
+	idle := s.idle
+	s.idle = nil
+	s.mu.Unlock()
+	for _, c := range idle {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		_ = c.Close(ctx)
+		cancel()
+	}
+}
+
 // Crash kills the embedded server's postmaster with SIGKILL, as kill -9 or
 // the OOM killer would, and starts it again on the same data directory and
 // port. It returns once the server accepts connections again, having
@@ -195,16 +210,7 @@ func (s *Server) Crash(ctx context.Context) error {
 	if _, err := io.WriteString(s.stdin, cmdCrash+"\n"); err != nil {
 		return unavailable("asking the supervisor to crash PostgreSQL: %v", err)
 	}
-	// The admin connections died with the server.
-	s.mu.Lock()
-	idle := s.idle
-	s.idle = nil
-	s.mu.Unlock()
-	for _, c := range idle {
-		cctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-		_ = c.Close(cctx)
-		cancel()
-	}
+	s.closeIdleAdmin() // they died with the server
 	select {
 	case r, ok := <-s.replies:
 		switch {
