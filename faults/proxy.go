@@ -279,6 +279,9 @@ func (x *Exchange) Note(format string, args ...any) {
 	x.proxy.Env.strike(x.fault, LaneNetwork, format, args...)
 }
 
+// maxAnswer is the most of an answer the proxy reads.
+const maxAnswer = 16 << 20
+
 // RoundTrip sends the request to the server and reads its whole answer. When
 // it returns without error the server has finished: for a transfer, the
 // transaction has committed or rolled back.
@@ -304,9 +307,14 @@ func (x *Exchange) RoundTrip(ctx context.Context) (*http.Response, []byte, error
 		return nil, nil, err
 	}
 	defer res.Body.Close()
-	body, err := io.ReadAll(res.Body)
+	// The server is bank-sim's own handler, but the proxy holds the whole
+	// answer in memory: bound it, as every read is.
+	body, err := io.ReadAll(io.LimitReader(res.Body, maxAnswer+1))
 	if err != nil {
 		return nil, nil, err
+	}
+	if len(body) > maxAnswer {
+		return nil, nil, fmt.Errorf("the server's answer is over %d MiB; a transfer's answer is a few hundred bytes", maxAnswer>>20)
 	}
 	return res, body, nil
 }

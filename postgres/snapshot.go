@@ -47,6 +47,11 @@ func (sv *supervisor) openSnapshot() (io.ReadCloser, string, error) {
 		}
 		return f, "bank-sim's built-in " + filepath.Base(name), nil
 	default:
+		// A FIFO or a device would block the start or never end; only a
+		// regular file can be a snapshot.
+		if fi, err := os.Stat(sv.cfg.Snapshot); err == nil && !fi.Mode().IsRegular() {
+			return nil, sv.cfg.Snapshot, fmt.Errorf("%s is not a regular file; name a snapshot made by mksnapshot", sv.cfg.Snapshot)
+		}
 		f, err := os.Open(sv.cfg.Snapshot)
 		return f, sv.cfg.Snapshot, err
 	}

@@ -106,6 +106,10 @@ func Pack(w io.Writer, dir string) error {
 	return zw.Close()
 }
 
+// MaxUnpacked is the most a snapshot may unpack to (files and links' copies
+// together).
+const MaxUnpacked = 512 << 20
+
 // Unpack writes the archive r into dir, which must not exist yet; it is
 // created with mode 0700, as PostgreSQL demands of a data directory. On an
 // error dir may be half written: the caller removes it. (Writing the files
@@ -128,6 +132,16 @@ func Unpack(r io.Reader, dir string) error {
 func readEntries(zr io.Reader, dir string, write func(dst string, mode fs.FileMode, body []byte) error) error {
 	tr := tar.NewReader(zr)
 	bodies := map[string][]byte{}
+	// left bounds what the archive may unpack to, counting a link's copy as
+	// a file: a pristine cluster is tens of megabytes, and a user may name
+	// any file as a snapshot.
+	left := int64(MaxUnpacked)
+	take := func(name string, n int64) error {
+		if left -= n; left < 0 {
+			return fmt.Errorf("snapshot: %s takes it past %d MiB unpacked; a new cluster's snapshot is far smaller: name one made by mksnapshot", name, MaxUnpacked>>20)
+		}
+		return nil
+	}
 	for {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
@@ -147,7 +161,10 @@ func readEntries(zr io.Reader, dir string, write func(dst string, mode fs.FileMo
 				return err
 			}
 		case tar.TypeReg:
-			body, err := io.ReadAll(tr)
+			if err := take(h.Name, h.Size); err != nil {
+				return err
+			}
+			body, err := io.ReadAll(io.LimitReader(tr, h.Size))
 			if err != nil {
 				return fmt.Errorf("snapshot: %s: %v", h.Name, err)
 			}
@@ -162,6 +179,9 @@ func readEntries(zr io.Reader, dir string, write func(dst string, mode fs.FileMo
 			body, ok := bodies[path.Clean(h.Linkname)]
 			if !ok {
 				return fmt.Errorf("snapshot: %s copies %s, which comes later or not at all", h.Name, h.Linkname)
+			}
+			if err := take(h.Name, int64(len(body))); err != nil {
+				return err
 			}
 			if err := write(dst, mode, body); err != nil {
 				return err

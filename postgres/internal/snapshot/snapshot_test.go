@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -259,5 +260,45 @@ func BenchmarkUnpack(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.StartTimer()
+	}
+}
+
+// A file named as a snapshot may be anything: an archive that claims a huge
+// file, or that copies one file hundreds of times through links, is refused
+// before it fills the disk.
+func TestUnpackRefusesAnArchiveThatUnpacksTooLarge(t *testing.T) {
+	big := func(tw *tar.Writer) {
+		tw.WriteHeader(&tar.Header{Name: "base", Typeflag: tar.TypeReg, Mode: 0o600, Size: MaxUnpacked + 1})
+	}
+	links := func(tw *tar.Writer) {
+		const mib = 1 << 20
+		tw.WriteHeader(&tar.Header{Name: "one", Typeflag: tar.TypeReg, Mode: 0o600, Size: mib})
+		tw.Write(make([]byte, mib))
+		for i := 0; i <= MaxUnpacked/mib; i++ {
+			tw.WriteHeader(&tar.Header{Name: fmt.Sprintf("copy%d", i), Typeflag: tar.TypeLink, Linkname: "one", Mode: 0o600})
+		}
+	}
+	for name, fill := range map[string]func(*tar.Writer){"one huge file": big, "links to one file": links} {
+		var buf bytes.Buffer
+		zw := gzip.NewWriter(&buf)
+		tw := tar.NewWriter(zw)
+		fill(tw)
+		tw.Flush()
+		zw.Close()
+		dst := filepath.Join(t.TempDir(), "data")
+		err := Unpack(&buf, dst)
+		if err == nil || !strings.Contains(err.Error(), "MiB unpacked") {
+			t.Errorf("%s: err = %v; want it refused as too large", name, err)
+		}
+		var total int64
+		filepath.Walk(dst, func(_ string, fi os.FileInfo, _ error) error {
+			if fi != nil && fi.Mode().IsRegular() {
+				total += fi.Size()
+			}
+			return nil
+		})
+		if total > MaxUnpacked {
+			t.Errorf("%s: %d bytes written before the refusal; want at most %d", name, total, MaxUnpacked)
+		}
 	}
 }
