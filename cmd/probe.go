@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -77,8 +78,8 @@ server, or a web page where the API should answer.`,
 	f.IntVar(&o.hangUps, "hang-ups", probe.DefaultHangUps, "rounds of the hang-up check, each at another moment")
 	f.DurationVar(&o.timeout, "timeout", probe.DefaultTimeout, "how long one request may wait for its answer")
 	f.DurationVar(&o.settle, "settle", probe.DefaultSettle, "how long an intent may stay unsettled (in progress, failing, unanswered) while it is retried")
-	f.StringSliceVar(&o.only, "only", nil, "make only these checks (comma-separated names)")
-	f.StringSliceVar(&o.skip, "skip", nil, "leave out these checks (comma-separated names)")
+	f.StringSliceVar(&o.only, "only", nil, "make only these checks (comma-separated): "+probe.CheckNames())
+	f.StringSliceVar(&o.skip, "skip", nil, "leave out these checks (comma-separated names, as --only)")
 	f.StringVar(&o.seed, "seed", "", "seed for the keys, the jitter and the hang-up moments (default: a new one)")
 	f.BoolVar(&o.asJSON, "json", false, "print the report (or, with --dry-run, the plan) as JSON")
 	f.BoolVar(&o.strict, "strict", false, "exit 1 also when a check could not be made (UNKNOWN or SKIPPED)")
@@ -139,6 +140,21 @@ func (o probeOptions) config(app *App, args []string) (probe.Config, error) {
 	}
 	if o.hangUps < 0 {
 		return cfg, usageError("--hang-ups must be zero or more")
+	}
+	// A slip in a check's name gets its nearest names, not all eleven.
+	var checks []string
+	for _, ch := range probe.Checks() {
+		checks = append(checks, ch.Name)
+	}
+	for _, f := range []struct {
+		flag  string
+		names []string
+	}{{"--only", o.only}, {"--skip", o.skip}} {
+		for _, n := range f.names {
+			if !slices.Contains(checks, n) {
+				return cfg, usageError("%s: %v", f.flag, unknownName("check", n, checks, "bank-sim probe --help"))
+			}
+		}
 	}
 	if cfg.Balances, err = o.balances(app, contract, cfg.Owner, o.timeout); err != nil {
 		return cfg, err
