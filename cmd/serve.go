@@ -254,7 +254,7 @@ func runServe(ctx context.Context, app *App, o serveOptions) error {
 	dispatchDone := make(chan struct{})
 	go func() {
 		defer close(dispatchDone)
-		dispatcher.Run(dispatchCtx, dispatchEvery, func(err error) { logf("outbox: %v", err) })
+		dispatcher.Run(dispatchCtx, dispatchEvery, quietRepeats("outbox", logf, time.Now, 10*time.Second))
 	}()
 	defer func() { stopDispatch(); <-dispatchDone }()
 
@@ -376,6 +376,30 @@ func (f *freshConns) stop() {
 
 // cleanupLoop runs the 24 h cleanup job every interval (never when 0) until
 // ctx ends, and logs what each run deleted.
+// quietRepeats returns an error logger for a loop that retries every few
+// milliseconds: while PostgreSQL is down the dispatcher fails ten times a
+// second with the same error, and a log of those buries everything else.
+// An error is logged when it first appears or changes; the same one again
+// only once per every, with how many times it came.
+func quietRepeats(what string, logf func(string, ...any), now func() time.Time, every time.Duration) func(error) {
+	var last string
+	var at time.Time
+	n := 0
+	return func(err error) {
+		msg := err.Error()
+		switch {
+		case msg != last:
+			last, at, n = msg, now(), 0
+			logf("%s: %s", what, msg)
+		case now().Sub(at) >= every:
+			logf("%s: %s (again, %d times in %s)", what, msg, n+1, now().Sub(at).Round(time.Second))
+			at, n = now(), 0
+		default:
+			n++
+		}
+	}
+}
+
 func cleanupLoop(ctx context.Context, store *idem.Store, db bank.Querier, every time.Duration, logf func(string, ...any)) {
 	if every <= 0 {
 		return

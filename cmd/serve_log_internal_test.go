@@ -2,6 +2,8 @@ package cmd
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -39,5 +41,31 @@ func TestRequestLogColumnsHoldForTheLongestCode(t *testing.T) {
 			t.Errorf("the duration column moved (at %d, not %d):\n%s", got, col, out.String())
 			break
 		}
+	}
+}
+
+func TestQuietRepeatsLogsAnErrorOnceUntilItChangesOrTimePasses(t *testing.T) {
+	var lines []string
+	logf := func(f string, a ...any) { lines = append(lines, fmt.Sprintf(f, a...)) }
+	clock := time.Date(2026, 12, 2, 1, 0, 0, 0, time.UTC)
+	onErr := quietRepeats("outbox", logf, func() time.Time { return clock }, 10*time.Second)
+	down := errors.New("dial tcp 127.0.0.1:5432: connect: connection refused")
+	for i := 0; i < 50; i++ { // 5 s of failures, one every 100 ms
+		onErr(down)
+		clock = clock.Add(100 * time.Millisecond)
+	}
+	if len(lines) != 1 || lines[0] != "outbox: "+down.Error() {
+		t.Fatalf("50 identical errors in 5 s logged %d lines %q; want the first one only", len(lines), lines)
+	}
+	for i := 0; i < 60; i++ { // 6 s more: past 10 s since the first line
+		onErr(down)
+		clock = clock.Add(100 * time.Millisecond)
+	}
+	if len(lines) != 2 || !strings.Contains(lines[1], "(again, 100 times in 10s)") {
+		t.Fatalf("after 11 s of the same error: %q; want one reminder with its count", lines)
+	}
+	onErr(errors.New(`outbox row 7 has unknown kind "fax"`))
+	if len(lines) != 3 || !strings.Contains(lines[2], "fax") {
+		t.Fatalf("a new error: %q; want it logged at once", lines)
 	}
 }
