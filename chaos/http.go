@@ -74,7 +74,11 @@ func startHTTP(e *engine) (*httpRig, error) {
 	}
 	r.http = client.NewHTTP(httpTimeout, &http.Transport{DisableKeepAlives: true})
 	for inst, h := range e.handlers {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		listen := func() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") }
+		if e.hosts != nil {
+			listen = e.hosts[inst].Listen
+		}
+		ln, err := listen()
 		if err != nil {
 			r.close()
 			return nil, fmt.Errorf("listen: %w", err)

@@ -346,7 +346,7 @@ type Link struct {
 	mu      sync.Mutex
 	delay   time.Duration
 	lossPct float64
-	cut     bool
+	cut     bool // its A end is down
 }
 
 // Link joins a and b (either may be Root) with a veth pair, addressed and up.
@@ -450,33 +450,43 @@ func (l *Link) Loss(pct float64) error {
 	return l.apply()
 }
 
-// Cut partitions the link: every packet is dropped, silently, both ways,
-// as by a switch that failed; both ends stay up, so sockets neither see an
-// error nor a reset, only silence, and time out (Jepsen drops packets the
-// same way). What netem already held keeps its delay and is delivered: a
-// COMMIT sent just before the cut reaches PostgreSQL, and its answer is
-// lost.
+// Cut partitions the link by taking its A end down (ip link set down):
+// at B, whose carrier goes, every packet toward A is dropped in silence,
+// so B's sockets see neither an error nor a reset, only silence, and time
+// out (Jepsen drops packets the same way); at A, the route to B is gone.
+// An app server at B cut off from PostgreSQL at A: a COMMIT it had sent
+// that PostgreSQL received is committed, and its answer is lost. Both
+// ends keep their addresses, so PostgreSQL's listening socket on A's
+// survives the cut.
 func (l *Link) Cut() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.cut = true
-	return l.apply()
+	return l.setA("down")
 }
 
-// Heal ends a Cut: the link's delay and loss are as they were.
+// Heal ends a Cut: A's end is up again, with its delay and loss as they
+// were.
 func (l *Link) Heal() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.cut = false
-	return l.apply()
+	return l.setA("up")
 }
 
-// apply sets both ends' netem to the link's state.
+func (l *Link) setA(state string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), cmdTimeout)
+	defer cancel()
+	_, err := run(ctx, "ip", append(nsArgs(l.a), "link", "set", l.ifA, state)...)
+	return err
+}
+
+// ErrNoNetem is Delay's and Loss's error on a kernel without sch_netem
+// (some VMs'): Cut and Heal need only ip.
+var ErrNoNetem = errors.New("this kernel has no netem queueing discipline (sch_netem): delay and loss are unavailable here; Cut and Heal still work")
+
+// apply sets both ends' netem to the link's delay and loss.
 func (l *Link) apply() error {
-	loss := l.lossPct
-	if l.cut {
-		loss = 100
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), cmdTimeout)
 	defer cancel()
 	for _, end := range []struct {
@@ -484,8 +494,11 @@ func (l *Link) apply() error {
 		ifc string
 	}{{l.a, l.ifA}, {l.b, l.ifB}} {
 		args := append(nsArgs(end.nd), "qdisc", "replace", "dev", end.ifc, "root", "netem",
-			"delay", fmt.Sprintf("%dus", l.delay.Microseconds()), "loss", fmt.Sprintf("%g%%", loss), "limit", "100000")
+			"delay", fmt.Sprintf("%dus", l.delay.Microseconds()), "loss", fmt.Sprintf("%g%%", l.lossPct), "limit", "100000")
 		if _, err := run(ctx, "tc", args...); err != nil {
+			if strings.Contains(err.Error(), "qdisc kind is unknown") {
+				return fmt.Errorf("netns: %w", ErrNoNetem)
+			}
 			return err
 		}
 	}

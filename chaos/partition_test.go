@@ -1,0 +1,180 @@
+package chaos_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/banksim/bank-sim/chaos"
+	"github.com/banksim/bank-sim/faults/netns"
+	"github.com/banksim/bank-sim/idem"
+	"github.com/banksim/bank-sim/postgres"
+	"github.com/banksim/bank-sim/postgres/pgtest"
+	"github.com/banksim/bank-sim/scenarios"
+)
+
+// partitionRun is one partitioned chaos run and what it measured.
+type partitionRun struct {
+	h       *chaos.History
+	res     chaos.Result
+	cuts    []chaos.CutRecord
+	failed  int // fault-phase attempts with no answer or a 5xx
+	setup   time.Duration
+	perNode time.Duration
+}
+
+// runPartitioned runs cfg over HTTP with each server copy in a network
+// namespace of its own, reaching PostgreSQL (started on the run's links)
+// over its own veth; cuts > 0 cuts every copy off from PostgreSQL that
+// many times, each for cutFor.
+func runPartitioned(t *testing.T, cfg chaos.Config, cuts int, cutFor time.Duration) partitionRun {
+	t.Helper()
+	pgtest.Exhaustive(t)
+	if err := netns.Available(); err != nil {
+		t.Skipf("no network namespaces here: %v", err)
+	}
+	cfg = cfg.WithDefaults()
+	ctx, cancel := context.WithTimeoutCause(context.Background(), 5*time.Minute, errors.New("the partitioned run did not finish within 5 minutes"))
+	defer cancel()
+	var pr partitionRun
+	began := time.Now()
+	n, err := netns.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := n.Close(); err != nil {
+			t.Errorf("closing the network: %v", err)
+		}
+	})
+	type app struct {
+		node      *netns.Node
+		front, db *netns.Link
+	}
+	var apps []app
+	var listen []string
+	var dbLinks []*netns.Link
+	for k := range cfg.Instances {
+		node, err := n.Node(fmt.Sprintf("app%d", k+1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		front, err := n.Link(n.Root(), node)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dbl, err := n.Link(n.Root(), node)
+		if err != nil {
+			t.Fatal(err)
+		}
+		apps = append(apps, app{node, front, dbl})
+		listen = append(listen, dbl.AddrA().String())
+		dbLinks = append(dbLinks, dbl)
+	}
+	pr.setup = time.Since(began)
+	pr.perNode = pr.setup / time.Duration(cfg.Instances)
+
+	srv, err := postgres.Start(ctx, postgres.Options{ListenAddresses: listen, AllowClients: []string{n.Subnet().String()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	db, err := scenarios.ServerBanks(srv).NewBank(ctx, "partition")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(db.Close)
+	pool, err := chaos.Pool(ctx, db.Pool, cfg.Clients)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	var hosts []chaos.Host
+	for _, a := range apps {
+		host, hp, err := chaos.NamespacedHost(ctx, a.node, a.front.AddrB(), a.db.AddrA(), db.Pool.Config().ConnString(),
+			int32(cfg.Clients)+4, time.Second, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(hp.Close)
+		hosts = append(hosts, host)
+	}
+	p := &chaos.Partition{Links: dbLinks, At: chaos.PartitionAt(cfg.Seed, cfg.Intents, cuts), For: cutFor,
+		DB: pool}
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	opts := chaos.Options{Hosts: hosts}
+	p.Options(&opts)
+	pr.h, err = chaos.RunWith(ctx, pool, cfg, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr.res = chaos.Check(pr.h)
+	pr.cuts = p.Cuts()
+	for _, in := range pr.h.Intents {
+		for _, a := range in.Attempts {
+			if a.Phase == chaos.PhaseFault && (a.Seen == chaos.SeenUnknown || a.Status >= 500) {
+				pr.failed++
+			}
+		}
+	}
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	t.Logf("network of %d namespaces and %d links set up in %s (%s a namespace with its 2 links); subnet %s; run %s; cuts %d, %d fault-phase attempts failed; verdict %s, %d violations; heap %d MiB, sys %d MiB",
+		cfg.Instances, 2*cfg.Instances, pr.setup, pr.perNode, n.Subnet(), pr.h.Duration.Round(time.Millisecond), len(pr.cuts), pr.failed,
+		pr.res.Verdict(), len(pr.res.Violations), m.HeapAlloc>>20, m.Sys>>20)
+	for _, c := range pr.cuts {
+		t.Logf("cut at intent %d for %s", c.Intent, c.Healed.Sub(c.Cut).Round(time.Millisecond))
+	}
+	return pr
+}
+
+func partitionConfig(seed uint64) chaos.Config {
+	// No fault of the schedule's: whatever fails, the partition did.
+	return chaos.Config{Seed: seed, Intents: 200, Clients: 16, Instances: 3, HTTP: true, Faults: chaos.Rates{}}
+}
+
+// Three cuts of every server copy from PostgreSQL, mid-workload: requests
+// fail while a cut lasts, and the correct handler still moves no money
+// twice and loses no acknowledged transfer.
+func TestPartitionCorrectHandlerStaysValid(t *testing.T) {
+	pr := runPartitioned(t, partitionConfig(7), 3, time.Second)
+	if len(pr.cuts) != 3 {
+		t.Fatalf("want 3 cuts, got %d", len(pr.cuts))
+	}
+	if pr.failed == 0 {
+		t.Fatalf("no attempt failed: the partition did not bite")
+	}
+	if !pr.res.Valid() {
+		logViolations(t, pr.h, pr.res)
+		t.Fatalf("%d violations with the correct handler under a partition", len(pr.res.Violations))
+	}
+}
+
+// The same partition, with a client that makes a new key for each attempt:
+// a COMMIT that reached PostgreSQL just before a cut lost its answer, the
+// retry moved the money again. Without the partition the same run is valid
+// (no other fault), so the partition is what broke it.
+func TestPartitionBreaksNewKeyPerAttempt(t *testing.T) {
+	bug, err := idem.LookupBug("new-key-per-attempt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := partitionConfig(7)
+	cfg.Bug = &bug
+	pr := runPartitioned(t, cfg, 3, time.Second)
+	if pr.res.Valid() {
+		t.Fatalf("the partition broke nothing with the new-key-per-attempt bug (%d attempts failed)", pr.failed)
+	}
+	t.Logf("violations by kind: %v", pr.res.ByKind)
+
+	calm := runPartitioned(t, cfg, 0, 0)
+	if calm.failed != 0 || !calm.res.Valid() {
+		logViolations(t, calm.h, calm.res)
+		t.Fatalf("without the partition: %d failed attempts, %d violations; want none", calm.failed, len(calm.res.Violations))
+	}
+}
