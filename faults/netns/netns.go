@@ -566,6 +566,9 @@ func removeLink(r ifaceRecord) error {
 	ctx, cancel := context.WithTimeout(context.Background(), cmdTimeout)
 	defer cancel()
 	_, err = run(ctx, "ip", "link", "del", r.Name)
+	if err != nil && strings.Contains(err.Error(), "Cannot find device") {
+		return nil // went with its namespace meanwhile
+	}
 	return err
 }
 
