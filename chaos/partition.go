@@ -207,6 +207,24 @@ func NamespacedHost(ctx context.Context, node *netns.Node, listen, dbAddr netip.
 	if err != nil {
 		return Host{}, nil, err
 	}
+	// Connected before the run: a new session costs a fork and its
+	// catalog caches in PostgreSQL, which on a loaded machine is most of a
+	// work timeout.
+	conns32 := make([]*pgxpool.Conn, 0, conns)
+	for range conns {
+		c, err := pool.Acquire(ctx)
+		if err != nil {
+			for _, c := range conns32 {
+				c.Release()
+			}
+			pool.Close()
+			return Host{}, nil, fmt.Errorf("connecting to PostgreSQL at %s from %s: %w", dbAddr, node.Name(), err)
+		}
+		conns32 = append(conns32, c)
+	}
+	for _, c := range conns32 {
+		c.Release()
+	}
 	addr := net.JoinHostPort(listen.String(), strconv.Itoa(0))
 	return Host{
 		DB:          pool,

@@ -24,6 +24,7 @@ type partitionRun struct {
 	failed  int // fault-phase attempts with no answer or a 5xx
 	setup   time.Duration
 	perNode time.Duration
+	recover []time.Duration
 }
 
 // runPartitioned runs cfg over HTTP with each server copy in a network
@@ -95,7 +96,7 @@ func runPartitioned(t *testing.T, cfg chaos.Config, cuts int, cutFor time.Durati
 	var hosts []chaos.Host
 	for _, a := range apps {
 		host, hp, err := chaos.NamespacedHost(ctx, a.node, a.front.AddrB(), a.db.AddrA(), db.Pool.Config().ConnString(),
-			int32(cfg.Clients)+4, time.Second, time.Second)
+			int32(cfg.Clients)+4, 10*time.Second, 3*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -109,16 +110,25 @@ func runPartitioned(t *testing.T, cfg chaos.Config, cuts int, cutFor time.Durati
 	}
 	opts := chaos.Options{Hosts: hosts}
 	p.Options(&opts)
+	runStart := time.Now()
 	pr.h, err = chaos.RunWith(ctx, pool, cfg, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	pr.res = chaos.Check(pr.h)
 	pr.cuts = p.Cuts()
+	whys := map[string]bool{}
 	for _, in := range pr.h.Intents {
 		for _, a := range in.Attempts {
 			if a.Phase == chaos.PhaseFault && (a.Seen == chaos.SeenUnknown || a.Status >= 500) {
 				pr.failed++
+				why := a.Error
+				if why == "" {
+					why = fmt.Sprintf("%d %s", a.Status, a.Body)
+				}
+				if len(whys) < 5 && !whys[why] {
+					whys[why] = true
+				}
 			}
 		}
 	}
@@ -127,6 +137,27 @@ func runPartitioned(t *testing.T, cfg chaos.Config, cuts int, cutFor time.Durati
 	t.Logf("network of %d namespaces and %d links set up in %s (%s a namespace with its 2 links); subnet %s; run %s; cuts %d, %d fault-phase attempts failed; verdict %s, %d violations; heap %d MiB, sys %d MiB",
 		cfg.Instances, 2*cfg.Instances, pr.setup, pr.perNode, n.Subnet(), pr.h.Duration.Round(time.Millisecond), len(pr.cuts), pr.failed,
 		pr.res.Verdict(), len(pr.res.Violations), m.HeapAlloc>>20, m.Sys>>20)
+	// Recovery: from each heal to the end of the first attempt begun after
+	// it that got a final answer (offsets from runStart, within a few ms of
+	// the engine's own start).
+	for _, c := range pr.cuts {
+		healed := int64(c.Healed.Sub(runStart))
+		first := int64(-1)
+		for _, in := range pr.h.Intents {
+			for _, a := range in.Attempts {
+				if a.StartNs >= healed && a.Seen != chaos.SeenUnknown && (first < 0 || a.EndNs < first) {
+					first = a.EndNs
+				}
+			}
+		}
+		if first >= 0 {
+			pr.recover = append(pr.recover, time.Duration(first-healed))
+		}
+	}
+	t.Logf("time from each heal to the first answered attempt begun after it: %v", pr.recover)
+	for why := range whys {
+		t.Logf("a failed attempt: %.200s", why)
+	}
 	for _, c := range pr.cuts {
 		t.Logf("cut at intent %d for %s", c.Intent, c.Healed.Sub(c.Cut).Round(time.Millisecond))
 	}
@@ -142,7 +173,7 @@ func partitionConfig(seed uint64) chaos.Config {
 // fail while a cut lasts, and the correct handler still moves no money
 // twice and loses no acknowledged transfer.
 func TestPartitionCorrectHandlerStaysValid(t *testing.T) {
-	pr := runPartitioned(t, partitionConfig(7), 3, time.Second)
+	pr := runPartitioned(t, partitionConfig(7), 3, 4*time.Second)
 	if len(pr.cuts) != 3 {
 		t.Fatalf("want 3 cuts, got %d", len(pr.cuts))
 	}
@@ -155,18 +186,19 @@ func TestPartitionCorrectHandlerStaysValid(t *testing.T) {
 	}
 }
 
-// The same partition, with a client that makes a new key for each attempt:
-// a COMMIT that reached PostgreSQL just before a cut lost its answer, the
-// retry moved the money again. Without the partition the same run is valid
-// (no other fault), so the partition is what broke it.
-func TestPartitionBreaksNewKeyPerAttempt(t *testing.T) {
-	bug, err := idem.LookupBug("new-key-per-attempt")
+// The same partition, with a handler that stores the response in a second
+// transaction after the transfer's: a cut between the two commits leaves a
+// done transfer whose key is released, and the retry moves the money again.
+// Without the partition the same run breaks nothing (no other fault), so
+// the partition is what broke it.
+func TestPartitionBreaksSecondTransaction(t *testing.T) {
+	bug, err := idem.LookupBug(partitionBug)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := partitionConfig(7)
 	cfg.Bug = &bug
-	pr := runPartitioned(t, cfg, 3, time.Second)
+	pr := runPartitioned(t, cfg, 3, 4*time.Second)
 	if pr.res.Valid() {
 		t.Fatalf("the partition broke nothing with the new-key-per-attempt bug (%d attempts failed)", pr.failed)
 	}
@@ -178,3 +210,6 @@ func TestPartitionBreaksNewKeyPerAttempt(t *testing.T) {
 		t.Fatalf("without the partition: %d failed attempts, %d violations; want none", calm.failed, len(calm.res.Violations))
 	}
 }
+
+// partitionBug is the mistake a partition exposes and a calm run does not.
+const partitionBug = "second-transaction"
