@@ -204,10 +204,15 @@ func TestPartitionBreaksSecondTransaction(t *testing.T) {
 	}
 	t.Logf("violations by kind: %v", pr.res.ByKind)
 
+	// The control: a loaded machine may time out an attempt or two, which
+	// the handler survives; the cuts fail many more.
 	calm := runPartitioned(t, cfg, 0, 0)
-	if calm.failed != 0 || !calm.res.Valid() {
+	if !calm.res.Valid() {
 		logViolations(t, calm.h, calm.res)
-		t.Fatalf("without the partition: %d failed attempts, %d violations; want none", calm.failed, len(calm.res.Violations))
+		t.Fatalf("without the partition: %d violations; want none", len(calm.res.Violations))
+	}
+	if pr.failed <= calm.failed {
+		t.Errorf("the cuts failed %d attempts, the calm run %d: want more with the cuts", pr.failed, calm.failed)
 	}
 }
 

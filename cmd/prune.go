@@ -136,6 +136,9 @@ func runPrune(c *cobra.Command, app *App, dryRun bool) error {
 		what = append(what, fmt.Sprintf("%d %s", t.databases, plural(t.databases, "database", "databases")))
 	}
 	summary := fmt.Sprintf("removed %s, %s freed", strings.Join(what, " and "), size(t.bytes))
+	if t.clusters+t.databases == 0 {
+		summary = "removed " + strings.Join(what, " and ") // namespaces free no disk
+	}
 	switch {
 	case len(what) == 0 && (cacheErr != nil || unreachable != nil):
 		summary = "nothing removed"
@@ -228,8 +231,20 @@ func plural(n int, one, many string) string {
 // that were killed (faults/netns): only what a run's state file records,
 // and only once its run has ended. Said only when there is something.
 func (t *pruneTally) networks(out io.Writer, p *palette, dir, verb string, dryRun bool) {
-	found, err := netns.Prune(dir, dryRun)
-	if err != nil || len(found) == 0 {
+	all, err := netns.Prune(dir, dryRun)
+	if err != nil {
+		return
+	}
+	// Only what this cache's state files record: a namespace merely named
+	// like bank-sim's (the user's, or a test's with its state elsewhere)
+	// is left alone and not worth a line.
+	var found []netns.Leftover
+	for _, l := range all {
+		if l.Run != "" && l.State != netns.Gone {
+			found = append(found, l)
+		}
+	}
+	if len(found) == 0 {
 		return
 	}
 	fmt.Fprintf(out, "%s\n", p.bold.Sprint("network namespaces of partitioned runs ("+dir+")"))
@@ -248,7 +263,7 @@ func (t *pruneTally) networks(out io.Writer, p *palette, dir, verb string, dryRu
 		case l.State == netns.Live:
 			fmt.Fprintf(tw, "  %s\t%s %s\t%s\n", "kept", l.Kind, l.Name, "in use by a running bank-sim")
 		case l.State == netns.Foreign:
-			fmt.Fprintf(tw, "  %s\t%s %s\t%s\n", "kept", l.Kind, l.Name, "not recorded by a bank-sim run (yours?): left alone")
+			fmt.Fprintf(tw, "  %s\t%s %s\t%s\n", "kept", l.Kind, l.Name, "not the namespace or link its run made (another inode or index): left alone")
 		}
 	}
 }
