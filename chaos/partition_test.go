@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -218,3 +219,17 @@ func TestPartitionBreaksSecondTransaction(t *testing.T) {
 
 // partitionBug is the mistake a partition exposes and a calm run does not.
 const partitionBug = "second-transaction"
+
+// Hosts place the copies of an HTTP run of bank-sim's own server only: a
+// run in process, or with a count that is not the copies', is refused
+// before it touches the database.
+func TestHostsNeedAnHTTPRunWithOneHostPerCopy(t *testing.T) {
+	ctx := context.Background()
+	one := []chaos.Host{{}}
+	if _, err := chaos.RunWith(ctx, nil, chaos.Config{Seed: 1, Intents: 1, Instances: 1}, chaos.Options{Hosts: one}); err == nil || !strings.Contains(err.Error(), "HTTP run") {
+		t.Errorf("in process: %v, want a refusal naming the HTTP run", err)
+	}
+	if _, err := chaos.RunWith(ctx, nil, chaos.Config{Seed: 1, Intents: 1, Instances: 2, HTTP: true}, chaos.Options{Hosts: one}); err == nil || !strings.Contains(err.Error(), "1 hosts for 2") {
+		t.Errorf("1 host for 2 copies: %v, want a refusal", err)
+	}
+}
