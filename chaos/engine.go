@@ -85,6 +85,11 @@ type Options struct {
 	// BeforeHeal, when set, is called once the clients of the fault phase
 	// have finished and before healing starts: a partition's last heal.
 	BeforeHeal func(ctx context.Context) error
+	// AfterCommit, when set, is called by a server copy of an HTTP run
+	// once a transfer's transaction has committed, before the server does
+	// anything more (idem.Hooks.AfterCommit), on the request's goroutine:
+	// a partition that cuts right after a commit.
+	AfterCommit func(ctx context.Context)
 	// Cuts, when set, says what a partition did; the history keeps it
 	// (History.Partitions).
 	Cuts func() []CutRecord
@@ -116,7 +121,7 @@ func RunWith(ctx context.Context, db bank.DB, cfg Config, opts Options) (*Histor
 	if err := e.place(opts.Hosts); err != nil {
 		return nil, err
 	}
-	e.atIntent, e.beforeHealHook, e.cuts = opts.AtIntent, opts.BeforeHeal, opts.Cuts
+	e.atIntent, e.beforeHealHook, e.cuts, e.afterCommit = opts.AtIntent, opts.BeforeHeal, opts.Cuts, opts.AfterCommit
 	if err := e.open(ctx); err != nil {
 		return nil, err
 	}
@@ -187,6 +192,7 @@ type engine struct {
 	atIntent       func(ctx context.Context, i int)
 	beforeHealHook func(ctx context.Context) error
 	cuts           func() []CutRecord
+	afterCommit    func(ctx context.Context)
 
 	// crashPostgres kills and restarts PostgreSQL (Config.KillPostgres).
 	crashPostgres func(ctx context.Context) error

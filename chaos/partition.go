@@ -32,14 +32,24 @@ type Partition struct {
 	// Delay and Loss are the links' netem all along (each direction).
 	Delay time.Duration
 	Loss  float64
+	// AfterCommit moves each cut from the start of its intent to the
+	// first transfer that commits after it: the server that committed
+	// cuts the links before it does anything more, as a partition that
+	// strikes between a COMMIT and what follows it. What a handler does
+	// after its commit (its answer, or a second transaction) then meets
+	// the partition every time, not by luck.
+	AfterCommit bool
 	// DB is the run's own way to PostgreSQL (not through the links): the
 	// wait for the cut-off servers' transactions to end reads it.
 	DB bank.DB
 
-	mu     sync.Mutex
-	cuts   []CutRecord
-	timers sync.WaitGroup
-	err    error
+	mu    sync.Mutex
+	armed []int // AfterCommit: intents whose start asked for a cut
+	// healing: healAll has begun, no more cuts.
+	healing bool
+	cuts    []CutRecord
+	timers  sync.WaitGroup
+	err     error
 }
 
 // CutRecord is one cut as it happened: the intent whose start cut the
@@ -86,6 +96,9 @@ func (p *Partition) Options(o *Options) {
 	o.AtIntent = p.atIntent
 	o.BeforeHeal = p.healAll
 	o.Cuts = p.Cuts
+	if p.AfterCommit {
+		o.AfterCommit = p.afterCommit
+	}
 }
 
 func (p *Partition) atIntent(_ context.Context, i int) {
@@ -93,20 +106,50 @@ func (p *Partition) atIntent(_ context.Context, i int) {
 		if at != i {
 			continue
 		}
-		p.mu.Lock()
-		rec := len(p.cuts)
-		p.cuts = append(p.cuts, CutRecord{Intent: i, Cut: time.Now()})
-		p.mu.Unlock()
-		p.set((*netns.Link).Cut)
-		p.timers.Add(1)
-		time.AfterFunc(p.For, func() {
-			defer p.timers.Done()
-			p.set((*netns.Link).Heal)
+		if p.AfterCommit {
 			p.mu.Lock()
-			p.cuts[rec].Healed = time.Now()
+			p.armed = append(p.armed, i)
 			p.mu.Unlock()
-		})
+			continue
+		}
+		p.cut(i)
 	}
+}
+
+// afterCommit cuts for the oldest armed intent, on the goroutine of the
+// server that has just committed: it goes on once the links are down.
+func (p *Partition) afterCommit(context.Context) {
+	p.mu.Lock()
+	if len(p.armed) == 0 {
+		p.mu.Unlock()
+		return
+	}
+	i := p.armed[0]
+	p.armed = p.armed[1:]
+	p.mu.Unlock()
+	p.cut(i)
+}
+
+// cut cuts the links for intent i and heals them For later; nothing once
+// healAll has begun.
+func (p *Partition) cut(i int) {
+	p.mu.Lock()
+	if p.healing {
+		p.mu.Unlock()
+		return
+	}
+	rec := len(p.cuts)
+	p.cuts = append(p.cuts, CutRecord{Intent: i, Cut: time.Now()})
+	p.timers.Add(1) // under mu: healAll's Wait cannot miss it
+	p.mu.Unlock()
+	p.set((*netns.Link).Cut)
+	time.AfterFunc(p.For, func() {
+		defer p.timers.Done()
+		p.set((*netns.Link).Heal)
+		p.mu.Lock()
+		p.cuts[rec].Healed = time.Now()
+		p.mu.Unlock()
+	})
 }
 
 func (p *Partition) set(f func(*netns.Link) error) {
@@ -128,6 +171,10 @@ const strandedWait = time.Minute
 // every transaction a cut-off server left open, so that healing starts on
 // a database where only live requests hold locks.
 func (p *Partition) healAll(ctx context.Context) error {
+	p.mu.Lock()
+	p.armed = nil // a cut no commit triggered never happens
+	p.healing = true
+	p.mu.Unlock()
 	done := make(chan struct{})
 	go func() { p.timers.Wait(); close(done) }()
 	select {

@@ -32,7 +32,7 @@ type partitionRun struct {
 // namespace of its own, reaching PostgreSQL (started on the run's links)
 // over its own veth; cuts > 0 cuts every copy off from PostgreSQL that
 // many times, each for cutFor.
-func runPartitioned(t *testing.T, cfg chaos.Config, cuts int, cutFor time.Duration) partitionRun {
+func runPartitioned(t *testing.T, cfg chaos.Config, cuts int, cutFor time.Duration, afterCommit bool) partitionRun {
 	t.Helper()
 	pgtest.Exhaustive(t)
 	if err := netns.Available(); err != nil {
@@ -105,7 +105,7 @@ func runPartitioned(t *testing.T, cfg chaos.Config, cuts int, cutFor time.Durati
 		hosts = append(hosts, host)
 	}
 	p := &chaos.Partition{Links: dbLinks, At: chaos.PartitionAt(cfg.Seed, cfg.Intents, cuts), For: cutFor,
-		DB: pool}
+		AfterCommit: afterCommit, DB: pool}
 	if err := p.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -170,26 +170,31 @@ func partitionConfig(seed uint64) chaos.Config {
 	return chaos.Config{Seed: seed, Intents: 200, Clients: 16, Instances: 3, HTTP: true, Faults: chaos.Rates{}}
 }
 
-// Three cuts of every server copy from PostgreSQL, mid-workload: requests
-// fail while a cut lasts, and the correct handler still moves no money
-// twice and loses no acknowledged transfer.
+// Three cuts of every server copy from PostgreSQL, mid-workload: at the
+// start of seeded intents (whatever is in flight then), and again right
+// after a transfer commits. Requests fail while a cut lasts, and the
+// correct handler still moves no money twice and loses no acknowledged
+// transfer.
 func TestPartitionCorrectHandlerStaysValid(t *testing.T) {
-	pr := runPartitioned(t, partitionConfig(7), 3, 4*time.Second)
-	if len(pr.cuts) != 3 {
-		t.Fatalf("want 3 cuts, got %d", len(pr.cuts))
-	}
-	if pr.failed == 0 {
-		t.Fatalf("no attempt failed: the partition did not bite")
-	}
-	if !pr.res.Valid() {
-		logViolations(t, pr.h, pr.res)
-		t.Fatalf("%d violations with the correct handler under a partition", len(pr.res.Violations))
+	for _, afterCommit := range []bool{false, true} {
+		pr := runPartitioned(t, partitionConfig(7), 3, 4*time.Second, afterCommit)
+		if len(pr.cuts) != 3 {
+			t.Fatalf("after commit %v: want 3 cuts, got %d", afterCommit, len(pr.cuts))
+		}
+		if pr.failed == 0 {
+			t.Fatalf("after commit %v: no attempt failed: the partition did not bite", afterCommit)
+		}
+		if !pr.res.Valid() {
+			logViolations(t, pr.h, pr.res)
+			t.Fatalf("after commit %v: %d violations with the correct handler under a partition", afterCommit, len(pr.res.Violations))
+		}
 	}
 }
 
-// The same partition, with a handler that stores the response in a second
-// transaction after the transfer's: a cut between the two commits leaves a
-// done transfer whose key is released, and the retry moves the money again.
+// The same partition, cutting right after a commit, with a handler that
+// stores the response in a second transaction after the transfer's: the
+// cut between the two commits leaves a done transfer whose key has no
+// answer, and the retry that takes it over moves the money again.
 // Without the partition the same run breaks nothing (no other fault), so
 // the partition is what broke it.
 func TestPartitionBreaksSecondTransaction(t *testing.T) {
@@ -199,15 +204,15 @@ func TestPartitionBreaksSecondTransaction(t *testing.T) {
 	}
 	cfg := partitionConfig(7)
 	cfg.Bug = &bug
-	pr := runPartitioned(t, cfg, 3, 4*time.Second)
+	pr := runPartitioned(t, cfg, 3, 4*time.Second, true)
 	if pr.res.Valid() {
-		t.Fatalf("the partition broke nothing with the new-key-per-attempt bug (%d attempts failed)", pr.failed)
+		t.Fatalf("the partition broke nothing with the %s bug (%d attempts failed)", partitionBug, pr.failed)
 	}
 	t.Logf("violations by kind: %v", pr.res.ByKind)
 
 	// The control: a loaded machine may time out an attempt or two, which
 	// the handler survives; the cuts fail many more.
-	calm := runPartitioned(t, cfg, 0, 0)
+	calm := runPartitioned(t, cfg, 0, 0, true)
 	if !calm.res.Valid() {
 		logViolations(t, calm.h, calm.res)
 		t.Fatalf("without the partition: %d violations; want none", len(calm.res.Violations))
