@@ -400,7 +400,7 @@ func quote(b []byte) string {
 }
 
 func (c *checker) keys() {
-	if b := c.h.BeforeHeal; b != nil && len(c.h.Crashes) == 0 {
+	if b := c.h.BeforeHeal; b != nil && len(c.h.Crashes) == 0 && len(c.h.Partitions) == 0 {
 		live := make(map[string]bool, len(b.LiveLocks))
 		for _, l := range b.LiveLocks {
 			live[l] = true
@@ -485,10 +485,10 @@ func (c *checker) finish() {
 		if inv, side := SideEffectInvariant(k); side && !judged[inv] {
 			continue // not recorded (an older history), or not run (no lock over HTTP)
 		}
-		if k == KindAbandoned && (c.h.BeforeHeal == nil || len(c.h.Crashes) > 0) {
-			// Not checked across a crash of PostgreSQL: a holder whose
-			// release could not reach the database leaves its key to lock
-			// expiry, the defence for that case.
+		if k == KindAbandoned && (c.h.BeforeHeal == nil || len(c.h.Crashes) > 0 || len(c.h.Partitions) > 0) {
+			// Not checked across a crash of PostgreSQL or a partition: a
+			// holder whose release could not reach the database leaves its
+			// key to lock expiry, the defence for that case.
 			continue
 		}
 		c.res.Checks = append(c.res.Checks, CheckSummary{Kind: k, Violations: c.res.ByKind[k]})

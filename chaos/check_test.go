@@ -257,7 +257,8 @@ func TestCheckerFlagsEachViolationKind(t *testing.T) {
 
 // A key in progress before healing is abandoned unless a live holder (a
 // server stopped after its claim) holds it; across a crash of PostgreSQL the
-// check is off, since a holder's release may not have reached the database.
+// check is off, since a holder's release may not have reached the database,
+// and so it is across a partition of the servers from PostgreSQL.
 func TestCheckerFindsAbandonedKeys(t *testing.T) {
 	t.Parallel()
 	h := goodHistory()
@@ -273,6 +274,19 @@ func TestCheckerFindsAbandonedKeys(t *testing.T) {
 	for _, c := range res.Checks {
 		if c.Kind == chaos.KindAbandoned {
 			t.Error("across a crash the abandoned-key check is listed as made")
+		}
+	}
+	// Across a partition too: a server cut off from PostgreSQL cannot
+	// release its key; the lock's expiry frees it.
+	h.Crashes = nil
+	h.Partitions = []chaos.CutRecord{{Intent: 1}}
+	res = chaos.Check(h)
+	if !res.Valid() {
+		t.Errorf("across a partition: %+v, want no violation", res.Violations)
+	}
+	for _, c := range res.Checks {
+		if c.Kind == chaos.KindAbandoned {
+			t.Error("across a partition the abandoned-key check is listed as made")
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -71,6 +72,27 @@ type Options struct {
 	// Decisions, when set, is told every choice of a deterministic run's
 	// scheduler, in order.
 	Decisions func(Decision)
+	// Hosts, when set, places each server copy of an HTTP run (one per
+	// Config.Instances): its own way to the database and its own listener.
+	// faults/netns puts each copy in a network namespace of its own, so a
+	// partition can cut it off from PostgreSQL. The run's own reads (the
+	// auditor, the pipeline, the ledger) keep db.
+	Hosts []Host
+	// AtIntent, when set, is called as each intent of the fault phase
+	// starts, on its client's goroutine, before it is sent: a partition
+	// cut and healed at seeded intents.
+	AtIntent func(ctx context.Context, i int)
+	// BeforeHeal, when set, is called once the clients of the fault phase
+	// have finished and before healing starts: a partition's last heal.
+	BeforeHeal func(ctx context.Context) error
+	// AfterCommit, when set, is called by a server copy of an HTTP run
+	// once a transfer's transaction has committed, before the server does
+	// anything more (idem.Hooks.AfterCommit), on the request's goroutine:
+	// a partition that cuts right after a commit.
+	AfterCommit func(ctx context.Context)
+	// Cuts, when set, says what a partition did; the history keeps it
+	// (History.Partitions).
+	Cuts func() []CutRecord
 	// pools, when set, keeps RunOnWith's pool on each bank for the next
 	// run on it (a shrink's or a campaign's banks, recycled).
 	pools *poolCache
@@ -96,6 +118,10 @@ func RunWith(ctx context.Context, db bank.DB, cfg Config, opts Options) (*Histor
 	}
 	e := newEngine(db, cfg)
 	e.crashPostgres = opts.CrashPostgres
+	if err := e.place(opts.Hosts); err != nil {
+		return nil, err
+	}
+	e.atIntent, e.beforeHealHook, e.cuts, e.afterCommit = opts.AtIntent, opts.BeforeHeal, opts.Cuts, opts.AfterCommit
 	if err := e.open(ctx); err != nil {
 		return nil, err
 	}
@@ -160,6 +186,13 @@ type engine struct {
 	// late counts the server calls that outlive their client's attempt:
 	// late requests, staged takeovers, deadlocking transactions.
 	late *group
+
+	// hosts, atIntent and beforeHealHook are Options'.
+	hosts          []Host
+	atIntent       func(ctx context.Context, i int)
+	beforeHealHook func(ctx context.Context) error
+	cuts           func() []CutRecord
+	afterCommit    func(ctx context.Context)
 
 	// crashPostgres kills and restarts PostgreSQL (Config.KillPostgres).
 	crashPostgres func(ctx context.Context) error
@@ -437,6 +470,13 @@ func (e *engine) run(ctx context.Context, progress Progress) (*History, error) {
 		sort.Slice(e.intents, func(a, b int) bool { return e.intents[a].Index < e.intents[b].Index })
 	}
 
+	if e.beforeHealHook != nil {
+		if err := e.beforeHealHook(ctx); err != nil {
+			e.crash.KillAll()
+			_ = stopAudit()
+			return nil, err
+		}
+	}
 	runErr := e.settle(ctx)
 	e.crash.KillAll()
 	if err := stopAudit(); err != nil && runErr == nil {
@@ -452,6 +492,9 @@ func (e *engine) run(ctx context.Context, progress Progress) (*History, error) {
 	h := &History{Seed: cfg.Seed, Config: cfg, Opening: e.lay.accounts, Audits: e.audits, Fired: e.fired,
 		Server: e.server, Crashes: e.crashes, Cleanup: e.cleanup, Stalls: e.stalls, BeforeHeal: e.beforeHeal, Freezes: e.freezes,
 		SideEffects: e.sideEffects, PipelineFaults: e.pipeFired}
+	if e.cuts != nil {
+		h.Partitions = e.cuts()
+	}
 	h.Intents = make([]Intent, len(e.intents))
 	for i, in := range e.intents {
 		h.Intents[i] = *in
@@ -500,6 +543,9 @@ func (e *engine) drive(ctx context.Context, progress Progress, deadline time.Tim
 				}
 				if i == crashAt {
 					e.killPostgres(ctx, i)
+				}
+				if e.atIntent != nil {
+					e.atIntent(ctx, i)
 				}
 				p := e.plan(i)
 				if p.Follower {
@@ -1180,4 +1226,42 @@ func (e *engine) killPostgres(ctx context.Context, after int) {
 			e.mu.Unlock()
 		}()
 	})
+}
+
+// Host is where one server copy of an HTTP run lives (Options.Hosts).
+type Host struct {
+	// DB is the copy's way to the bank's database: the same database as
+	// the run's, over the copy's own network.
+	DB bank.DB
+	// Listen opens the copy's listener; the run's fault proxy in front of
+	// it dials its address.
+	Listen func() (net.Listener, error)
+	// WorkTimeout is the copy's idem.Handler.WorkTimeout: a copy cut off
+	// from PostgreSQL answers 500 once it has passed. Zero keeps the
+	// handler's default.
+	WorkTimeout time.Duration
+}
+
+// place gives each server copy its host's database and timeout.
+func (e *engine) place(hosts []Host) error {
+	if hosts == nil {
+		return nil
+	}
+	if !e.cfg.HTTP || e.cfg.Target != nil || e.cfg.Deterministic {
+		return errors.New("chaos: Options.Hosts needs an HTTP run of bank-sim's own server")
+	}
+	if len(hosts) != len(e.handlers) {
+		return fmt.Errorf("chaos: %d hosts for %d server copies", len(hosts), len(e.handlers))
+	}
+	for k, h := range e.handlers {
+		h.DB = hosts[k].DB
+		if eff, ok := h.Effects.(*outbox.Effects); ok {
+			eff.DB = hosts[k].DB
+		}
+		if hosts[k].WorkTimeout > 0 {
+			h.WorkTimeout = hosts[k].WorkTimeout
+		}
+	}
+	e.hosts = hosts
+	return nil
 }

@@ -89,6 +89,9 @@ type History struct {
 	Stalls []string `json:"stalls,omitempty"`
 	// Crashes are the times PostgreSQL was killed (KillPostgres).
 	Crashes []Crash `json:"crashes,omitempty"`
+	// Partitions are the cuts of the servers' links to PostgreSQL
+	// (Options.Cuts: a run whose copies live in network namespaces).
+	Partitions []CutRecord `json:"partitions,omitempty"`
 	// Deterministic is set for a run of the deterministic scheduler: its
 	// offsets count steps, and Duration is zero.
 	Deterministic *Determinism `json:"deterministic,omitempty"`

@@ -74,7 +74,11 @@ func startHTTP(e *engine) (*httpRig, error) {
 	}
 	r.http = client.NewHTTP(httpTimeout, &http.Transport{DisableKeepAlives: true})
 	for inst, h := range e.handlers {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		listen := func() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") }
+		if e.hosts != nil {
+			listen = e.hosts[inst].Listen
+		}
+		ln, err := listen()
 		if err != nil {
 			r.close()
 			return nil, fmt.Errorf("listen: %w", err)
@@ -175,6 +179,17 @@ func (r *httpRig) serverFaults(h *idem.Handler, tokens map[string]int64, inst in
 		defer r.inflight.Done()
 		i, n, fault := r.scheduled(req)
 		ctx := e.observe(req.Context())
+		if e.afterCommit != nil {
+			hooks := idem.HooksFrom(ctx)
+			prev := hooks.AfterCommit
+			hooks.AfterCommit = func(ctx context.Context) {
+				if prev != nil {
+					prev(ctx)
+				}
+				e.afterCommit(ctx)
+			}
+			ctx = idem.WithHooks(ctx, hooks)
+		}
 		if fault == FaultDisconnect {
 			// The server finished although its client went away: the
 			// request's context ended, and yet it answered other than 5xx.

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/banksim/bank-sim/faults/netns"
 	"github.com/banksim/bank-sim/postgres"
 	"github.com/spf13/cobra"
 )
@@ -54,6 +55,7 @@ not, 3 when the server cannot be reached.`,
 // pruneTally adds up what prune removed (or would remove).
 type pruneTally struct {
 	clusters, databases int
+	netns               int // namespaces of killed partitioned runs
 	bytes               int64
 	failed              int
 }
@@ -99,6 +101,14 @@ func runPrune(c *cobra.Command, app *App, dryRun bool) error {
 	}
 	tw.Flush()
 
+	nsDir := ""
+	if cdir, err := postgres.CacheDir(app.Env.Getenv("BANK_SIM_CACHE_DIR")); err == nil {
+		nsDir = netns.StateDir(cdir)
+	}
+	if nsDir != "" {
+		t.networks(out, p, nsDir, verb, dryRun)
+	}
+
 	var unreachable error
 	if url := app.externalURL(); url == "" {
 		fmt.Fprintln(out, p.dim.Sprint("no --database-url or DATABASE_URL: no server checked"))
@@ -119,10 +129,16 @@ func runPrune(c *cobra.Command, app *App, dryRun bool) error {
 	if t.clusters > 0 {
 		what = append(what, fmt.Sprintf("%d %s", t.clusters, plural(t.clusters, "cluster", "clusters")))
 	}
+	if t.netns > 0 {
+		what = append(what, fmt.Sprintf("%d network %s", t.netns, plural(t.netns, "namespace", "namespaces")))
+	}
 	if t.databases > 0 {
 		what = append(what, fmt.Sprintf("%d %s", t.databases, plural(t.databases, "database", "databases")))
 	}
 	summary := fmt.Sprintf("removed %s, %s freed", strings.Join(what, " and "), size(t.bytes))
+	if t.clusters+t.databases == 0 {
+		summary = "removed " + strings.Join(what, " and ") // namespaces free no disk
+	}
 	switch {
 	case len(what) == 0 && (cacheErr != nil || unreachable != nil):
 		summary = "nothing removed"
@@ -130,7 +146,7 @@ func runPrune(c *cobra.Command, app *App, dryRun bool) error {
 		summary = "nothing to remove"
 	case dryRun:
 		summary = fmt.Sprintf("would remove %s, %s; run without --dry-run to remove %s", strings.Join(what, " and "), size(t.bytes),
-			plural(t.clusters+t.databases, "it", "them"))
+			plural(t.clusters+t.databases+t.netns, "it", "them"))
 	}
 	fmt.Fprintln(out, summary)
 	if unreachable != nil {
@@ -209,4 +225,45 @@ func plural(n int, one, many string) string {
 		return one
 	}
 	return many
+}
+
+// networks prunes the network namespaces and links of partitioned runs
+// that were killed (faults/netns): only what a run's state file records,
+// and only once its run has ended. Said only when there is something.
+func (t *pruneTally) networks(out io.Writer, p *palette, dir, verb string, dryRun bool) {
+	all, err := netns.Prune(dir, dryRun)
+	if err != nil {
+		return
+	}
+	// Only what this cache's state files record: a namespace merely named
+	// like bank-sim's (the user's, or a test's with its state elsewhere)
+	// is left alone and not worth a line.
+	var found []netns.Leftover
+	for _, l := range all {
+		if l.Run != "" && l.State != netns.Gone {
+			found = append(found, l)
+		}
+	}
+	if len(found) == 0 {
+		return
+	}
+	fmt.Fprintf(out, "%s\n", p.bold.Sprint("network namespaces of partitioned runs ("+dir+")"))
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	defer tw.Flush()
+	for _, l := range found {
+		switch {
+		case l.Err != nil:
+			t.failed++
+			fmt.Fprintf(tw, "  %s\t%s %s\t%v\n", p.bad.Sprint("failed"), l.Kind, l.Name, l.Err)
+		case l.State == netns.Removed:
+			if l.Kind == "namespace" {
+				t.netns++
+			}
+			fmt.Fprintf(tw, "  %s\t%s %s\t%s\n", p.ok.Sprint(verb), l.Kind, l.Name, "its bank-sim run has ended")
+		case l.State == netns.Live:
+			fmt.Fprintf(tw, "  %s\t%s %s\t%s\n", "kept", l.Kind, l.Name, "in use by a running bank-sim")
+		case l.State == netns.Foreign:
+			fmt.Fprintf(tw, "  %s\t%s %s\t%s\n", "kept", l.Kind, l.Name, "not the namespace or link its run made (another inode or index): left alone")
+		}
+	}
 }

@@ -131,3 +131,9 @@ func resolveCacheDir(explicit string) (string, error) {
 	}
 	return abs, nil
 }
+
+// CacheDir is the cache directory Start and PruneCache use: explicit, else
+// $BANK_SIM_CACHE_DIR, else /var/cache/bank-sim as root, else the user's
+// cache dir. Others that leave state a killed run must prune (faults/netns)
+// keep it here too.
+func CacheDir(explicit string) (string, error) { return resolveCacheDir(explicit) }

@@ -95,6 +95,14 @@ type Options struct {
 	CacheDir string
 	// Log receives the PostgreSQL server log; nil discards it.
 	Log io.Writer
+	// ListenAddresses are IP addresses an embedded server listens on
+	// besides 127.0.0.1, and AllowClients the networks (CIDR) it takes
+	// password logins from on them: a run's private network, whose
+	// addresses must exist before Start (faults/netns). The cluster's own
+	// pg_hba.conf is not changed: the server reads a copy with those lines
+	// added, in the slot's tmp directory.
+	ListenAddresses []string
+	AllowClients    []string
 
 	// snapshot overrides the built-in snapshot a new cluster is unpacked
 	// from: "off" for initdb, or an archive's path (tests).
@@ -341,6 +349,11 @@ func startEmbedded(ctx context.Context, o Options) (*Server, error) {
 		CacheDir:  cacheDir,
 		Log:       o.Log != nil,
 		Snapshot:  snap,
+		Listen:    o.ListenAddresses,
+		Clients:   o.AllowClients,
+	}
+	if err := checkListen(o.ListenAddresses, o.AllowClients); err != nil {
+		return nil, unavailable("%v", err)
 	}
 	cfgJSON, _ := json.Marshal(cfg)
 

@@ -46,6 +46,9 @@ type supConfig struct {
 	// Snapshot is "" for the built-in snapshot when one fits, "off" for
 	// initdb always, else an archive's path (tests).
 	Snapshot string
+	// Listen and Clients: Options.ListenAddresses and AllowClients.
+	Listen  []string `json:",omitempty"`
+	Clients []string `json:",omitempty"`
 }
 
 type supStatus struct {
@@ -338,7 +341,7 @@ func (sv *supervisor) start(sigs chan os.Signal) (supStatus, error) {
 	}
 	version := embeddedpostgres.PostgresVersion(sv.cfg.Version)
 	sv.params = map[string]string{
-		"listen_addresses":        "127.0.0.1",
+		"listen_addresses":        strings.Join(append([]string{"127.0.0.1"}, sv.cfg.Listen...), ","),
 		"unix_socket_directories": "",
 		// A simulator: durability against OS crashes is not needed, but
 		// synchronous_commit stays on so that killing postgres itself
@@ -382,6 +385,13 @@ func (sv *supervisor) start(sigs chan os.Signal) (supStatus, error) {
 			if err := sv.initdb(pw); err != nil {
 				return supStatus{}, err
 			}
+		}
+		if len(sv.cfg.Clients) > 0 {
+			hba, err := sv.hbaWithClients()
+			if err != nil {
+				return supStatus{}, err
+			}
+			sv.params["hba_file"] = hba
 		}
 		pm, err := launchPostmaster(sv.binPath, sv.dataDir(), port, sv.params, sv.logw, sigs, startTimeout)
 		if err == nil {
