@@ -371,5 +371,8 @@ svg .line-p50 { stroke: #1a237e; stroke-width: 1.6; fill: none; }
 svg .line-p99 { stroke: var(--bad); stroke-width: 1.6; fill: none; stroke-dasharray: 5 3; }
 svg .line-att { stroke: #000; stroke-width: 1.2; fill: none; stroke-dasharray: 2 2; }
 #tl-info { min-height: 1.5em; font-family: ui-monospace, monospace; font-size: .85rem; }
+/* What lies below the first screen is laid out when it is scrolled to: a
+   long run's report opens at once. */
+#over-time, #coverage, #checks { content-visibility: auto; contain-intrinsic-size: auto 900px; }
 @media print { .tl-wrap { overflow: visible; } }
 `

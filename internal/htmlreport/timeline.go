@@ -325,26 +325,37 @@ func attemptTitle(in *chaos.Intent, a *chaos.Attempt, c clock) string {
 // labelled at labelX.
 func momentLines(h *chaos.History, c clock, x func(int64) float64, y1, y2, rugY int, labelX float64) template.HTML {
 	var b strings.Builder
-	ay1, ay2 := y1, y2
+	ay1 := y1
 	if len(h.Audits) > maxAuditLines {
-		ay1, ay2 = rugY, rugY+7
+		ay1 = rugY
 		fmt.Fprintf(&b, `<text class="tick" x="%.1f" y="%d" text-anchor="end">audits</text>`, labelX, rugY+7)
 	}
 	var want int64
 	for _, a := range h.Opening {
 		want += a.BalanceKobo
 	}
+	var rug strings.Builder // many audits that conserved the total: one path
+	kept := 0
 	for n, a := range h.Audits {
 		var total int64
 		for _, v := range a.Balances {
 			total += v
 		}
+		if total == want && ay1 != y1 {
+			fmt.Fprintf(&rug, "M%.1f %dv7", x(a.AtNs), ay1)
+			kept++
+			continue
+		}
 		state := "conserved"
 		if total != want {
+			// A broken audit is drawn across, however many there are.
 			state = "NOT conserved: expected " + bank.Naira(want)
 		}
 		fmt.Fprintf(&b, `<line class="audit" x1="%.1f" y1="%d" x2="%.1f" y2="%d"><title>audit %d at %s: total %s, %s</title></line>`,
-			x(a.AtNs), ay1, x(a.AtNs), ay2, n+1, Esc(c.at(a.AtNs)), Esc(bank.Naira(total)), Esc(state))
+			x(a.AtNs), y1, x(a.AtNs), y2, n+1, Esc(c.at(a.AtNs)), Esc(bank.Naira(total)), Esc(state))
+	}
+	if kept > 0 {
+		fmt.Fprintf(&b, `<path class="audit audits" d="%s"><title>%d audits' snapshots, each with the total %s, as it opened</title></path>`, rug.String(), kept, Esc(bank.Naira(want)))
 	}
 	heal := int64(-1)
 	for i := range h.Intents {
