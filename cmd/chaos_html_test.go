@@ -71,6 +71,19 @@ func TestChaosHTMLReportShowsABugsViolationsFirst(t *testing.T) {
 	if len(seen) == 0 {
 		t.Error("no violation names an intent")
 	}
+	// Each involved intent is drawn in the lane of the client the run
+	// recorded as its sender.
+	for i := range seen {
+		in := h.Intents[i]
+		lanes := browsertest.Eval[[]string](p, fmt.Sprintf(`[...document.querySelectorAll('svg.timeline rect.attempt[data-i="%d"]')].map(function(r){
+			var y=+r.getAttribute('y');
+			for (const l of document.querySelectorAll('svg.timeline g.lane.client')) { var bg=l.querySelector('rect'); var t=+bg.getAttribute('y'); if (y>=t && y<t+(+bg.getAttribute('height'))) return l.textContent; }
+			return 'none'})`, i))
+		want := fmt.Sprintf("client %d", in.Client)
+		if in.Client < 1 || len(lanes) == 0 || lanes[0] != want {
+			t.Errorf("%s: sent by client %d (as the history says), drawn in lanes %q", in.Label, in.Client, lanes)
+		}
+	}
 	if n := p.Count("svg.timeline g.lane.client"); n != 4 {
 		t.Errorf("client lanes: %d, want 4 (--clients 4)", n)
 	}
