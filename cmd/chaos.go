@@ -172,6 +172,13 @@ JUnit report, first failing seed's recipe and exit code, as if one machine
 had run every seed. A shard exits 1 when one of its seeds broke a rule, and
 leaves coverage to the merge.
 
+--html FILE writes a report to open in a browser, one file that needs
+nothing else: the violations first, each with every attempt of the intents
+involved; a timeline of every attempt (a lane per client and per server
+copy, faults where they struck); throughput and latency over time, with
+the faults and the audits' snapshots; the coverage table. A campaign's
+report has a row per seed, linking to its details.
+
 Exit code 0 when the run is VALID (no rule broken, every defence
 exercised), 1 on any violation, 4 when it is INCONCLUSIVE (no rule broken,
 but some defence never exercised or some fault never fired), 2 for a usage

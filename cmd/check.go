@@ -29,6 +29,9 @@ shrinks it here when the file has none, which needs PostgreSQL). Every
 shard of one campaign must be given once: files of different flags, seeds,
 numbers of shards or bank-sim builds are refused, as are files over 64 MiB.
 
+--html FILE writes the history's report (the one 'chaos --html' writes),
+or with --merge the campaign's.
+
 Exit code 0 when the history is VALID, 1 on any violation, 4 when it broke
 no rule but is INCONCLUSIVE (some defence never exercised, some fault never
 fired), 2 when the file cannot be read. A merged campaign exits as the
