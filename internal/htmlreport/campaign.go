@@ -55,7 +55,7 @@ func Campaign(r CampaignRun) *Doc {
 	tallyText := strings.Join(parts, ", ") + fmt.Sprintf(" of %d seed(s)", len(r.Results))
 	switch {
 	case r.Verdict == chaos.Invalid:
-		d.Verdict = "INVALID: " + tallyText
+		d.Verdict = "INVALID: a seed broke a rule or could not run · " + tallyText
 	case !r.Judged:
 		d.Verdict = "no seed broke a rule: " + tallyText + " (coverage is judged when the shards' files are merged)"
 		d.OK = true
