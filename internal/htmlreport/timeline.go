@@ -125,7 +125,8 @@ func timelineHTML(h *chaos.History, res chaos.Result, c clock, involved []int) t
 		in := &h.Intents[i]
 		for k := range in.Attempts {
 			a := &in.Attempts[k]
-			hits[a.Instance] = append(hits[a.Instance], hit{in: in, a: a})
+			sv := min(max(a.Instance, 0), nServers-1)
+			hits[sv] = append(hits[sv], hit{in: in, a: a})
 		}
 	}
 	rows := make([]int, nServers)
