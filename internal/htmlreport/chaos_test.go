@@ -129,6 +129,7 @@ func render(t *testing.T, d *htmlreport.Doc) string {
 // intents packed where they do not overlap, no more lanes than it had
 // clients, and the page says the lanes are not clients.
 func TestTimelinePacksLanesWhenClientsWereNotRecorded(t *testing.T) {
+	t.Parallel()
 	h := history(60, 5, 3)
 	for i := range h.Intents {
 		h.Intents[i].Client = 0
@@ -150,6 +151,7 @@ func TestTimelinePacksLanesWhenClientsWereNotRecorded(t *testing.T) {
 // A long run's report stays small: 1,000 intents and 1,334 attempts (more
 // per intent than a real default run's 1.5) in well under 2 MB.
 func TestChaosReportOfAThousandIntentsIsSmall(t *testing.T) {
+	t.Parallel()
 	h := history(1000, 8, 3)
 	movedTwice(h, 500)
 	out := render(t, htmlreport.Chaos(h, chaos.Check(h), htmlreport.ChaosOptions{}))
@@ -183,6 +185,7 @@ func campaignRun() htmlreport.CampaignRun {
 // run with no violation section; a campaign's rows linking to their
 // seeds; the page quiet (no console error, nothing fetched).
 func TestChaosReportsInABrowser(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	clean := history(60, 5, 3)
 	bad := history(60, 5, 3)
