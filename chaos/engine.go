@@ -552,6 +552,7 @@ func (e *engine) drive(ctx context.Context, progress Progress, deadline time.Tim
 					continue // the client of intent i-1 sends it
 				}
 				in := e.send(ctx, i, p)
+				in.Client = k + 1
 				store(in)
 				if !cfg.head(e.lay, i) {
 					continue
@@ -561,13 +562,16 @@ func (e *engine) drive(ctx context.Context, progress Progress, deadline time.Tim
 					// Its key may still be free or in progress: a reuse now
 					// would race the intent itself. It waits for healing.
 					fin := newIntent(i+1, f)
+					fin.Client = k + 1
 					e.mu.Lock()
 					e.deferred = append(e.deferred, fin)
 					e.mu.Unlock()
 					store(fin)
 					continue
 				}
-				store(e.send(ctx, i+1, f))
+				fin := e.send(ctx, i+1, f)
+				fin.Client = k + 1
+				store(fin)
 			}
 		})
 	}

@@ -169,6 +169,12 @@ type Intent struct {
 	// Reuse (recipient, sender or amount).
 	Reuse   string `json:"reuse,omitempty"`
 	ReuseOf int    `json:"reuseOf,omitempty"`
+	// Client is the client (1 to Config.Clients) that sent it in the fault
+	// phase: the lane the HTML report's timeline draws it in. Healing and
+	// the repeats after the cleanup job are sent by workers of their own,
+	// on the same client's behalf. Zero in histories saved before it was
+	// recorded.
+	Client int `json:"client,omitempty"`
 }
 
 // Attempt is one delivery of an intent.

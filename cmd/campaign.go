@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/banksim/bank-sim/chaos"
+	"github.com/banksim/bank-sim/internal/htmlreport"
 	"github.com/banksim/bank-sim/scenarios"
 	"github.com/spf13/cobra"
 )
@@ -136,7 +137,7 @@ func runCampaign(c *cobra.Command, app *App, o chaosOptions, cfg chaos.Config) e
 	if o.campaignOut != "" {
 		saveErr = saveCampaign(o.campaignOut, run)
 	}
-	err = reportCampaign(app, campaignReport{asJSON: o.asJSON, junit: o.junit, recipe: o.recipe, out: o.campaignOut, saved: saveErr == nil}, run)
+	err = reportCampaign(app, campaignReport{asJSON: o.asJSON, junit: o.junit, recipe: o.recipe, out: o.campaignOut, saved: saveErr == nil, html: o.html}, run)
 	if recipeErr != nil {
 		fmt.Fprintf(app.Env.Stderr, "bank-sim: %v\n", recipeErr)
 	}
@@ -173,6 +174,7 @@ type campaignReport struct {
 	recipe string // where the recipe was saved
 	out    string // --campaign-out
 	saved  bool   // --campaign-out was written
+	html   string // --html
 }
 
 // reportCampaign writes the JUnit report and prints the campaign (or its
@@ -186,6 +188,11 @@ func reportCampaign(app *App, rep campaignReport, run campaignRun) error {
 	if rep.junit != "" {
 		if err := writeCampaignJUnit(rep.junit, run, verdict, union); err != nil {
 			return &ExitError{Code: ExitFailed, Err: err}
+		}
+	}
+	if rep.html != "" {
+		if err := writeHTML(app.Env, rep.html, campaignHTML(run, verdict, union)); err != nil {
+			return err
 		}
 	}
 	tally := chaos.Tally(run.results)
@@ -264,6 +271,17 @@ type campaignJSON struct {
 	FirstFailing *chaos.Seed        `json:"firstFailing,omitempty"`
 	Recipe       *chaos.Recipe      `json:"recipe,omitempty"`
 	Duration     time.Duration      `json:"durationNs"`
+}
+
+// campaignHTML is the campaign's HTML report.
+func campaignHTML(run campaignRun, verdict string, union chaos.Coverage) *htmlreport.Doc {
+	r := htmlreport.CampaignRun{Seeds: run.seeds, Flags: strings.TrimSpace(campaignFlags(run.cfg)), Describe: strings.ReplaceAll(describeConfig(run.cfg), "\n", " · "),
+		Results: run.results, Verdict: verdict, Union: union, Judged: run.judged(), Merged: run.merged,
+		First: run.first, Recipe: run.recipe, Elapsed: run.elapsed, Rates: run.cfg.Faults}
+	if run.shard.sharded() && run.merged == 0 {
+		r.Shard = run.shard.String()
+	}
+	return htmlreport.Campaign(r)
 }
 
 // campaignFlags are the flags that repeat one seed of a campaign.

@@ -304,6 +304,7 @@ type mergeOptions struct {
 	junit  string
 	recipe string
 	shrink bool
+	html   string
 }
 
 // runMerge combines the shards' result files of one campaign, and reports
@@ -311,7 +312,7 @@ type mergeOptions struct {
 // the first failing seed's recipe (from its shard's file; or, with
 // --shrink, shrunk here), and the campaign's exit code.
 func runMerge(c *cobra.Command, app *App, paths []string, o mergeOptions) error {
-	for _, f := range [][2]string{{"--save-recipe", o.recipe}, {"--junit", o.junit}} {
+	for _, f := range [][2]string{{"--save-recipe", o.recipe}, {"--junit", o.junit}, {"--html", o.html}} {
 		if f[1] != "" {
 			if err := checkWritableFlag(f[0], f[1]); err != nil {
 				return err
@@ -372,7 +373,7 @@ func runMerge(c *cobra.Command, app *App, paths []string, o mergeOptions) error 
 			return ctx.Err()
 		}
 	}
-	err = reportCampaign(app, campaignReport{asJSON: o.asJSON, junit: o.junit, recipe: o.recipe}, run)
+	err = reportCampaign(app, campaignReport{asJSON: o.asJSON, junit: o.junit, recipe: o.recipe, html: o.html}, run)
 	if recipeErr != nil {
 		fmt.Fprintf(app.Env.Stderr, "bank-sim: %v\n", recipeErr)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/banksim/bank-sim/chaos"
 	"github.com/banksim/bank-sim/idem"
+	"github.com/banksim/bank-sim/internal/htmlreport"
 	"github.com/banksim/bank-sim/postgres"
 	"github.com/banksim/bank-sim/scenarios"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -52,6 +53,8 @@ type chaosOptions struct {
 	// campaignOut is where its results go, for check --merge.
 	shard       string
 	campaignOut string
+	// html is --html FILE: the run's (or the campaign's) report.
+	html string
 }
 
 func newChaosCmd(app *App) *cobra.Command {
@@ -169,6 +172,13 @@ JUnit report, first failing seed's recipe and exit code, as if one machine
 had run every seed. A shard exits 1 when one of its seeds broke a rule, and
 leaves coverage to the merge.
 
+--html FILE writes a report to open in a browser, one file that needs
+nothing else: the violations first, each with every attempt of the intents
+involved; a timeline of every attempt (a lane per client and per server
+copy, faults where they struck); throughput and latency over time, with
+the faults and the audits' snapshots; the coverage table. A campaign's
+report has a row per seed, linking to its details.
+
 Exit code 0 when the run is VALID (no rule broken, every defence
 exercised), 1 on any violation, 4 when it is INCONCLUSIVE (no rule broken,
 but some defence never exercised or some fault never fired), 2 for a usage
@@ -217,6 +227,7 @@ some defence, else 0.`,
 	f.IntVar(&o.parallel, "parallel", 2, "with --seeds: run up to `N` seeds at once")
 	f.StringVar(&o.shard, "shard", "", "with --seeds: run only shard `K/N` of the campaign (every N-th seed, from the K-th); merge the shards with 'bank-sim check --merge'")
 	f.StringVar(&o.campaignOut, "campaign-out", "", "with --seeds: write the campaign's results as JSON to `FILE`, for 'bank-sim check --merge'")
+	addHTMLFlag(f, &o.html)
 	_ = c.RegisterFlagCompletionFunc("bug", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 		return idem.BugNames(), cobra.ShellCompDirectiveNoFileComp
 	})
@@ -281,7 +292,7 @@ func (o chaosOptions) config(app *App, c *cobra.Command) (chaos.Config, error) {
 			return chaos.Config{}, err
 		}
 	}
-	for _, f := range [][2]string{{"--save-recipe", o.recipe}, {"--junit", o.junit}, {"--campaign-out", o.campaignOut}} {
+	for _, f := range [][2]string{{"--save-recipe", o.recipe}, {"--junit", o.junit}, {"--campaign-out", o.campaignOut}, {"--html", o.html}} {
 		if f[1] != "" {
 			if err := checkWritableFlag(f[0], f[1]); err != nil {
 				return chaos.Config{}, err
@@ -377,7 +388,7 @@ func runChaos(c *cobra.Command, app *App, o chaosOptions) error {
 		}
 		return runFailed(fmt.Errorf("chaos run (seed %d): %w", cfg.Seed, err))
 	}
-	return o.verdict(out, p, h, func(h *chaos.History) (*chaos.Recipe, error) {
+	return o.verdict(app.Env, out, p, h, func(h *chaos.History) (*chaos.Recipe, error) {
 		return shrinkRun(ctx, app, o, cfg, h, scenarios.ServerBanks(srv), !o.asJSON)
 	})
 }
@@ -385,7 +396,7 @@ func runChaos(c *cobra.Command, app *App, o chaosOptions) error {
 // verdict checks the run's history, prints the result (and saves the
 // history with --history), and returns the verdict's exit. shrink, when
 // not nil, makes the recipe of a failing run for --shrink/--save-recipe.
-func (o chaosOptions) verdict(out io.Writer, p *palette, h *chaos.History, shrink func(*chaos.History) (*chaos.Recipe, error)) error {
+func (o chaosOptions) verdict(env *Env, out io.Writer, p *palette, h *chaos.History, shrink func(*chaos.History) (*chaos.Recipe, error)) error {
 	// The verdict first: a history that cannot be written must not cost it.
 	var saveErr error
 	if o.history != "" {
@@ -417,10 +428,39 @@ func (o chaosOptions) verdict(out io.Writer, p *palette, h *chaos.History, shrin
 			fmt.Fprintf(out, "%s\n", p.dim.Sprint("nothing to shrink: the run broke no rule"))
 		}
 	}
+	if o.html != "" {
+		if err := writeHTML(env, o.html, chaosHTML(h, res, recipe)); err != nil {
+			return err
+		}
+	}
 	if saveErr != nil {
 		return &ExitError{Code: ExitFailed, Err: fmt.Errorf("--history %s: cannot write it (%s)", o.history, plainIOError(saveErr))}
 	}
 	return verdictError(res)
+}
+
+// chaosHTML is the HTML report of one run's history, in the words the
+// terminal report uses (a target's checks are its own).
+func chaosHTML(h *chaos.History, res chaos.Result, recipe *chaos.Recipe) *htmlreport.Doc {
+	res.Coverage = targetCoverage(h, res.Coverage)
+	o := htmlreport.ChaosOptions{CheckTitle: checkTitle, Recipe: recipe}
+	cfg := h.Config
+	if cfg.Target != nil {
+		o.CheckTitle = targetCheckTitle
+	} else if cfg.Intents > 0 {
+		o.Repeat = fmt.Sprintf("bank-sim chaos --seed %d", h.Seed)
+		if h.Deterministic != nil {
+			o.Repeat += " --deterministic"
+		}
+		o.Repeat += campaignFlags(cfg)
+		if cfg.HTTP {
+			o.Repeat += " --http"
+		}
+		if cfg.KillPostgres {
+			o.Repeat += " --kill-postgres"
+		}
+	}
+	return htmlreport.Chaos(h, res, o)
 }
 
 // verdictError is the exit a verdict gives: 0 VALID, 1 INVALID, 4

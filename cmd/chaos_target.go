@@ -102,7 +102,7 @@ func runChaosTarget(c *cobra.Command, app *App, o chaosOptions, cfg chaos.Config
 		}
 		return targetError(err)
 	}
-	return o.verdict(out, p, h, nil)
+	return o.verdict(app.Env, out, p, h, nil)
 }
 
 // targetError gives a target run's error its exit code: 3 for a target or

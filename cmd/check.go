@@ -11,6 +11,7 @@ import (
 
 func newCheckCmd(app *App) *cobra.Command {
 	var asJSON, merge bool
+	var htmlPath string
 	var mo mergeOptions
 	c := &cobra.Command{
 		Use:   "check FILE | --merge FILE…",
@@ -27,6 +28,9 @@ seed's recipe, from its shard's file (--save-recipe saves it; --shrink
 shrinks it here when the file has none, which needs PostgreSQL). Every
 shard of one campaign must be given once: files of different flags, seeds,
 numbers of shards or bank-sim builds are refused, as are files over 64 MiB.
+
+--html FILE writes the history's report (the one 'chaos --html' writes),
+or with --merge the campaign's.
 
 Exit code 0 when the history is VALID, 1 on any violation, 4 when it broke
 no rule but is INCONCLUSIVE (some defence never exercised, some fault never
@@ -47,12 +51,17 @@ some defence, else 0; 2 when the files are not one campaign's shards.`,
 		},
 		RunE: func(c *cobra.Command, args []string) error {
 			if merge {
-				mo.asJSON = asJSON
+				mo.asJSON, mo.html = asJSON, htmlPath
 				return runMerge(c, app, args, mo)
 			}
 			for _, name := range []string{"junit", "save-recipe", "shrink"} {
 				if c.Flags().Changed(name) {
 					return usageError("--%s is for a merged campaign: give --merge and the shards' result files", name)
+				}
+			}
+			if htmlPath != "" {
+				if err := checkWritableFlag("--html", htmlPath); err != nil {
+					return err
 				}
 			}
 			h, err := loadHistory(c.Context(), args[0])
@@ -70,6 +79,11 @@ some defence, else 0; 2 when the files are not one campaign's shards.`,
 			} else {
 				printChaosResult(app.Env.Stdout, app.palette(), h, res, nil)
 			}
+			if htmlPath != "" {
+				if err := writeHTML(app.Env, htmlPath, chaosHTML(h, res, nil)); err != nil {
+					return err
+				}
+			}
 			return verdictError(res)
 		},
 	}
@@ -78,6 +92,7 @@ some defence, else 0; 2 when the files are not one campaign's shards.`,
 	f.BoolVar(&merge, "merge", false, "combine the result files of a campaign's shards (chaos --shard K/N --campaign-out FILE) into one campaign")
 	f.StringVar(&mo.junit, "junit", "", "with --merge: write the campaign's JUnit XML report to `FILE`, one test case per seed")
 	f.StringVar(&mo.recipe, "save-recipe", "", "with --merge: write the first failing seed's recipe as JSON to `FILE`")
+	addHTMLFlag(f, &htmlPath)
 	f.BoolVar(&mo.shrink, "shrink", false, "with --merge: when the first failing seed's shard saved no recipe, run the seed again and shrink it here (needs PostgreSQL)")
 	return c
 }

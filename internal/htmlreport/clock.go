@@ -1,0 +1,127 @@
+package htmlreport
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/banksim/bank-sim/chaos"
+)
+
+// clock reads a chaos history's offsets: nanoseconds since the run started,
+// or, in a deterministic history, the scheduler's steps.
+type clock struct {
+	det  bool
+	end  int64   // the last offset drawn (at least 1)
+	div  float64 // offsets per axis unit
+	unit string  // the axis unit: "ms", "s" or "steps"
+}
+
+func newClock(h *chaos.History) clock {
+	var end int64
+	see := func(v int64) { end = max(end, v) }
+	for i := range h.Intents {
+		for _, a := range h.Intents[i].Attempts {
+			see(a.EndNs)
+			see(a.StartNs)
+		}
+	}
+	for _, a := range h.Audits {
+		see(a.AtNs)
+	}
+	for _, c := range h.Crashes {
+		see(c.UpNs)
+	}
+	if h.Cleanup != nil {
+		see(h.Cleanup.AtNs)
+	}
+	c := clock{det: h.Deterministic != nil}
+	switch {
+	case c.det:
+		see(int64(h.Deterministic.Steps))
+		c.div, c.unit = 1, "steps"
+	default:
+		see(int64(h.Duration))
+		c.div, c.unit = 1e6, "ms"
+		if end >= int64(5*time.Second) {
+			c.div, c.unit = 1e9, "s"
+		}
+	}
+	c.end = max(end, 1)
+	return c
+}
+
+// at says when an offset was: "12.345ms" or "step 1234".
+func (c clock) at(v int64) string {
+	if c.det {
+		return fmt.Sprintf("step %d", v)
+	}
+	return time.Duration(v).Round(time.Microsecond).String()
+}
+
+// span says how long an offset difference is.
+func (c clock) span(v int64) string {
+	if c.det {
+		return fmt.Sprintf("%d steps", v)
+	}
+	return time.Duration(v).Round(time.Microsecond).String()
+}
+
+// axisTitle names the time axis with its unit.
+func (c clock) axisTitle() string {
+	if c.det {
+		return "scheduler steps since the run started (a deterministic run counts steps, not time)"
+	}
+	return "time since the run started (" + c.unit + ")"
+}
+
+// ticks returns about n round positions (offsets) along [0, end] and their
+// labels in axis units.
+func (c clock) ticks(n int) ([]int64, []string) {
+	span := float64(c.end) / c.div
+	step := niceStep(span / float64(n))
+	var at []int64
+	var labels []string
+	for v := 0.0; v <= span*1.0001; v += step {
+		at = append(at, int64(math.Round(v*c.div)))
+		labels = append(labels, strconv.FormatFloat(v, 'f', -1, 64))
+		if len(at) > 4*n {
+			break
+		}
+	}
+	for i, l := range labels {
+		// 0.30000000000000004 → 0.3
+		if f, err := strconv.ParseFloat(l, 64); err == nil {
+			labels[i] = strconv.FormatFloat(math.Round(f/step)*step, 'g', 6, 64)
+		}
+	}
+	return at, labels
+}
+
+// niceStep is the round step (1, 2 or 5 × 10^k) nearest above raw.
+func niceStep(raw float64) float64 {
+	if raw <= 0 || math.IsNaN(raw) || math.IsInf(raw, 0) {
+		return 1
+	}
+	p := math.Pow(10, math.Floor(math.Log10(raw)))
+	for _, m := range []float64{1, 2, 5, 10} {
+		if m*p >= raw {
+			return m * p
+		}
+	}
+	return 10 * p
+}
+
+// num formats a value for an axis or a table: no more digits than it needs.
+func num(v float64) string {
+	switch {
+	case v == 0:
+		return "0"
+	case math.Abs(v) >= 100:
+		return strconv.FormatFloat(math.Round(v), 'f', -1, 64)
+	case math.Abs(v) >= 10:
+		return strconv.FormatFloat(math.Round(v*10)/10, 'f', -1, 64)
+	}
+	return strconv.FormatFloat(v, 'g', 3, 64)
+}
