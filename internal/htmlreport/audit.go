@@ -78,6 +78,7 @@ func AuditCell(row chaos.AuditRow, column string, correct bool) (state, evidence
 }
 
 const auditCSS = `
+body { max-width: 1800px; }
 .matrix-wrap { overflow-x: auto; }
 table.matrix { font-size: .85rem; }
 table.matrix th.check { vertical-align: bottom; padding: .3rem .15rem; }
@@ -96,9 +97,12 @@ table.matrix td.cell.none { color: var(--muted); }
 table.matrix tbody.correct { border-bottom: 4px double var(--ink); }
 table.matrix tbody.correct th.row { font-style: italic; }
 table.matrix tr.group th { background: var(--bg); border: none; padding-top: .6rem; font-size: .8rem; color: var(--muted); text-transform: uppercase; letter-spacing: .04em; }
-table.matrix tr.missed-row th.row { color: var(--bad); }
+table.matrix tr.missed-row th.row, table.matrix tr.missed-row th.row a { color: var(--bad); }
+table.matrix tr.missed-row th.row::before { content: "✗ "; }
+table.matrix tr.missed-row td.cell { background: #fde8e8; color: var(--bad); }
+table.matrix th.row a { color: inherit; }
 table.matrix th.row { white-space: nowrap; }
-table.matrix td.verdict { white-space: nowrap; }
+table.matrix td.rowverdict { white-space: nowrap; font-weight: 600; }
 table.matrix tfoot td, table.matrix tfoot th { font-weight: 700; background: var(--soft); }
 .legend span.mk { display: inline-block; min-width: 1.4rem; text-align: center; font-weight: 700; }
 dl.mistakes dt { font-weight: 700; margin-top: .4rem; }
@@ -204,7 +208,7 @@ func Audit(rep chaos.AuditReport) *Doc {
 			fmt.Fprintf(&b, `<details><summary><span class="sym">%s</span><span class="word">%s</span></summary><div class="why">%s</div></details></td>`,
 				l.sym, Esc(state), Esc(tip+"\n"+ev))
 		}
-		fmt.Fprintf(&b, `<td class="verdict %s">%s</td></tr>`+"\n", vclass, Esc(verdict))
+		fmt.Fprintf(&b, `<td class="rowverdict %s">%s</td></tr>`+"\n", vclass, Esc(verdict))
 	}
 	b.WriteString(`<tbody class="correct">`)
 	group("the correct handler: every check must pass it")

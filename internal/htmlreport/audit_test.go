@@ -110,7 +110,7 @@ func TestAuditMatrixInABrowser(t *testing.T) {
 	if got := state(inconclusiveBug, chaos.ChaosColumn); got != htmlreport.CellInconclusive {
 		t.Errorf("%s × chaos (planted: a defence never reached) shows %q, want inconclusive", inconclusiveBug, got)
 	}
-	if got := p.Text(fmt.Sprintf(`#matrix tr[data-bug=%q] td.verdict`, missedBug)); !strings.Contains(got, "MISSED") {
+	if got := p.Text(fmt.Sprintf(`#matrix tr[data-bug=%q] td.rowverdict`, missedBug)); !strings.Contains(got, "MISSED") {
 		t.Errorf("%s (planted: caught by nothing) has verdict %q, want MISSED", missedBug, got)
 	}
 	if n := p.Count(fmt.Sprintf(`#matrix tr[data-bug=%q] td.cell[data-state="missed"]`, missedBug)); n != len(rep.Columns) {

@@ -209,7 +209,21 @@ table.rounds td { font-size: .8rem; }
 table#target-table thead { display: none; }
 table#target-table td.key { font-weight: 700; white-space: nowrap; }
 table.summary th { white-space: nowrap; }
-@media print { details > *:not(summary) { display: block; } article.check { break-inside: avoid-page; } }
+@media print { article.check { break-inside: avoid-page; } }
+`
+
+// printAll opens the folded evidence for printing, and folds it again
+// after: on paper there is no click.
+const printAll = `
+var folded = [];
+window.addEventListener('beforeprint', function () {
+  folded = Array.from(document.querySelectorAll('details:not([open])'));
+  folded.forEach(function (d) { d.open = true; });
+});
+window.addEventListener('afterprint', function () {
+  folded.forEach(function (d) { d.open = false; });
+  folded = [];
+});
 `
 
 // longEvidence is how many evidence lines a check shows before they are
@@ -225,6 +239,7 @@ func Probe(rep *probe.Report) *Doc {
 			rep.Started.Format("2006-01-02 15:04:05 MST"), time.Duration(rep.Duration).Round(time.Millisecond)),
 		Verdict: rep.Verdict, OK: rep.Failed == 0}
 	d.Style(probeCSS)
+	d.Script(printAll)
 	checks := append([]probe.Result(nil), rep.Checks...)
 	sort.SliceStable(checks, func(a, b int) bool { return statusRank[checks[a].Status] < statusRank[checks[b].Status] })
 	warnings := ProbeWarnings(rep)
