@@ -139,8 +139,8 @@ func statusMark(s probe.Status) template.HTML {
 // could not be made, then the passes.
 var statusRank = map[probe.Status]int{probe.Fail: 0, probe.Unknown: 1, probe.Skipped: 2, probe.Pass: 3}
 
-// HangUpRound is one round of the hang-up check, from its evidence line.
-type HangUpRound struct {
+// hangUpRound is one round of the hang-up check, from its evidence line.
+type hangUpRound struct {
 	N int
 	// Kind: "answered" (the answer beat the hang-up and was dropped),
 	// "hung-up" (before any answer; the retry was replayed at once) or
@@ -157,12 +157,12 @@ var (
 )
 
 // parseRound reads a hang-up round's evidence line.
-func parseRound(line string) (HangUpRound, bool) {
+func parseRound(line string) (hangUpRound, bool) {
 	m := roundLine.FindStringSubmatch(line)
 	if m == nil {
-		return HangUpRound{}, false
+		return hangUpRound{}, false
 	}
-	r := HangUpRound{Line: line}
+	r := hangUpRound{Line: line}
 	fmt.Sscan(m[1], &r.N)
 	r.What, r.Retried, _ = strings.Cut(m[2], " · retried: ")
 	switch {
@@ -351,7 +351,7 @@ func Probe(rep *probe.Report) *Doc {
 // strip of marks (each round's line on hover) and a table; folded when
 // long, unless the check failed.
 func evidence(c probe.Result, warnings []ProbeWarning) template.HTML {
-	var rounds []HangUpRound
+	var rounds []hangUpRound
 	var items []string
 	roundsAt := -1
 	for _, line := range c.Evidence {
