@@ -7,6 +7,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/banksim/bank-sim/chaos"
+	"github.com/banksim/bank-sim/internal/htmlreport"
 	"github.com/banksim/bank-sim/scenarios"
 	"github.com/spf13/cobra"
 )
@@ -17,6 +18,7 @@ type auditOptions struct {
 	clients  int
 	parallel int
 	asJSON   bool
+	html     string
 }
 
 func newAuditCmd(app *App) *cobra.Command {
@@ -39,9 +41,14 @@ Exit code 0 when every bug is caught by at least one check, the correct
 handler by none, and its chaos runs together exercised every defence; 1
 when a bug was missed or the correct handler caught; 4 when neither, but
 even 4 runs never reached some defence (INCONCLUSIVE: the report names
-it); 3 when PostgreSQL is unavailable.`,
+it); 3 when PostgreSQL is unavailable.
+
+--html FILE also writes the matrix as one self-contained HTML page: a
+symbol, a word and a colour in every cell, each cell's evidence a click
+away, the totals; it opens offline and prints.`,
 		Example: `  bank-sim audit
-  bank-sim audit --seed 7 --json`,
+  bank-sim audit --seed 7 --json
+  bank-sim audit --html audit.html`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error { return runAudit(c, app, o) },
 	}
@@ -51,6 +58,7 @@ it); 3 when PostgreSQL is unavailable.`,
 	f.IntVar(&o.clients, "clients", 8, "clients in each chaos run")
 	f.IntVar(&o.parallel, "parallel", 4, "runs at once")
 	f.BoolVar(&o.asJSON, "json", false, "print the matrix as JSON")
+	addHTMLFlag(f, &o.html)
 	return c
 }
 
@@ -66,6 +74,11 @@ func runAudit(c *cobra.Command, app *App, o auditOptions) error {
 		return usageError("--clients %d: give 1 to 64", o.clients)
 	case o.parallel < 1 || o.parallel > 16:
 		return usageError("--parallel %d: give 1 to 16", o.parallel)
+	}
+	if o.html != "" {
+		if err := checkWritableFlag("--html", o.html); err != nil {
+			return err
+		}
 	}
 	ctx := c.Context()
 	out := app.Env.Stdout
@@ -102,6 +115,11 @@ func runAudit(c *cobra.Command, app *App, o auditOptions) error {
 		}
 	} else {
 		printAudit(out, p, rep)
+	}
+	if o.html != "" {
+		if err := writeHTML(app.Env, o.html, htmlreport.Audit(rep)); err != nil {
+			return err
+		}
 	}
 	return auditExit(rep)
 }

@@ -9,12 +9,13 @@ import (
 	"time"
 
 	"github.com/banksim/bank-sim/bank"
+	"github.com/banksim/bank-sim/internal/htmlreport"
 	"github.com/banksim/bank-sim/scenarios"
 	"github.com/spf13/cobra"
 )
 
 func newCompareCmd(app *App) *cobra.Command {
-	var seed string
+	var seed, html string
 	c := &cobra.Command{
 		Use:   "compare NAME",
 		Short: "Run a story and show its unprotected and protected runs side by side",
@@ -26,10 +27,14 @@ differed between the run without protection and the run with it.
 A story with a single run has nothing to compare: compare says so and how
 to watch it, runs nothing and exits 0.
 
+--html FILE also writes the comparison as one self-contained HTML page (no
+network needed to view it; it prints).
+
 Exit code 0 when the story passed (or has a single run), 1 when it failed,
 2 for a usage error, 3 when PostgreSQL could not be started or reached.`,
 		Example: `  bank-sim compare lost-response
-  bank-sim compare double-tap --seed 7`,
+  bank-sim compare double-tap --seed 7
+  bank-sim compare lost-response --html compare.html`,
 		Args: cobra.ExactArgs(1),
 		ValidArgsFunction: func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 			return scenarios.Names(), cobra.ShellCompDirectiveNoFileComp
@@ -40,24 +45,33 @@ Exit code 0 when the story passed (or has a single run), 1 when it failed,
 				return err
 			}
 			s := list[0]
+			if html != "" {
+				if err := checkWritableFlag("--html", html); err != nil {
+					return err
+				}
+			}
 			if !hasControl(s) {
 				// A valid story, not a mistake on the command line: said on
 				// stdout, exit 0.
 				fmt.Fprintf(app.Env.Stdout, "%s has a single run, with nothing to compare it to; watch it with 'bank-sim scenario %s'\n", s.Name, s.Name)
+				if html != "" {
+					fmt.Fprintf(app.Env.Stderr, "bank-sim compare: no HTML report written (nothing to compare); 'bank-sim scenario %s' tells the story\n", s.Name)
+				}
 				return nil
 			}
 			n, err := seedFlag(app, c, seed)
 			if err != nil {
 				return err
 			}
-			return runCompare(c, app, s, n)
+			return runCompare(c, app, s, n, html)
 		},
 	}
 	c.Flags().StringVar(&seed, "seed", "", "seed for every random choice (default: a new one)")
+	addHTMLFlag(c.Flags(), &html)
 	return c
 }
 
-func runCompare(c *cobra.Command, app *App, s scenarios.Scenario, seed uint64) error {
+func runCompare(c *cobra.Command, app *App, s scenarios.Scenario, seed uint64, html string) error {
 	ctx := c.Context()
 	out, p := app.Env.Stdout, app.palette()
 	fmt.Fprintf(out, "bank-sim %s · seed %d (repeat this run with --seed %d)\n", version(), seed, seed)
@@ -76,6 +90,11 @@ func runCompare(c *cobra.Command, app *App, s scenarios.Scenario, seed uint64) e
 		return &ExitError{Code: ExitDatabase, Err: err}
 	}
 	compareTable(out, p, s, rep, wrapOr(app.Env.Width, 80))
+	if html != "" {
+		if err := writeHTML(app.Env, html, htmlreport.CompareDoc(compareHTML(s, rep))); err != nil {
+			return err
+		}
+	}
 	if !rep.Passed {
 		return errFailed
 	}
@@ -239,9 +258,49 @@ func (r attemptRow) outcome() string {
 	return r.answer + " and " + r.moved
 }
 
-// compareTable prints the story's phases side by side.
-func compareTable(out io.Writer, p *palette, s scenarios.Scenario, rep scenarios.Report, cols int) {
-	fmt.Fprintf(out, "\n%s\n", p.head.Sprintf("━━ compare %s · %s", s.Name, s.DisplayTitle()))
+// compareModel is what compare shows, for the terminal and the HTML report
+// alike: the phases' attempts matched by label, the end and the invariants,
+// and what differed.
+type compareModel struct {
+	names []string
+	// labels are every attempt's, the left-out ones too (they set the
+	// label column's width).
+	labels []string
+	// rows are the attempts the table shows, in the order they first
+	// appear; same counts those left out (set-up requests alike in every
+	// run).
+	rows []compareRow
+	same int
+	// end and inv are each phase's ledger and invariants at the end.
+	end, inv [][]string
+	invOK    []bool
+	diffs    []diffGroup
+}
+
+// compareRow is one attempt across the phases: nil cells where a phase has
+// no such attempt.
+type compareRow struct {
+	label string
+	cells []*attemptRow
+}
+
+// diffGroup is what differed between one protected phase and one control.
+type diffGroup struct {
+	protected, control string
+	// header: there are several pairs, so each says which it is.
+	header bool
+	items  []diffItem
+}
+
+// diffItem is one bullet; plain is a line said without a bullet (the note
+// that nothing visible differed); sub are its indented lines.
+type diffItem struct {
+	text  string
+	sub   []string
+	plain bool
+}
+
+func newCompareModel(rep scenarios.Report) compareModel {
 	phases := rep.Phases
 	rows := make([][]attemptRow, len(phases))
 	for i, pr := range phases {
@@ -270,67 +329,37 @@ func compareTable(out io.Writer, p *palette, s scenarios.Scenario, rep scenarios
 			}
 		}
 	}
-	labelW := 14
-	for _, label := range order {
-		labelW = max(labelW, min(width(label), 20))
-	}
-	colW := max((cols-labelW-2*len(phases))/len(phases), 16)
-	t := &table{out: out, p: p, label: labelW, col: colW}
-
-	names := phaseNames(phases)
-	var head [][]string
-	for _, n := range names {
-		head = append(head, []string{n})
-	}
-	t.multiStyled("", head, p.bold)
-	t.rule(len(phases))
-	same := 0
+	m := compareModel{names: phaseNames(phases), labels: order}
 	for _, label := range order {
 		if setupEverywhere(byLabel, label) {
-			same++
+			m.same++
 			continue
 		}
-		cells := make([][]string, len(phases))
+		row := compareRow{label: label, cells: make([]*attemptRow, len(phases))}
 		for j := range phases {
-			r, ok := byLabel[j][label]
-			if !ok {
-				cells[j] = []string{"—"}
-				continue
-			}
-			cells[j] = []string{r.answer}
-			for _, more := range []string{r.moved, r.after} {
-				if more != "" {
-					cells[j] = append(cells[j], more)
-				}
+			if r, ok := byLabel[j][label]; ok {
+				row.cells[j] = &r
 			}
 		}
-		t.multi(label, cells)
+		m.rows = append(m.rows, row)
 	}
-	if same > 0 {
-		fmt.Fprintln(out, p.dim.Sprintf("(%s that only set the story up, the same in every run, left out)",
-			countOf(same, "request", "requests")))
-	}
-	t.rule(len(phases))
-	var end, inv [][]string
 	for _, pr := range phases {
 		_, rest, _ := strings.Cut(pr.Balances, " | ")
-		end = append(end, []string{balancesOnly(pr.Balances), rest})
+		m.end = append(m.end, []string{balancesOnly(pr.Balances), rest})
 		var broke []string
 		for _, c := range pr.Invariants {
 			if !c.OK {
 				broke = append(broke, c.Name)
 			}
 		}
+		m.invOK = append(m.invOK, len(broke) == 0)
 		if len(broke) == 0 {
-			inv = append(inv, []string{fmt.Sprintf("all %d hold", len(pr.Invariants))})
+			m.inv = append(m.inv, []string{fmt.Sprintf("all %d hold", len(pr.Invariants))})
 		} else {
-			inv = append(inv, []string{"broke: " + strings.Join(broke, ", ")})
+			m.inv = append(m.inv, []string{"broke: " + strings.Join(broke, ", ")})
 		}
 	}
-	t.multi("in the end", end)
-	t.multi("invariants", inv)
 
-	fmt.Fprintf(out, "\n%s\n", p.bold.Sprint("what differed"))
 	var controls, protected []int
 	for i, pr := range phases {
 		if pr.Control {
@@ -341,19 +370,11 @@ func compareTable(out io.Writer, p *palette, s scenarios.Scenario, rep scenarios
 	}
 	for _, j := range protected {
 		for _, c := range controls {
-			if len(controls)*len(protected) > 1 {
-				fmt.Fprintf(out, "%s\n", p.dim.Sprintf("%s, against %s:", names[j], names[c]))
-			}
+			g := diffGroup{protected: m.names[j], control: m.names[c], header: len(controls)*len(protected) > 1}
 			said := false
 			bullet := func(text string) {
 				said = true
-				for i, l := range wrap(text, cols-4) {
-					lead := "  • "
-					if i > 0 {
-						lead = "    "
-					}
-					fmt.Fprintf(out, "%s%s\n", lead, l)
-				}
+				g.items = append(g.items, diffItem{text: text})
 			}
 			for _, label := range order {
 				a, inA := byLabel[c][label]
@@ -374,7 +395,7 @@ func compareTable(out io.Writer, p *palette, s scenarios.Scenario, rep scenarios
 			// SMS, an event, a parcel) the invariants say; those of the
 			// ledger only when nothing else differed.
 			if !said {
-				fmt.Fprintln(out, "  • nothing the clients or the ledger can see; beyond them:")
+				g.items = append(g.items, diffItem{text: "nothing the clients or the ledger can see; beyond them:", plain: true})
 			}
 			kept := map[string]string{}
 			for _, inv := range phases[j].Invariants {
@@ -387,11 +408,126 @@ func compareTable(out io.Writer, p *palette, s scenarios.Scenario, rep scenarios
 				if !ok || inv.OK || (said && ledgerInvariant[inv.Name]) {
 					continue
 				}
-				bullet(inv.Name)
-				for _, l := range wrap("without protection: "+fewCases(newHumanizer(phases[c].Labels).text(inv.Detail), ""), cols-6) {
-					fmt.Fprintf(out, "      %s\n", l)
+				g.items = append(g.items, diffItem{text: inv.Name, sub: []string{
+					"without protection: " + fewCases(newHumanizer(phases[c].Labels).text(inv.Detail), ""),
+					"with it: " + newHumanizer(phases[j].Labels).text(detail),
+				}})
+			}
+			m.diffs = append(m.diffs, g)
+		}
+	}
+	return m
+}
+
+// lines are what a cell of compare's table says, one fact a line.
+func (r *attemptRow) lines() []string {
+	if r == nil {
+		return []string{"—"}
+	}
+	out := []string{r.answer}
+	for _, more := range []string{r.moved, r.after} {
+		if more != "" {
+			out = append(out, more)
+		}
+	}
+	return out
+}
+
+// compareHTML is compare's model as the HTML report takes it.
+func compareHTML(s scenarios.Scenario, rep scenarios.Report) htmlreport.Compare {
+	m := newCompareModel(rep)
+	status := "PASS"
+	if !rep.Passed {
+		status = "FAIL"
+	}
+	c := htmlreport.Compare{Story: s.Name, Title: s.DisplayTitle(), Seed: rep.Seed, Passed: rep.Passed,
+		Verdict:  status + " " + rep.Scenario + ": " + rep.Verdict,
+		Duration: humanDuration(rep.Duration.Round(time.Millisecond)), LeftOut: m.same, End: m.end}
+	for i, pr := range rep.Phases {
+		c.Runs = append(c.Runs, htmlreport.CompareRun{Name: m.names[i], Control: pr.Control, Passed: pr.Passed, Verdict: pr.Verdict})
+		c.Invariants = append(c.Invariants, htmlreport.CompareInvariants{Held: m.invOK[i], Words: m.inv[i][0]})
+	}
+	for _, r := range m.rows {
+		row := htmlreport.CompareRow{Label: r.label}
+		for _, cell := range r.cells {
+			if cell == nil {
+				row.Cells = append(row.Cells, nil)
+			} else {
+				row.Cells = append(row.Cells, cell.lines())
+			}
+		}
+		// As "what differed" says it: another answer, other money, or an
+		// attempt only one run made.
+		for _, cell := range r.cells[1:] {
+			a, b := r.cells[0], cell
+			if (a == nil) != (b == nil) || a != nil && (a.answer != b.answer || a.moved != b.moved) {
+				row.Differs = true
+			}
+		}
+		c.Rows = append(c.Rows, row)
+	}
+	for _, g := range m.diffs {
+		d := htmlreport.CompareDiff{Protected: g.protected, Control: g.control}
+		for _, it := range g.items {
+			d.Items = append(d.Items, htmlreport.CompareDiffItem{Text: it.text, Sub: it.sub, Plain: it.plain})
+		}
+		c.Differed = append(c.Differed, d)
+	}
+	return c
+}
+
+// compareTable prints the story's phases side by side.
+func compareTable(out io.Writer, p *palette, s scenarios.Scenario, rep scenarios.Report, cols int) {
+	fmt.Fprintf(out, "\n%s\n", p.head.Sprintf("━━ compare %s · %s", s.Name, s.DisplayTitle()))
+	phases := rep.Phases
+	m := newCompareModel(rep)
+	labelW := 14
+	for _, label := range m.labels {
+		labelW = max(labelW, min(width(label), 20))
+	}
+	colW := max((cols-labelW-2*len(phases))/len(phases), 16)
+	t := &table{out: out, p: p, label: labelW, col: colW}
+
+	var head [][]string
+	for _, n := range m.names {
+		head = append(head, []string{n})
+	}
+	t.multiStyled("", head, p.bold)
+	t.rule(len(phases))
+	for _, r := range m.rows {
+		cells := make([][]string, len(phases))
+		for j, c := range r.cells {
+			cells[j] = c.lines()
+		}
+		t.multi(r.label, cells)
+	}
+	if m.same > 0 {
+		fmt.Fprintln(out, p.dim.Sprintf("(%s that only set the story up, the same in every run, left out)",
+			countOf(m.same, "request", "requests")))
+	}
+	t.rule(len(phases))
+	t.multi("in the end", m.end)
+	t.multi("invariants", m.inv)
+
+	fmt.Fprintf(out, "\n%s\n", p.bold.Sprint("what differed"))
+	for _, g := range m.diffs {
+		if g.header {
+			fmt.Fprintf(out, "%s\n", p.dim.Sprintf("%s, against %s:", g.protected, g.control))
+		}
+		for _, it := range g.items {
+			if it.plain {
+				fmt.Fprintf(out, "  • %s\n", it.text)
+				continue
+			}
+			for i, l := range wrap(it.text, cols-4) {
+				lead := "  • "
+				if i > 0 {
+					lead = "    "
 				}
-				for _, l := range wrap("with it: "+newHumanizer(phases[j].Labels).text(detail), cols-6) {
+				fmt.Fprintf(out, "%s%s\n", lead, l)
+			}
+			for _, s := range it.sub {
+				for _, l := range wrap(s, cols-6) {
 					fmt.Fprintf(out, "      %s\n", l)
 				}
 			}

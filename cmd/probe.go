@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/banksim/bank-sim/internal/htmlreport"
 	"github.com/banksim/bank-sim/probe"
 	"github.com/spf13/cobra"
 )
@@ -24,6 +25,7 @@ type probeOptions struct {
 	asJSON          bool
 	strict          bool
 	noRestore       bool
+	html            string
 }
 
 func newProbeCmd(app *App) *cobra.Command {
@@ -59,14 +61,20 @@ Exit code 0 when no check failed, 1 when one did (or, with --strict, when
 one could not be made), 2 for a usage error or a target that does not speak
 the contract (another path, other field names, a token it refuses), 3 when
 the target cannot be reached or is not the transfer API at all: not an HTTP
-server, or a web page where the API should answer.`,
+server, or a web page where the API should answer.
+
+--html FILE also writes the report as one self-contained HTML page: every
+check's verdict at a glance (failures first), each distinct warning once
+with the checks it applies to, the evidence folded where it is long; it
+opens offline and prints.`,
 		Example: `  bank-sim probe http://127.0.0.1:8080
   bank-sim probe http://127.0.0.1:3000 --token ada=s3cret --token bola=t0ken --account ada=17 --account bola=18 --account chidi=19
   bank-sim probe http://127.0.0.1:8080 --balances-url 'http://127.0.0.1:8080/accounts/{id}'
   bank-sim probe http://127.0.0.1:8080 --database-url postgres://app@127.0.0.1/bank --balances-sql 'SELECT id, balance_kobo FROM accounts'
   bank-sim probe http://127.0.0.1:8081 http://127.0.0.1:8082       two copies of one service
   bank-sim probe http://127.0.0.1:9000 --path /v1/payments --amount-field amount --id-field payment.id --balance-field ''
-  bank-sim probe http://127.0.0.1:8080 --dry-run`,
+  bank-sim probe http://127.0.0.1:8080 --dry-run
+  bank-sim probe http://127.0.0.1:8080 --html probe.html`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(c *cobra.Command, args []string) error { return runProbe(c.Context(), app, o, args) },
 	}
@@ -84,6 +92,7 @@ server, or a web page where the API should answer.`,
 	f.BoolVar(&o.asJSON, "json", false, "print the report (or, with --dry-run, the plan) as JSON")
 	f.BoolVar(&o.strict, "strict", false, "exit 1 also when a check could not be made (UNKNOWN or SKIPPED)")
 	f.BoolVar(&o.noRestore, "no-restore", false, "do not send the money back at the end")
+	addHTMLFlag(f, &o.html)
 	_ = c.RegisterFlagCompletionFunc("only", checkNameCompletion)
 	_ = c.RegisterFlagCompletionFunc("skip", checkNameCompletion)
 	return c
@@ -170,6 +179,14 @@ func runProbe(ctx context.Context, app *App, o probeOptions, args []string) erro
 	if err != nil {
 		return err
 	}
+	if o.html != "" {
+		if o.dryRun {
+			return usageError("--html with --dry-run: a dry run sends nothing, so there is no report; leave one of them out")
+		}
+		if err := checkWritableFlag("--html", o.html); err != nil {
+			return err
+		}
+	}
 	// What Ctrl-C leaves as it is: not the target, which is not ours to stop.
 	target := "the target " + cfg.URLs[0] + " is"
 	if len(cfg.URLs) > 1 {
@@ -218,6 +235,11 @@ func runProbe(ctx context.Context, app *App, o probeOptions, args []string) erro
 		}
 	} else {
 		printSummary(out, p, rep)
+	}
+	if o.html != "" {
+		if err := writeHTML(app.Env, o.html, htmlreport.Probe(rep)); err != nil {
+			return err
+		}
 	}
 	switch {
 	case rep.Failed > 0:

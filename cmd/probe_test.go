@@ -3,8 +3,11 @@ package cmd_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -73,8 +76,9 @@ func TestProbeAgainstServe(t *testing.T) {
 	sv := startServe(t)
 	url := sv.url
 
+	htmlPath := filepath.Join(t.TempDir(), "probe.html")
 	r := run(t, context.Background(), mustNotStart(t), "probe", url, "--seed", "11", "--json", "--exact-replays",
-		"--balances-url", url+"/accounts/{id}", "--token", "chidi=token-chidi")
+		"--balances-url", url+"/accounts/{id}", "--token", "chidi=token-chidi", "--html", htmlPath)
 	if r.code != cmd.ExitOK {
 		t.Errorf("probe exit %d; stdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
 	}
@@ -93,6 +97,16 @@ func TestProbeAgainstServe(t *testing.T) {
 	}
 	if rep.Restore == nil || !rep.Restore.OK {
 		t.Errorf("restore: %+v", rep.Restore)
+	}
+	// --html beside --json: the same run as a page, every check in it once.
+	page, err := os.ReadFile(htmlPath)
+	if err != nil {
+		t.Fatalf("--html: %v; stderr:\n%s", err, r.stderr)
+	}
+	for _, c := range rep.Checks {
+		if n := strings.Count(string(page), fmt.Sprintf(`<tr data-check="%s" data-status="%s">`, c.Name, c.Status)); n != 1 {
+			t.Errorf("--html: the summary has %s (%s) %d times, want once", c.Name, c.Status, n)
+		}
 	}
 
 	// Ctrl-C in the middle of a second probe: exit 130, the money it moved
