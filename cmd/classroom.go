@@ -47,11 +47,11 @@ type classroom struct {
 	// has just been answered and is about to ask again (lastPoll).
 	active   int
 	lastPoll time.Time
-	sawLast chan struct{} // closed when a page has been given the last state
-	story   scenarios.Scenario
-	phases  []*classPhase
-	earlier []template.HTML // the verdicts of the stories before this one
-	ending  template.HTML   // this story's verdict, once it has one
+	sawLast  chan struct{} // closed when a page has been given the last state
+	story    scenarios.Scenario
+	phases   []*classPhase
+	earlier  []template.HTML // the verdicts of the stories before this one
+	ending   template.HTML   // this story's verdict, once it has one
 }
 
 type classPhase struct {
