@@ -155,10 +155,11 @@ func phaseHTML(story string, i, n int, p scenarios.PhaseReport) template.HTML {
 	fmt.Fprintf(&b, `<h3>%d/%d · %s</h3><p class="kind">%s</p>`, i+1, n, htmlreport.Esc(p.Title), htmlreport.Esc(kind))
 	fmt.Fprintf(&b, `<p class="phaseverdict %s">%s</p>`, phaseClass(p), htmlreport.Esc(phaseVerdict(p, h)))
 	b.WriteString(string(sequenceOf(p.Title, items(p, h)).SVG()))
-	b.WriteString(string(balancesTable(p)))
-	b.WriteString(string(invariantsTable(p, h)))
+	id := fmt.Sprintf("%s-phase-%d-", story, i+1)
+	b.WriteString(string(balancesTable(p, id+"balances")))
+	b.WriteString(string(invariantsTable(p, h, id+"invariants")))
 	if len(p.Expectations) > 0 {
-		t := htmlreport.Table{Caption: "The story's own checks", Head: []string{"expected", "whose", "verdict"}}
+		t := htmlreport.Table{ID: id + "expectations", Caption: "The story's own checks", Head: []string{"expected", "whose", "verdict"}}
 		for _, e := range p.Expectations {
 			whose := "bank-sim's own"
 			if e.Source == scenarios.SourceLesson {
@@ -207,8 +208,8 @@ func phaseClass(p scenarios.PhaseReport) string {
 
 // balancesTable is each account before the phase (the lesson's bank, which
 // every phase starts from) and after it.
-func balancesTable(p scenarios.PhaseReport) template.HTML {
-	t := htmlreport.Table{Caption: "Balances: the lesson's bank before, the ledger after — " + p.Balances,
+func balancesTable(p scenarios.PhaseReport, id string) template.HTML {
+	t := htmlreport.Table{ID: id, Caption: "Balances: the lesson's bank before, the ledger after — " + p.Balances,
 		Head: []string{"account", "status", "before", "after", "change"}}
 	before := map[int64]bank.Account{}
 	var totalBefore int64
@@ -248,8 +249,8 @@ func signedNaira(k int64) string {
 // invariantsTable is every invariant with its verdict. A broken one in a
 // control is the phase's point, and says so; in a protected phase it is a
 // failure.
-func invariantsTable(p scenarios.PhaseReport, h humanizer) template.HTML {
-	t := htmlreport.Table{Caption: "Invariants", Head: []string{"invariant", "verdict", "what was found"}}
+func invariantsTable(p scenarios.PhaseReport, h humanizer, id string) template.HTML {
+	t := htmlreport.Table{ID: id, Caption: "Invariants", Head: []string{"invariant", "verdict", "what was found"}}
 	for _, c := range p.Invariants {
 		var v htmlreport.Cell
 		switch {
