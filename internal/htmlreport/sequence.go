@@ -183,7 +183,8 @@ svg.seq .msg.answer .head { stroke: none; }
 svg.seq .when { fill: var(--muted); font-size: 11px; }
 svg.seq .notebox { fill: #fffbe6; stroke: #d4a72c; stroke-width: .8; }
 svg.seq .faultbox { fill: #ffebe9; stroke: var(--bad); stroke-width: 1.2; }
-svg.seq text.fault, svg.seq text.faultmark { fill: var(--bad); font-weight: 700; }
+svg.seq text.fault { fill: var(--bad); }
+svg.seq text.faultmark { fill: var(--bad); font-weight: 700; }
 svg.seq .stepbox { fill: var(--soft); stroke: none; }
 svg.seq text.step { font-weight: 700; }
 svg.seq text.story { font-style: italic; fill: var(--muted); }
