@@ -76,6 +76,14 @@ shown but do not decide, and the invariants alone judge.
 
 --step holds the story at every step and at each phase's verdict until a key
 is pressed (Enter: next, q: quit); --pace 500ms slows every line down.
+--step --web also shows the story on a page served on 127.0.0.1 (for a
+projector): each phase's diagram grows as the story goes, and Next on the
+page (or space, →) advances it as Enter does.
+
+--html FILE also writes the run as one self-contained HTML page: per phase
+its sequence diagram, the balances before and after, every invariant's
+verdict and the story's own checks; with several stories, a summary table
+first. It needs no network to open, and prints.
 
 Exit code 0 when every expectation and invariant held, 1 when something
 broke, 2 for a usage error, 3 when PostgreSQL could not be started or
@@ -86,6 +94,9 @@ reached, 130 when interrupted (Ctrl-C, or q under --step).`,
   bank-sim scenario double-tap --format mermaid > double-tap.md
   bank-sim scenario lost-response --fault lose-response@1,2 --amount 5000
   bank-sim scenario crash-takeover --step          for teaching: Enter for the next step, q to quit
+  bank-sim scenario crash-takeover --step --web    the same on a page for a projector (its address is printed)
+  bank-sim scenario lost-response --html lost-response.html
+  bank-sim scenario --all --html stories.html
   bank-sim scenario double-tap crash-takeover --seed 42
   bank-sim scenario --all --json > report.json
   bank-sim scenario --all --junit junit.xml

@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -84,6 +85,7 @@ func sumEvents(sel string) string {
 // story that fails (a --bug) shows the broken invariant marked as a
 // failure, and --all's summary links each story to its section.
 func TestScenarioHTMLReportInBrowser(t *testing.T) {
+	t.Parallel() // its own PostgreSQL and browser: it runs beside the rest
 	url := sharedServer(t)
 	dir := t.TempDir()
 	one, two := filepath.Join(dir, "one.html"), filepath.Join(dir, "two.html")
@@ -239,6 +241,7 @@ func startClassroom(t *testing.T, args ...string) (url string, typist *io.PipeWr
 // with the story's verdict and the same diagrams as the story's report.
 // The server is gone when the command returns.
 func TestClassroomPageFollowsTheStep(t *testing.T) {
+	t.Parallel() // its own PostgreSQL and browser: it runs beside the rest
 	dbURL := sharedServer(t)
 	report := filepath.Join(t.TempDir(), "report.html")
 	b := browsertest.New(t)
@@ -347,5 +350,61 @@ func TestClassroomStopsAtQ(t *testing.T) {
 	}
 	if _, err := http.Get(url); err == nil {
 		t.Errorf("the page's server still answers after q")
+	}
+}
+
+// Ctrl-C on a real terminal stops a --web run as it stops --step: exit
+// 130 at once and PostgreSQL stopped (quitsAtOnce), even while a page holds
+// a request for news, which is answered with the run's end.
+func TestClassroomStopsOnSIGINT(t *testing.T) {
+	c, _, out, exited := runOnTTY(t, "scenario", "lost-response", "--step", "--web", "--seed", "1", "--no-color")
+	waitFor(t, out, prompt, 1, 2*time.Minute, exited)
+	m := classroomURL.FindStringSubmatch(out.String())
+	if m == nil {
+		t.Fatalf("no classroom page announced:\n%s", out.String())
+	}
+	type state struct {
+		Version int
+		Done    bool
+		Status  string
+	}
+	get := func(after int) (state, error) {
+		var s state
+		resp, err := http.Get(fmt.Sprintf("%sstate?after=%d", m[1], after))
+		if err != nil {
+			return s, err
+		}
+		defer resp.Body.Close()
+		return s, json.NewDecoder(resp.Body).Decode(&s)
+	}
+	now, err := get(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A page: it asks for news, is held until there is some, and asks
+	// again, until the run is over.
+	held := make(chan state, 1)
+	go func() {
+		s := now
+		for !s.Done {
+			var err error
+			if s, err = get(s.Version); err != nil {
+				t.Errorf("the watching page's request: %v", err)
+				break
+			}
+		}
+		held <- s
+	}()
+	if err := c.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	quitsAtOnce(t, "SIGINT", out, exited)
+	select {
+	case s := <-held:
+		if !s.Done || !strings.Contains(s.Status, "stopped") {
+			t.Errorf("the watching page was told %+v, want the run's end (done, stopped)", s)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the watching page's request was not answered 10 s after bank-sim exited")
 	}
 }
