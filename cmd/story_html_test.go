@@ -85,7 +85,6 @@ func sumEvents(sel string) string {
 // story that fails (a --bug) shows the broken invariant marked as a
 // failure, and --all's summary links each story to its section.
 func TestScenarioHTMLReportInBrowser(t *testing.T) {
-	t.Parallel() // its own PostgreSQL and browser: it runs beside the rest
 	url := sharedServer(t)
 	dir := t.TempDir()
 	one, two := filepath.Join(dir, "one.html"), filepath.Join(dir, "two.html")
@@ -93,7 +92,9 @@ func TestScenarioHTMLReportInBrowser(t *testing.T) {
 	bad := runReports(t, cmd.ExitFailed, "scenario", "lost-response", "rules", "--seed", "3", "--database-url", url,
 		"--bug", "new-key-per-attempt", "--html", two)
 
+	started := time.Now()
 	b := browsertest.New(t)
+	t.Logf("browser started in %s", time.Since(started).Round(time.Millisecond))
 	p := b.OpenFile(one)
 	p.AssertClean()
 	r := good[0]
@@ -241,7 +242,6 @@ func startClassroom(t *testing.T, args ...string) (url string, typist *io.PipeWr
 // with the story's verdict and the same diagrams as the story's report.
 // The server is gone when the command returns.
 func TestClassroomPageFollowsTheStep(t *testing.T) {
-	t.Parallel() // its own PostgreSQL and browser: it runs beside the rest
 	dbURL := sharedServer(t)
 	report := filepath.Join(t.TempDir(), "report.html")
 	b := browsertest.New(t)
