@@ -46,6 +46,8 @@ type scenarioOptions struct {
 	faults   []string
 	amount   string
 	recipe   string
+	html     string
+	web      bool
 }
 
 func newScenarioCmd(app *App) *cobra.Command {
@@ -74,6 +76,14 @@ shown but do not decide, and the invariants alone judge.
 
 --step holds the story at every step and at each phase's verdict until a key
 is pressed (Enter: next, q: quit); --pace 500ms slows every line down.
+--step --web also shows the story on a page served on 127.0.0.1 (for a
+projector): each phase's diagram grows as the story goes, and Next on the
+page (or space, →) advances it as Enter does.
+
+--html FILE also writes the run as one self-contained HTML page: per phase
+its sequence diagram, the balances before and after, every invariant's
+verdict and the story's own checks; with several stories, a summary table
+first. It needs no network to open, and prints.
 
 Exit code 0 when every expectation and invariant held, 1 when something
 broke, 2 for a usage error, 3 when PostgreSQL could not be started or
@@ -84,6 +94,9 @@ reached, 130 when interrupted (Ctrl-C, or q under --step).`,
   bank-sim scenario double-tap --format mermaid > double-tap.md
   bank-sim scenario lost-response --fault lose-response@1,2 --amount 5000
   bank-sim scenario crash-takeover --step          for teaching: Enter for the next step, q to quit
+  bank-sim scenario crash-takeover --step --web    the same on a page for a projector (its address is printed)
+  bank-sim scenario lost-response --html lost-response.html
+  bank-sim scenario --all --html stories.html
   bank-sim scenario double-tap crash-takeover --seed 42
   bank-sim scenario --all --json > report.json
   bank-sim scenario --all --junit junit.xml
@@ -120,6 +133,8 @@ reached, 130 when interrupted (Ctrl-C, or q under --step).`,
 	_ = c.RegisterFlagCompletionFunc("fault", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 		return faultNames(), cobra.ShellCompDirectiveNoFileComp
 	})
+	addHTMLFlag(f, &o.html)
+	f.BoolVar(&o.web, "web", false, "with --step: also show the story in a browser, on a page served on 127.0.0.1 (for a projector); Enter here or Next on the page advances")
 	f.StringVar(&o.recipe, "recipe", "", "replay the chaos recipe in `FILE` as a story: with its mistake it must break its rule again; with the correct handler every rule must hold")
 	return c
 }
@@ -278,11 +293,21 @@ func checkScenarioFlags(c *cobra.Command, app *App, o *scenarioOptions, args []s
 		return run, usageError("--step pauses the story for people; it cannot be combined with --format %s", o.format)
 	case o.pace > 0 && machine:
 		return run, usageError("--pace slows the story for people; it cannot be combined with --format %s", o.format)
-	case o.step && !app.Env.StdinTerminal:
+	case o.web && !o.step:
+		return run, usageError("%v", errNoWeb)
+	case o.step && !o.web && !app.Env.StdinTerminal:
 		return run, usageError("--step reads the instructor's keys from a terminal, but stdin is not one; run it in a terminal, or use --pace 1s for a slow run that needs no keys")
 	}
 	if o.junit != "" {
 		if err := checkOutputFile("--junit", o.junit); err != nil {
+			return run, err
+		}
+	}
+	if c.Flags().Changed("html") {
+		if strings.TrimSpace(o.html) == "" {
+			return run, usageError("--html is empty; give a file name, e.g. --html report.html")
+		}
+		if err := checkWritableFlag("--html", o.html); err != nil {
 			return run, err
 		}
 	}
@@ -357,6 +382,19 @@ func runScenarios(c *cobra.Command, app *App, o scenarioOptions, args []string) 
 			pace.keys = readKeys(runCtx, app.Env.Stdin, lineMode)
 		}
 	}
+	var class *classroom
+	if o.web {
+		class, err = startClassroom()
+		if err != nil {
+			return &ExitError{Code: ExitFailed, Err: err}
+		}
+		// Stopped however the run ends: finished, q, Ctrl-C, or PostgreSQL
+		// failing to start.
+		defer class.close()
+		class.feed(runCtx, pace.keys)
+		pace.keys, pace.waiting = class.keys, class.waiting
+		fmt.Fprintf(app.Env.Stderr, "Classroom page: %s (open it on the projector; Next there or Enter here advances, q here quits)\n", class.url)
+	}
 
 	var newObserver func(w io.Writer) scenarios.Observer
 	switch run.format {
@@ -373,6 +411,9 @@ func runScenarios(c *cobra.Command, app *App, o scenarioOptions, args []string) 
 				s.width = wrapOr(app.Env.Width, 80)
 				return timelineObserver{s}
 			}
+			if class != nil {
+				return classroomObserver{story: s, c: class}
+			}
 			return s
 		}
 	}
@@ -387,6 +428,9 @@ func runScenarios(c *cobra.Command, app *App, o scenarioOptions, args []string) 
 	}
 	srv, err := app.Server(ctx)
 	if err != nil {
+		if class != nil {
+			class.finish("PostgreSQL could not be started", false, "see the terminal")
+		}
 		return err
 	}
 	if human {
@@ -417,6 +461,21 @@ func runScenarios(c *cobra.Command, app *App, o scenarioOptions, args []string) 
 	if o.junit != "" {
 		junitErr = writeJUnit(o.junit, done, elapsed, run.seed, run.bug)
 	}
+	if class != nil {
+		passed, failed := tally(done)
+		switch {
+		case interrupted:
+			class.finish("stopped", false, "stopped in the terminal; nothing left running")
+		case len(done) == 1:
+			class.finish(storyVerdict(done[0])+" ("+done[0].Scenario+")", done[0].Passed, "the end")
+		default:
+			class.finish(fmt.Sprintf("%d passed, %d failed", passed, failed), failed == 0, "the end")
+		}
+	}
+	var htmlErr error
+	if o.html != "" && len(done) > 0 {
+		htmlErr = writeHTML(app.Env, o.html, storyDoc(done, run.seed, run.bug, changed, interrupted))
+	}
 	switch run.format {
 	case formatJSON:
 		passed, failed := tally(done)
@@ -441,12 +500,15 @@ func runScenarios(c *cobra.Command, app *App, o scenarioOptions, args []string) 
 	if junitErr != nil {
 		fmt.Fprintf(app.Env.Stderr, "bank-sim: %v\n", junitErr)
 	}
+	if htmlErr != nil {
+		fmt.Fprintf(app.Env.Stderr, "bank-sim: %v\n", htmlErr)
+	}
 	switch {
 	case interrupted && ctx.Err() == nil && pace != nil && pace.quitWasPressed():
 		return &ExitError{Code: ExitInterrupted, Err: errors.New("stopped at q; PostgreSQL stopped, nothing left running")}
 	case interrupted:
 		return ctx.Err()
-	case junitErr != nil:
+	case junitErr != nil, htmlErr != nil:
 		return &ExitError{Code: ExitFailed, Err: errors.New("")}
 	}
 	if _, failed := tally(done); failed > 0 {

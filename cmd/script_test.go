@@ -84,6 +84,7 @@ func TestScripts(t *testing.T) {
 			"hold-slot":    holdSlot,
 			"mkfile":       mkfile,
 			"httpstub":     httpstub,
+			"filesize":     filesize,
 		},
 	})
 }
@@ -185,6 +186,23 @@ func mkfile(ts *testscript.TestScript, neg bool, args []string) {
 	path := ts.MkAbs(args[0])
 	ts.Check(os.MkdirAll(filepath.Dir(path), 0o755))
 	ts.Check(os.WriteFile(path, make([]byte, n), 0o644))
+}
+
+// filesize PATH MIN MAX checks that a file's size is within bounds: a
+// report that is there but empty, or bloated, is caught.
+func filesize(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 3 {
+		ts.Fatalf("usage: filesize PATH MIN MAX")
+	}
+	st, err := os.Stat(ts.MkAbs(args[0]))
+	ts.Check(err)
+	lo, err := strconv.ParseInt(args[1], 10, 64)
+	ts.Check(err)
+	hi, err := strconv.ParseInt(args[2], 10, 64)
+	ts.Check(err)
+	if st.Size() < lo || st.Size() > hi {
+		ts.Fatalf("%s is %d bytes, want %d to %d", args[0], st.Size(), lo, hi)
+	}
 }
 
 // timeColumn marks a replacement that keeps the text's width, so that a

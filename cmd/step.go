@@ -22,6 +22,9 @@ type pacer struct {
 	prompt io.Writer
 	erase  bool
 	p      *palette
+	// waiting, when set, is told when a pause starts (true) and ends
+	// (false): --web shows it on the page.
+	waiting func(bool)
 
 	mu      sync.Mutex
 	stopped bool // q, or no more input: no more pauses
@@ -48,11 +51,17 @@ func (pc *pacer) pause() {
 		return
 	}
 	fmt.Fprint(pc.prompt, pc.p.dim.Sprint("   ── Enter: next · q: quit ──"))
+	if pc.waiting != nil {
+		pc.waiting(true)
+	}
 	var k byte
 	var ok bool
 	select {
 	case <-pc.ctx.Done():
 	case k, ok = <-pc.keys:
+	}
+	if pc.waiting != nil {
+		pc.waiting(false)
 	}
 	if pc.erase {
 		fmt.Fprint(pc.prompt, "\r\033[K")

@@ -26,6 +26,7 @@ type item struct {
 	answer   bool // an arrow that carries an answer
 	delivery int
 	when     string // the time to show in the margin
+	events   int    // how many of the phase's events the item stands for
 }
 
 // items turns a phase's events into diagram items, joining the pieces of a
@@ -42,7 +43,7 @@ func items(r scenarios.PhaseReport, h humanizer) []item {
 			when = humanDuration(e.Elapsed - start)
 		}
 		text := h.text(e.Text)
-		it := item{label: text, delivery: e.Delivery, when: when}
+		it := item{label: text, delivery: e.Delivery, when: when, events: 1}
 		switch e.Kind {
 		case scenarios.KindStep:
 			it.kind = "step"
@@ -77,6 +78,7 @@ func items(r scenarios.PhaseReport, h humanizer) []item {
 			if a.kind == "arrow" && b.kind == "arrow" && a.delivery != 0 && a.delivery == b.delivery &&
 				a.to == "network" && b.from == "network" && a.answer == b.answer {
 				a.to = b.to
+				a.events += b.events
 				if a.answer {
 					a.label = b.label // the client's view of the answer
 				}
@@ -128,7 +130,11 @@ func collapseSetup(its []item, setup map[int]bool) []item {
 		for ; k < j && its[k].delivery == its[i].delivery; k++ {
 			out = append(out, its[k])
 		}
-		out = append(out, item{kind: "text", when: its[j-1].when,
+		hidden := 0
+		for _, it := range its[k:j] {
+			hidden += it.events
+		}
+		out = append(out, item{kind: "text", when: its[j-1].when, events: hidden,
 			label: fmt.Sprintf("… %d more requests like it (--verbose shows each)", n-1)})
 		i = j
 	}
