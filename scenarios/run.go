@@ -46,6 +46,21 @@ type Run struct {
 	keyIDs     map[string]int // key#attempt → delivery, over HTTP
 	snapshots  bool
 	seen       map[int64]bool // transfers already told, for committed
+	closeDB    func()         // closes a bank the phase brought itself (UseDB)
+}
+
+// UseDB makes db the phase's bank from now on, in place of the one it was
+// given: a story that needs a database of its own making (a primary and its
+// standby, say) builds the lesson's bank there and hands it over. The
+// phase's ledger is read from db, and closeDB runs once it has been, on
+// every way out of the phase.
+func (r *Run) UseDB(db *pgxpool.Pool, closeDB func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closeDB != nil {
+		r.closeDB()
+	}
+	r.DB, r.closeDB = db, closeDB
 }
 
 func newRand(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 0x62616e6b)) }
