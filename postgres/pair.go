@@ -1,19 +1,19 @@
 package postgres
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
 
+	embeddedpostgres "github.com/fergusstrange/embedded-postgres"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -21,10 +21,20 @@ import (
 // supervisor from the same binaries, for stories about failover. It lives
 // in a slot like any embedded cluster (the slot's lock is held for its
 // life), in the slot's "pair" directory, apart from the slot's own cluster:
-// a pair's clusters are made fresh for every run (the snapshot, or initdb,
-// then pg_basebackup) and deleted when it stops. A pair that a killed run
-// left is stopped and deleted by the next supervisor to take the slot, by
-// reapOrphans, and by bank-sim prune, like a slot's own cluster.
+// a pair's clusters are made fresh for every run and deleted when it
+// stops. A pair that a killed run left is stopped and deleted by the next
+// supervisor to take the slot, by reapOrphans, and by bank-sim prune, like
+// a slot's own cluster.
+//
+// Both clusters are copies of one pristine cluster, "pair-base", made once
+// per slot (the snapshot, or initdb) and never started: copied while no
+// server runs on it, it is a base backup of a stopped server, which is
+// what pg_basebackup makes of a running one, at a fraction of the cost (no
+// checkpoint, no WAL streamed during the copy, no third process). The
+// standby's copy gets what pg_basebackup -R would write: standby.signal,
+// primary_conninfo and primary_slot_name; the primary gets the physical
+// replication slot before the standby starts, so the WAL from the copy's
+// checkpoint on is kept for it however far it falls behind.
 //
 //	bank-sim ──▶ supervisor ──▶ primary postmaster  (127.0.0.1:P1)
 //	                        └─▶ standby postmaster  (127.0.0.1:P2, streaming from P1
@@ -37,7 +47,8 @@ import (
 // (Lost).
 
 const (
-	pairDirName = "pair"
+	pairDirName     = "pair"
+	pairBaseDirName = "pair-base"
 	// cmdKillPrimary asks a pair's supervisor to SIGKILL the primary.
 	cmdKillPrimary = "kill-primary"
 	// standbyName is the standby's application_name, which the primary's
@@ -53,6 +64,9 @@ const (
 func pairDataDirs(slotDir string) []string {
 	return []string{filepath.Join(slotDir, pairDirName, "primary"), filepath.Join(slotDir, pairDirName, "standby")}
 }
+
+// pairBaseDir is the slot's pristine cluster that a pair's are copied from.
+func (sv *supervisor) pairBaseDir() string { return filepath.Join(sv.slotDir, pairBaseDirName) }
 
 // removePair stops what still runs of a pair in the slot and deletes it.
 func (sv *supervisor) removePair() {
@@ -71,8 +85,11 @@ func (sv *supervisor) removePair() {
 func pairParams(major int, sync bool) map[string]string {
 	p := baseParams(major)
 	p["wal_level"] = "replica"
-	p["max_wal_senders"] = "4"
-	p["max_replication_slots"] = "4"
+	// PostgreSQL's defaults: a standby refuses to run with less than the
+	// primary had, and the copies' control file says the defaults (the
+	// base's last server was initdb's or the password's single-user one).
+	p["max_wal_senders"] = "10"
+	p["max_replication_slots"] = "10"
 	p["hot_standby"] = "on"
 	// How soon a standby whose WAL receiver stopped (StopReceiving) or
 	// was given its primary again (Receive) tries again: 5 s by default.
@@ -143,9 +160,9 @@ loop:
 	return code
 }
 
-// startPair makes the primary's cluster (the snapshot, else initdb),
-// starts it, copies it with pg_basebackup into the standby's and starts
-// that as a hot standby streaming from the primary.
+// startPair copies the slot's pristine cluster twice, starts the primary
+// on one copy, gives it the standby's replication slot, and starts the
+// other as a hot standby streaming from it.
 func (sv *supervisor) startPair(sigs chan os.Signal) (supStatus, error) {
 	began := time.Now()
 	pw, err := sv.prepare() // removes any pair a killed run left
@@ -163,33 +180,33 @@ func (sv *supervisor) startPair(sigs chan os.Signal) (supStatus, error) {
 	if err := os.MkdirAll(filepath.Dir(primaryDir), 0o700); err != nil {
 		return supStatus{}, err
 	}
-	unpacked, err := sv.unpackSnapshot(primaryDir, pw)
+	unpacked, err := sv.ensurePairBase(pw)
 	if err != nil {
-		if !errors.Is(err, errNoSnapshot) {
-			fmt.Fprintf(sv.logw, "bank-sim: not using the snapshot, running initdb: %v\n", err)
-		}
-		if err := sv.initdb(primaryDir, pw); err != nil {
-			return supStatus{}, err
+		return supStatus{}, err
+	}
+	step("base")
+	for _, d := range dirs {
+		if err := copyTree(sv.pairBaseDir(), d); err != nil {
+			return supStatus{}, fmt.Errorf("copying the pair's cluster: %v", err)
 		}
 	}
-	step("cluster")
+	step("copies")
 	pm, port, err := launchOnFreePort(sv.binPath, primaryDir, pairParams(sv.cfg.Major, sv.cfg.Sync), sv.logw, sigs)
-	if err != nil && unpacked != "" && !strings.Contains(err.Error(), "interrupted") {
-		fmt.Fprintf(sv.logw, "bank-sim: PostgreSQL would not start the cluster unpacked from %s, running initdb: %v\n", unpacked, err)
-		unpacked = ""
-		if err = sv.initdb(primaryDir, pw); err == nil {
-			pm, port, err = launchOnFreePort(sv.binPath, primaryDir, pairParams(sv.cfg.Major, sv.cfg.Sync), sv.logw, sigs)
-		}
-	}
 	if err != nil {
+		if !strings.Contains(err.Error(), "interrupted") {
+			// A base the server refuses is made again by the next run.
+			os.RemoveAll(sv.pairBaseDir())
+		}
 		return supStatus{}, fmt.Errorf("starting the primary (%s) in %s: %v", sv.binPath, primaryDir, err)
 	}
 	sv.pm, sv.port = pm, port
 	step("primary")
-	if err := sv.baseBackup(port, pw, standbyDir); err != nil {
+	if err := createSlot(port, pw); err != nil {
 		return supStatus{}, err
 	}
-	step("pg_basebackup")
+	if err := configureStandby(standbyDir, port, pw); err != nil {
+		return supStatus{}, err
+	}
 	standby, standbyPort, err := launchOnFreePort(sv.binPath, standbyDir, pairParams(sv.cfg.Major, false), sv.logw, sigs)
 	if err != nil {
 		return supStatus{}, fmt.Errorf("starting the standby (%s) in %s: %v", sv.binPath, standbyDir, err)
@@ -232,30 +249,145 @@ func launchOnFreePort(bin, data string, params map[string]string, logw io.Writer
 	return nil, 0, lastErr
 }
 
-// baseBackup copies the running primary on port into dir with
-// pg_basebackup, as the standby's cluster: -R writes primary_conninfo and
-// standby.signal, -C -S creates the replication slot it streams through,
-// -X stream brings the WAL written during the copy. The connection is a
-// replication one as the cluster's superuser, over TCP with the password,
-// which initdb's pg_hba.conf allows from 127.0.0.1.
-func (sv *supervisor) baseBackup(port int, pw, dir string) error {
-	os.RemoveAll(dir)
-	conninfo := fmt.Sprintf("host=127.0.0.1 port=%d user=postgres application_name=%s", port, standbyName)
-	cmd := exec.Command(filepath.Join(sv.binPath, "bin", "pg_basebackup"), "-d", conninfo, "-D", dir,
-		"-R", "-X", "stream", "-C", "-S", replicationSlot, "--checkpoint=fast", "--no-sync")
-	// In the environment, not the command line, where ps would show it;
-	// -R copies it into the standby's primary_conninfo.
-	cmd.Env = append(os.Environ(), "PGPASSWORD="+pw, "PGCONNECT_TIMEOUT=10")
-	cmd.Dir = filepath.Dir(dir)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	var out bytes.Buffer
-	cmd.Stdout = io.MultiWriter(&out, sv.logw)
-	cmd.Stderr = cmd.Stdout
-	if err := cmd.Run(); err != nil {
-		os.RemoveAll(dir)
-		return fmt.Errorf("pg_basebackup from the primary on 127.0.0.1:%d failed: %v: %s", port, err, strings.TrimSpace(out.String()))
+// ensurePairBase makes the slot's pristine pair cluster, if it has none
+// that fits: from the snapshot, else with initdb; both build beside it and
+// rename into place, so a killed run never leaves half a base. It returns
+// the snapshot's name when it used one just now.
+func (sv *supervisor) ensurePairBase(pw string) (string, error) {
+	base := sv.pairBaseDir()
+	if dataDirValid(base, embeddedpostgres.PostgresVersion(sv.cfg.Version)) {
+		return "", nil
+	}
+	unpacked, err := sv.unpackSnapshot(base, pw)
+	if err == nil {
+		return unpacked, nil
+	}
+	if !errors.Is(err, errNoSnapshot) {
+		fmt.Fprintf(sv.logw, "bank-sim: not using the snapshot, running initdb: %v\n", err)
+	}
+	return "", sv.initdb(base, pw)
+}
+
+// copyTree copies the cluster in src to dst, a directory that must not
+// exist yet, keeping permissions (PostgreSQL refuses a data directory
+// others can read).
+func copyTree(src, dst string) error {
+	return filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, path)
+		if err != nil {
+			return err
+		}
+		target := filepath.Join(dst, rel)
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		switch {
+		case d.IsDir():
+			return os.Mkdir(target, info.Mode().Perm())
+		case d.Type().IsRegular():
+			return copyFile(path, target, info.Mode().Perm())
+		}
+		return fmt.Errorf("%s: not a file or directory", path)
+	})
+}
+
+// copyFile copies src to dst, leaving holes where src has whole blocks of
+// zeros: most of a fresh cluster's bytes are its first WAL segment's
+// zeros, which PostgreSQL reads back from a hole just the same (it makes
+// new segments that way itself, with wal_init_zero off).
+func copyFile(src, dst string, perm fs.FileMode) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
+	if err != nil {
+		return err
+	}
+	buf := make([]byte, 64<<10)
+	var size int64
+	for {
+		n, rerr := io.ReadFull(in, buf)
+		if n > 0 {
+			if allZero(buf[:n]) {
+				_, err = out.Seek(int64(n), io.SeekCurrent)
+			} else {
+				_, err = out.Write(buf[:n])
+			}
+			if err != nil {
+				out.Close()
+				return err
+			}
+			size += int64(n)
+		}
+		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
+			break
+		}
+		if rerr != nil {
+			out.Close()
+			return rerr
+		}
+	}
+	// A file that ends in a hole gets its length here.
+	if err := out.Truncate(size); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// createSlot creates the physical replication slot the standby streams
+// through, on the primary on port, reserving WAL at once: from the redo
+// point of the checkpoint both copies start from, which no checkpoint has
+// passed yet.
+func createSlot(port int, pw string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, fmt.Sprintf("postgres://postgres:%s@127.0.0.1:%d/postgres?sslmode=disable", pw, port))
+	if err != nil {
+		return fmt.Errorf("connecting to the primary to create its replication slot: %v", err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "SELECT pg_create_physical_replication_slot($1, true)", replicationSlot); err != nil {
+		return fmt.Errorf("creating the replication slot on the primary: %v", err)
 	}
 	return nil
+}
+
+// configureStandby makes the cluster in dir a standby of the primary on
+// port, as pg_basebackup -R does: standby.signal, and primary_conninfo and
+// primary_slot_name in postgresql.auto.conf (where ALTER SYSTEM can change
+// them: StopReceiving does). The connection is a replication one as the
+// cluster's superuser, over TCP with the password, which initdb's
+// pg_hba.conf allows from 127.0.0.1.
+func configureStandby(dir string, port int, pw string) error {
+	if err := os.WriteFile(filepath.Join(dir, "standby.signal"), nil, 0o600); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(filepath.Join(dir, "postgresql.auto.conf"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return err
+	}
+	conninfo := fmt.Sprintf("host=127.0.0.1 port=%d user=postgres password=%s application_name=%s sslmode=disable", port, pw, standbyName)
+	_, err = fmt.Fprintf(f, "primary_conninfo = %s\nprimary_slot_name = %s\n", quoteLiteral(conninfo), quoteLiteral(replicationSlot))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // killPrimary kills the primary's postmaster with SIGKILL, as a machine

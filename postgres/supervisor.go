@@ -616,6 +616,7 @@ func (sv *supervisor) password() (string, error) {
 		return strings.TrimSpace(string(b)), nil
 	}
 	os.RemoveAll(sv.dataDir())
+	os.RemoveAll(sv.pairBaseDir()) // it has the old password too
 	b := make([]byte, 16)
 	rand.Read(b)
 	pw := hex.EncodeToString(b)

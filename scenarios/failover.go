@@ -61,14 +61,14 @@ func init() {
 				"synchronous_commit = remote_apply       -- or on: flushed there\n" +
 				"-- the app, through whichever server accepts writes:\n" +
 				"-- host=h1,h2 port=p1,p2 target_session_attrs=read-write",
-			Cost: "Every commit waits for a round trip to the standby and, with remote_apply, for the standby " +
-				"to replay it. Measured here (two local servers on one loaded 2-core machine, one " +
-				"single-row INSERT per commit, go test -run TestCommitLatency ./scenarios/ with " +
-				"BANK_SIM_EXHAUSTIVE=1): about 0.3 ms a commit asynchronously, 0.9 ms with remote_apply, " +
-				"0.8 ms with on. Across a network add the round trip (0.1–1 ms in one data centre, tens of " +
-				"ms across regions). And the primary now depends on the standby: if the standby stops " +
-				"answering, commits wait — the story shows a commit waiting — so production runs two " +
-				"standbys and waits for any one (synchronous_standby_names = 'ANY 1 (s1, s2)').",
+			Cost: "Every commit waits for the standby: a round trip, and with remote_apply the standby's " +
+				"replay too. Measured here, both servers on one 2-core machine shared with other work, " +
+				"single-row INSERTs (BANK_SIM_EXHAUSTIVE=1 go test -run TestPairCosts ./postgres/): about " +
+				"0.1–0.4 ms a commit asynchronously, 0.5–1.5 ms with on, 1.8–1.9 ms with remote_apply. " +
+				"Between machines every commit also pays the network's round trip (0.1–1 ms within a data " +
+				"centre, tens of ms across regions). And the primary now depends on its standby: while the " +
+				"standby is not receiving, commits wait — the protected run shows one waiting — so production " +
+				"runs two standbys and waits for either (synchronous_standby_names = 'ANY 1 (s1, s2)').",
 		},
 		Phases: []Phase{{
 			Title:   "without protection: asynchronous replication, PostgreSQL's default",
