@@ -34,7 +34,7 @@ func init() {
 		Name:    "failover",
 		Title:   "A failover that forgets",
 		Amount:  AdaPaysBola.AmountKobo,
-		Summary: "the primary acknowledges Ada's ₦10,000 and dies before its standby has it: after the failover the transfer and its key are gone and the resend moves the money again; with synchronous replication the resend is replayed",
+		Summary: "the primary acknowledges ₦10,000 and dies before its standby has it: the promoted standby has neither transfer nor key, and the resend moves the money again; with synchronous replication it is replayed",
 		Explain: Explanation{
 			Shows: "bank-sim starts two PostgreSQL servers: a primary, and a standby that streams the primary's " +
 				"WAL. The app connects as production apps do, through one multi-host URL " +
