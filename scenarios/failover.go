@@ -202,12 +202,15 @@ func failoverStory(ctx context.Context, r *Run, sync bool) error {
 		return err
 	}
 	r.ServerAt(laneStandby, "promoted (pg_promote): accepts writes, %s after the kill", Dur(time.Since(killed)))
-	port, err := pair.ServingPort(pctx, dbName)
-	if err != nil {
-		return err
+	// The app's own pool: where its next connection lands is where Ada's
+	// resend will be served.
+	var port int
+	var readOnly string
+	if err := pool.QueryRow(pctx, "SELECT inet_server_port(), current_setting('transaction_read_only')").Scan(&port, &readOnly); err != nil {
+		return fmt.Errorf("%w: the app's pool after the failover: %v", postgres.ErrUnavailable, err)
 	}
-	r.ServerAt("server", "reconnects through the multi-host URL: lands on 127.0.0.1:%d, read-write, %s after the kill", port, Dur(time.Since(killed)))
-	r.Expect(port == standbyPort, "the app's multi-host URL now reaches the promoted standby")
+	r.ServerAt("server", "reconnects through the multi-host URL: lands on 127.0.0.1:%d (transaction_read_only %s), %s after the kill", port, readOnly, Dur(time.Since(killed)))
+	r.Expect(port == standbyPort && readOnly == "off", "the app's multi-host URL now reaches the promoted standby")
 
 	// What the bank has now, before anyone sends anything again.
 	survived, err := keyAndTransfer(pctx, pair.URL(dbName), in, rc.TransferID)
