@@ -123,6 +123,8 @@ func failoverStory(ctx context.Context, r *Run, sync bool) error {
 		how = "synchronous: the primary acknowledges a commit once the standby has applied it"
 	}
 	r.Step("a primary and a standby that streams from it; the app connects through host=primary,standby target_session_attrs=read-write")
+	r.ServerAt("server", "its pool connects through host=127.0.0.1,127.0.0.1 port=%d,%d target_session_attrs=read-write", primaryPort, standbyPort)
+	r.DatabaseAt(lanePrimary)
 	r.ServerAt(lanePrimary, "127.0.0.1:%d (postmaster %d); replication is %s", primaryPort, primaryPID, how)
 	r.ServerAt(laneStandby, "127.0.0.1:%d (postmaster %d), a hot standby streaming from the primary through a replication slot", standbyPort, standbyPID)
 	if err := pair.WaitReplayed(pctx); err != nil {
@@ -211,6 +213,9 @@ func failoverStory(ctx context.Context, r *Run, sync bool) error {
 	}
 	r.ServerAt("server", "reconnects through the multi-host URL: lands on 127.0.0.1:%d (transaction_read_only %s), %s after the kill", port, readOnly, Dur(time.Since(killed)))
 	r.Expect(port == standbyPort && readOnly == "off", "the app's multi-host URL now reaches the promoted standby")
+	if port == standbyPort {
+		r.DatabaseAt(laneStandby)
+	}
 
 	// What the bank has now, before anyone sends anything again.
 	survived, err := keyAndTransfer(pctx, pair.URL(dbName), in, rc.TransferID)
