@@ -64,7 +64,7 @@ func init() {
 			Cost: "Every commit waits for the standby: a round trip, and with remote_apply the standby's " +
 				"replay too. Measured here, both servers on one 2-core machine shared with other work, " +
 				"single-row INSERTs (BANK_SIM_EXHAUSTIVE=1 go test -run TestPairCosts ./postgres/): about " +
-				"0.1–0.4 ms a commit asynchronously, 0.5–1.5 ms with on, 1.8–1.9 ms with remote_apply. " +
+				"0.1–0.4 ms a commit asynchronously, 0.5–2 ms with on, 0.8–1.9 ms with remote_apply. " +
 				"Between machines every commit also pays the network's round trip (0.1–1 ms within a data " +
 				"centre, tens of ms across regions). And the primary now depends on its standby: while the " +
 				"standby is not receiving, commits wait — the protected run shows one waiting — so production " +
