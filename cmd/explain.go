@@ -105,6 +105,9 @@ func explain(w *paragraphs, s scenarios.Scenario, level string) {
 		w.line("```")
 		w.blank()
 	}
+	if e.Cost != "" {
+		w.para("**What it costs.** " + e.Cost)
+	}
 	see := fmt.Sprintf("**See it:** `bank-sim scenario %s`, with `--timeline` for the picture", s.Name)
 	if hasControl(s) {
 		see += fmt.Sprintf(", or `bank-sim compare %s` for both runs side by side", s.Name)

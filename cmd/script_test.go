@@ -216,8 +216,9 @@ var unstable = []struct {
 	{regexp.MustCompile(`\d+(\.\d+)?(ns|µs|ms|s)\b`), "<dur>"},
 	// Real time, rounded for people: a run's "(1.2 s)" and "in 0.8 s", and
 	// the time column of a --timeline (the simulated "+31 s" stays).
-	{regexp.MustCompile(`\(\d+(\.\d+)? (ms|s|min)\)`), "(<dur>)"},
-	{regexp.MustCompile(`(?m)\bin \d+(\.\d+)? (ms|s|min)$`), "in <dur>"},
+	// A loaded machine's minutes too: "(1 min 35 s)".
+	{regexp.MustCompile(`\(\d+(\.\d+)? (ms|s|min)( \d+ s)?\)`), "(<dur>)"},
+	{regexp.MustCompile(`(?m)\bin \d+(\.\d+)? (ms|s|min)( \d+ s)?$`), "in <dur>"},
 	{regexp.MustCompile(`(?m)^\d+(\.\d+)? (ms|s) +`), timeColumn},
 	{regexp.MustCompile(`(?m)^embedded PostgreSQL .*$|^PostgreSQL at .*$`), "<database>"},
 	{regexp.MustCompile(`bank-sim \S+ · (seed|recipe)`), "bank-sim <version> · $1"},

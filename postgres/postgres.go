@@ -210,40 +210,51 @@ func (s *Server) Crash(ctx context.Context) error {
 	if !s.embedded {
 		return ErrNotEmbedded
 	}
+	r, err := s.command(ctx, cmdCrash, "crash and restart")
+	if err != nil {
+		return err
+	}
+	var pid int
+	fmt.Sscanf(r, "ok %d", &pid)
+	s.mu.Lock()
+	s.postPID = pid
+	s.mu.Unlock()
+	// The lock died with the server's sessions: take it again.
+	if err := s.owner.ensure(ctx); err != nil {
+		return unavailable("after the crash: %v", err)
+	}
+	return nil
+}
+
+// command sends the supervisor one command (cmdCrash, cmdKillPrimary) and
+// returns its "ok …" answer; what names the command in errors. Either way
+// the server's idle admin connections are closed: the command kills it.
+func (s *Server) command(ctx context.Context, cmd, what string) (string, error) {
 	s.cmdMu.Lock()
 	defer s.cmdMu.Unlock()
 	if s.cmdErr != nil {
-		return s.cmdErr
+		return "", s.cmdErr
 	}
-	if _, err := io.WriteString(s.stdin, cmdCrash+"\n"); err != nil {
-		return unavailable("asking the supervisor to crash PostgreSQL: %v", err)
+	if _, err := io.WriteString(s.stdin, cmd+"\n"); err != nil {
+		return "", unavailable("asking the supervisor to %s: %v", what, err)
 	}
-	s.closeIdleAdmin() // they died with the server
+	s.closeIdleAdmin() // they die with the server
 	select {
 	case r, ok := <-s.replies:
 		switch {
 		case !ok:
-			s.cmdErr = unavailable("the PostgreSQL supervisor exited during a crash: %s", strings.TrimSpace(s.stderr.String()))
-			return s.cmdErr
+			s.cmdErr = unavailable("the PostgreSQL supervisor exited during %s: %s", what, strings.TrimSpace(s.stderr.String()))
+			return "", s.cmdErr
 		case strings.HasPrefix(r, "ok"):
-			var pid int
-			fmt.Sscanf(r, "ok %d", &pid)
-			s.mu.Lock()
-			s.postPID = pid
-			s.mu.Unlock()
-			// The lock died with the server's sessions: take it again.
-			if err := s.owner.ensure(ctx); err != nil {
-				return unavailable("after the crash: %v", err)
-			}
-			return nil
+			return r, nil
 		default:
-			return unavailable("crash and restart: %s", strings.TrimPrefix(r, "error "))
+			return "", unavailable("%s: %s", what, strings.TrimPrefix(r, "error "))
 		}
 	case <-ctx.Done():
 		// The answer will come, to no one: no later command can trust
 		// the next line.
-		s.cmdErr = unavailable("crash and restart abandoned: %v", ctx.Err())
-		return ctx.Err()
+		s.cmdErr = unavailable("%s abandoned: %v", what, ctx.Err())
+		return "", ctx.Err()
 	}
 }
 
@@ -319,13 +330,69 @@ func (s *Server) stopSupervisor(timeout time.Duration) error {
 
 func startEmbedded(ctx context.Context, o Options) (*Server, error) {
 	began := time.Now()
-	bin, err := resolveBinaries(ctx, o.BinariesPath)
+	s, st, bin, err := spawnSupervisor(ctx, o, supMode{})
 	if err != nil {
 		return nil, err
 	}
+	fail := func(err error) (*Server, error) {
+		if s.owner != nil {
+			s.owner.release()
+		}
+		_ = s.stopSupervisor(10 * time.Second)
+		return nil, err
+	}
+	conn, err := s.admin(ctx)
+	if err != nil {
+		return fail(unavailable("connecting to the embedded PostgreSQL on 127.0.0.1:%d: %v", st.Port, err))
+	}
+	version := s.serverVersion(ctx, conn)
+	s.owner, err = newOwner(ctx, s.adminURL)
+	if err != nil {
+		s.release(conn, err)
+		return fail(unavailable("embedded PostgreSQL on 127.0.0.1:%d: %v", st.Port, err))
+	}
+	// A killed earlier run in this slot may have left scenario databases:
+	// nobody else can be using them, since we hold the slot.
+	dropped, dropErr := dropLeftovers(ctx, conn)
+	s.release(conn, dropErr)
+	how := "new cluster"
+	switch {
+	case st.Reused:
+		how = "cluster reused"
+	case st.Snapshot != "":
+		how = "new cluster from " + st.Snapshot
+	}
+	s.desc = fmt.Sprintf("embedded PostgreSQL %s on 127.0.0.1:%d (%s), slot %d, %s, ready in %.2f s", version, st.Port, bin.path, st.Slot, how, time.Since(began).Seconds())
+	if dropped > 0 {
+		s.desc += fmt.Sprintf("; dropped %d %s left by killed bank-sim runs", dropped, plural(dropped, "database", "databases"))
+	}
+	if dropErr != nil {
+		// Not fatal: the run gets databases of its own; the next run (or
+		// bank-sim prune) tries again.
+		s.desc += fmt.Sprintf("; could not drop leftovers (%v)", dropErr)
+	}
+	return s, nil
+}
+
+// supMode is what a supervisor runs besides the one server of a slot: a
+// primary and its streaming standby (pair.go).
+type supMode struct {
+	Pair bool
+	Sync bool
+}
+
+// spawnSupervisor starts this executable again as a supervisor in mode and
+// waits for its status: once it returns, the supervisor's server (or pair)
+// accepts connections, and s.adminURL reaches it. On error nothing of it is
+// left running.
+func spawnSupervisor(ctx context.Context, o Options, mode supMode) (*Server, supStatus, binaries, error) {
+	bin, err := resolveBinaries(ctx, o.BinariesPath)
+	if err != nil {
+		return nil, supStatus{}, binaries{}, err
+	}
 	cacheDir, err := resolveCacheDir(o.CacheDir)
 	if err != nil {
-		return nil, err
+		return nil, supStatus{}, binaries{}, err
 	}
 	snap := o.snapshot
 	if snap == "" {
@@ -333,12 +400,12 @@ func startEmbedded(ctx context.Context, o Options) (*Server, error) {
 		case "", snapshotOff:
 			snap = env
 		default:
-			return nil, unavailable("BANK_SIM_SNAPSHOT=%s: only \"off\" is understood (make new clusters with initdb instead of unpacking bank-sim's snapshot); unset it otherwise", env)
+			return nil, supStatus{}, binaries{}, unavailable("BANK_SIM_SNAPSHOT=%s: only \"off\" is understood (make new clusters with initdb instead of unpacking bank-sim's snapshot); unset it otherwise", env)
 		}
 	}
 	exe, err := os.Executable()
 	if err != nil {
-		return nil, unavailable("cannot find own executable to run the PostgreSQL supervisor: %v", err)
+		return nil, supStatus{}, binaries{}, unavailable("cannot find own executable to run the PostgreSQL supervisor: %v", err)
 	}
 	cfg := supConfig{
 		ParentPID: os.Getpid(),
@@ -351,21 +418,23 @@ func startEmbedded(ctx context.Context, o Options) (*Server, error) {
 		Snapshot:  snap,
 		Listen:    o.ListenAddresses,
 		Clients:   o.AllowClients,
+		Pair:      mode.Pair,
+		Sync:      mode.Sync,
 	}
 	if err := checkListen(o.ListenAddresses, o.AllowClients); err != nil {
-		return nil, unavailable("%v", err)
+		return nil, supStatus{}, binaries{}, unavailable("%v", err)
 	}
 	cfgJSON, _ := json.Marshal(cfg)
 
 	stdinR, stdinW, err := os.Pipe()
 	if err != nil {
-		return nil, unavailable("pipe: %v", err)
+		return nil, supStatus{}, binaries{}, unavailable("pipe: %v", err)
 	}
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		stdinR.Close()
 		stdinW.Close()
-		return nil, unavailable("pipe: %v", err)
+		return nil, supStatus{}, binaries{}, unavailable("pipe: %v", err)
 	}
 	s := &Server{
 		embedded: true,
@@ -420,16 +489,13 @@ func startEmbedded(ctx context.Context, o Options) (*Server, error) {
 	if err != nil {
 		stdinW.Close()
 		outR.Close()
-		return nil, unavailable("cannot run the PostgreSQL supervisor (%s): %v", exe, err)
+		return nil, supStatus{}, binaries{}, unavailable("cannot run the PostgreSQL supervisor (%s): %v", exe, err)
 	}
 	s.proc = cmd.Process
 
-	fail := func(err error) (*Server, error) {
-		if s.owner != nil {
-			s.owner.release()
-		}
+	fail := func(err error) (*Server, supStatus, binaries, error) {
 		_ = s.stopSupervisor(10 * time.Second)
-		return nil, err
+		return nil, supStatus{}, binaries{}, err
 	}
 
 	type line struct {
@@ -473,7 +539,7 @@ func startEmbedded(ctx context.Context, o Options) (*Server, error) {
 	case l := <-lines:
 		if l.err != nil {
 			<-s.done
-			return nil, unavailable("PostgreSQL supervisor exited without reporting (%v): %s; %s", s.waitErr, strings.TrimSpace(s.stderr.String()), fixHint)
+			return nil, supStatus{}, binaries{}, unavailable("PostgreSQL supervisor exited without reporting (%v): %s; %s", s.waitErr, strings.TrimSpace(s.stderr.String()), fixHint)
 		}
 		if err := json.Unmarshal(l.b, &st); err != nil {
 			return fail(unavailable("bad status from PostgreSQL supervisor %q: %v", l.b, err))
@@ -496,38 +562,7 @@ func startEmbedded(ctx context.Context, o Options) (*Server, error) {
 	s.dbURL = func(name string) string {
 		return fmt.Sprintf("postgres://postgres:%s@127.0.0.1:%d/%s?sslmode=disable", st.Password, st.Port, name)
 	}
-
-	conn, err := s.admin(ctx)
-	if err != nil {
-		return fail(unavailable("connecting to the embedded PostgreSQL on 127.0.0.1:%d: %v", st.Port, err))
-	}
-	version := s.serverVersion(ctx, conn)
-	s.owner, err = newOwner(ctx, s.adminURL)
-	if err != nil {
-		s.release(conn, err)
-		return fail(unavailable("embedded PostgreSQL on 127.0.0.1:%d: %v", st.Port, err))
-	}
-	// A killed earlier run in this slot may have left scenario databases:
-	// nobody else can be using them, since we hold the slot.
-	dropped, dropErr := dropLeftovers(ctx, conn)
-	s.release(conn, dropErr)
-	how := "new cluster"
-	switch {
-	case st.Reused:
-		how = "cluster reused"
-	case st.Snapshot != "":
-		how = "new cluster from " + st.Snapshot
-	}
-	s.desc = fmt.Sprintf("embedded PostgreSQL %s on 127.0.0.1:%d (%s), slot %d, %s, ready in %.2f s", version, st.Port, bin.path, st.Slot, how, time.Since(began).Seconds())
-	if dropped > 0 {
-		s.desc += fmt.Sprintf("; dropped %d %s left by killed bank-sim runs", dropped, plural(dropped, "database", "databases"))
-	}
-	if dropErr != nil {
-		// Not fatal: the run gets databases of its own; the next run (or
-		// bank-sim prune) tries again.
-		s.desc += fmt.Sprintf("; could not drop leftovers (%v)", dropErr)
-	}
-	return s, nil
+	return s, st, bin, nil
 }
 
 func (s *Server) serverVersion(ctx context.Context, conn *pgx.Conn) string {

@@ -142,8 +142,12 @@ func pruneSlot(path string, dryRun bool) CacheSlot {
 	if dryRun || s.Bytes == 0 {
 		return s
 	}
-	// A server an older bank-sim left running (pg_ctl detached it).
+	// A server an older bank-sim left running (pg_ctl detached it), or a
+	// pair's, still in its immediate shutdown.
 	stopStale(filepath.Join(path, "data"))
+	for _, d := range pairDataDirs(path) {
+		stopStale(d)
+	}
 	entries, err := os.ReadDir(path)
 	if err != nil {
 		s.Err = err

@@ -57,18 +57,18 @@ func (sv *supervisor) openSnapshot() (io.ReadCloser, string, error) {
 	}
 }
 
-// unpackSnapshot makes the data directory from a snapshot instead of
+// unpackSnapshot makes dataDir from a snapshot instead of
 // initdb, and gives the cluster its own password before any server of it
 // listens: the snapshot's password was random and forgotten. Like initdb it
 // builds beside the data directory and renames into place.
-func (sv *supervisor) unpackSnapshot(pw string) (string, error) {
+func (sv *supervisor) unpackSnapshot(dataDir, pw string) (string, error) {
 	r, name, err := sv.openSnapshot()
 	if err != nil {
 		return "", err
 	}
 	defer r.Close()
-	os.RemoveAll(sv.dataDir())
-	building := sv.dataDir() + ".unpack"
+	os.RemoveAll(dataDir)
+	building := dataDir + ".unpack"
 	os.RemoveAll(building)
 	if err := snapshot.Unpack(r, building); err != nil {
 		os.RemoveAll(building)
@@ -78,7 +78,7 @@ func (sv *supervisor) unpackSnapshot(pw string) (string, error) {
 		os.RemoveAll(building)
 		return "", fmt.Errorf("%s: %v", name, err)
 	}
-	if err := os.Rename(building, sv.dataDir()); err != nil {
+	if err := os.Rename(building, dataDir); err != nil {
 		os.RemoveAll(building)
 		return "", err
 	}

@@ -49,6 +49,11 @@ type supConfig struct {
 	// Listen and Clients: Options.ListenAddresses and AllowClients.
 	Listen  []string `json:",omitempty"`
 	Clients []string `json:",omitempty"`
+	// Pair runs a primary and its streaming standby instead of the slot's
+	// cluster (pair.go); Sync makes the primary's commits wait for the
+	// standby.
+	Pair bool
+	Sync bool
 }
 
 type supStatus struct {
@@ -61,6 +66,12 @@ type supStatus struct {
 	Snapshot      string `json:"snapshot,omitempty"` // what a new cluster was unpacked from
 	Password      string `json:"password,omitempty"`
 	PostmasterPID int    `json:"postmaster_pid,omitempty"`
+	// A pair's standby (pair.go).
+	StandbyPort int    `json:"standby_port,omitempty"`
+	StandbyPID  int    `json:"standby_pid,omitempty"`
+	StandbyDir  string `json:"standby_dir,omitempty"`
+	// Steps says how long a pair's start took, step by step.
+	Steps string `json:"steps,omitempty"`
 }
 
 // MaybeSupervise must be called first thing in main() and in TestMain of
@@ -95,6 +106,9 @@ func supervise() int {
 	if cfg.Log {
 		sv.logw = os.Stderr
 	}
+	if cfg.Pair {
+		return sv.supervisePair(sigs, out)
+	}
 	st, err := sv.start(sigs)
 	if err != nil {
 		out.Encode(supStatus{Error: err.Error()})
@@ -109,17 +123,7 @@ func supervise() int {
 
 	go sv.reapOrphans()
 
-	// The parent's commands, one a line on stdin, each answered with one
-	// line on stdout; EOF means stop.
-	cmds := make(chan string)
-	eof := make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(os.Stdin)
-		for sc.Scan() {
-			cmds <- strings.TrimSpace(sc.Text())
-		}
-		close(eof)
-	}()
+	cmds, eof := readCommands()
 	code := 0
 loop:
 	for {
@@ -159,6 +163,21 @@ loop:
 		return 1
 	}
 	return code
+}
+
+// readCommands reads the parent's commands, one a line on stdin, each
+// answered with one line on stdout; eof is closed at EOF, which means stop.
+func readCommands() (cmds <-chan string, eof <-chan struct{}) {
+	c := make(chan string)
+	e := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(os.Stdin)
+		for sc.Scan() {
+			c <- strings.TrimSpace(sc.Text())
+		}
+		close(e)
+	}()
+	return c, e
 }
 
 // Lines the supervisor writes on its own, not as the answer to a command:
@@ -231,7 +250,8 @@ type supervisor struct {
 	binPath string // contains bin/postgres
 	port    int
 	params  map[string]string
-	pm      *postmaster // nil while no server runs
+	pm      *postmaster // nil while no server runs; a pair's primary
+	standby *postmaster // a pair's standby (pair.go)
 	// restarts are the times of the restarts after a postmaster died on
 	// its own, within the last restartWindow.
 	restarts []time.Time
@@ -300,48 +320,54 @@ func (sv *supervisor) relaunch(kids []int) error {
 func (sv *supervisor) dataDir() string { return filepath.Join(sv.slotDir, "data") }
 func (sv *supervisor) tmpDir() string  { return filepath.Join(sv.slotDir, "tmp") }
 
-func (sv *supervisor) start(sigs chan os.Signal) (supStatus, error) {
+// prepare does what every supervisor does before it starts a server: drop
+// root, lock a slot, move into it, stop what a killed run left there, and
+// find the binaries and the cluster's password.
+func (sv *supervisor) prepare() (pw string, err error) {
 	sv.root = filepath.Join(sv.cfg.CacheDir, fmt.Sprintf("pg%d", sv.cfg.Major))
 	if err := sv.dropRoot(); err != nil {
-		return supStatus{}, err
+		return "", err
 	}
 	if err := os.MkdirAll(sv.root, 0o700); err != nil {
-		return supStatus{}, fmt.Errorf("cannot create cache dir %s as uid %d: %v; set BANK_SIM_CACHE_DIR to a writable directory", sv.root, os.Getuid(), err)
+		return "", fmt.Errorf("cannot create cache dir %s as uid %d: %v; set BANK_SIM_CACHE_DIR to a writable directory", sv.root, os.Getuid(), err)
 	}
 	if err := sv.takeSlot(); err != nil {
-		return supStatus{}, err
+		return "", err
 	}
 	// initdb and postgres resolve relative paths against the cwd, and it
 	// must be a directory nobody can enter after the privilege drop.
 	if err := os.Chdir(sv.slotDir); err != nil {
-		return supStatus{}, err
+		return "", err
 	}
 	os.Setenv("HOME", sv.slotDir)
 	// embedded-postgres leaves an embedded_postgres_log* file per start in
 	// TMPDIR; keep them in the slot, where we can delete them.
 	sv.cleanupTmp()
 	if err := os.MkdirAll(sv.tmpDir(), 0o700); err != nil {
-		return supStatus{}, err
+		return "", err
 	}
 	os.Setenv("TMPDIR", sv.tmpDir())
 
 	stopStale(sv.dataDir())
+	// A pair a killed run left in this slot: its postmasters died with
+	// their supervisor, its clusters are of no use to anyone.
+	sv.removePair()
 
 	sv.binPath = sv.cfg.Binaries
 	if sv.cfg.Download {
 		sv.binPath = filepath.Join(sv.root, "dist")
 		if err := sv.fetch(); err != nil {
-			return supStatus{}, err
+			return "", err
 		}
 	}
 
-	pw, err := sv.password()
-	if err != nil {
-		return supStatus{}, err
-	}
-	version := embeddedpostgres.PostgresVersion(sv.cfg.Version)
-	sv.params = map[string]string{
-		"listen_addresses":        strings.Join(append([]string{"127.0.0.1"}, sv.cfg.Listen...), ","),
+	return sv.password()
+}
+
+// baseParams are the server settings of every cluster bank-sim runs.
+func baseParams(major int) map[string]string {
+	params := map[string]string{
+		"listen_addresses":        "127.0.0.1",
 		"unix_socket_directories": "",
 		// A simulator: durability against OS crashes is not needed, but
 		// synchronous_commit stays on so that killing postgres itself
@@ -356,12 +382,23 @@ func (sv *supervisor) start(sigs chan os.Signal) (supStatus, error) {
 		"log_min_messages":  "warning",
 		"logging_collector": "off",
 	}
-	if sv.cfg.Major >= 12 {
+	if major >= 12 {
 		// Same reasoning as fsync: a new WAL segment need not be 16 MB of
 		// zeros written out first; PostgreSQL then makes it a sparse file.
 		// A first run's CREATE DATABASEs fill most of a segment.
-		sv.params["wal_init_zero"] = "off"
+		params["wal_init_zero"] = "off"
 	}
+	return params
+}
+
+func (sv *supervisor) start(sigs chan os.Signal) (supStatus, error) {
+	pw, err := sv.prepare()
+	if err != nil {
+		return supStatus{}, err
+	}
+	version := embeddedpostgres.PostgresVersion(sv.cfg.Version)
+	sv.params = baseParams(sv.cfg.Major)
+	sv.params["listen_addresses"] = strings.Join(append([]string{"127.0.0.1"}, sv.cfg.Listen...), ",")
 	var lastErr error
 	snapshotTried := false
 	for attempt := 0; attempt < 4; attempt++ {
@@ -373,7 +410,7 @@ func (sv *supervisor) start(sigs chan os.Signal) (supStatus, error) {
 		unpacked := ""
 		if !reused && !snapshotTried {
 			snapshotTried = true
-			name, err := sv.unpackSnapshot(pw)
+			name, err := sv.unpackSnapshot(sv.dataDir(), pw)
 			switch {
 			case err == nil:
 				unpacked = name
@@ -382,7 +419,7 @@ func (sv *supervisor) start(sigs chan os.Signal) (supStatus, error) {
 			}
 		}
 		if !reused && unpacked == "" {
-			if err := sv.initdb(pw); err != nil {
+			if err := sv.initdb(sv.dataDir(), pw); err != nil {
 				return supStatus{}, err
 			}
 		}
@@ -478,12 +515,12 @@ func (sv *supervisor) fetch() error {
 	return nil
 }
 
-// initdb initialises the cluster itself (snapshot.InitdbArgs), when no
+// initdb initialises the cluster in dataDir itself (snapshot.InitdbArgs), when no
 // snapshot fits or the server refused one. It builds it beside the data directory and renames it into place,
 // so a killed initdb never leaves a half-made cluster under the real name.
-func (sv *supervisor) initdb(pw string) error {
-	os.RemoveAll(sv.dataDir())
-	building := sv.dataDir() + ".initdb"
+func (sv *supervisor) initdb(dataDir, pw string) error {
+	os.RemoveAll(dataDir)
+	building := dataDir + ".initdb"
 	os.RemoveAll(building)
 	pwfile := filepath.Join(sv.tmpDir(), "pwfile")
 	if err := os.WriteFile(pwfile, []byte(pw), 0o600); err != nil {
@@ -499,7 +536,7 @@ func (sv *supervisor) initdb(pw string) error {
 		os.RemoveAll(building)
 		return fmt.Errorf("initdb (%s) failed: %v: %s", sv.binPath, err, strings.TrimSpace(out.String()))
 	}
-	return os.Rename(building, sv.dataDir())
+	return os.Rename(building, dataDir)
 }
 
 // dropRoot switches to nobody, because initdb and postgres refuse root.
@@ -590,6 +627,7 @@ func (sv *supervisor) password() (string, error) {
 		return strings.TrimSpace(string(b)), nil
 	}
 	os.RemoveAll(sv.dataDir())
+	os.RemoveAll(sv.pairBaseDir()) // it has the old password too
 	b := make([]byte, 16)
 	rand.Read(b)
 	pw := hex.EncodeToString(b)
@@ -600,13 +638,22 @@ func (sv *supervisor) password() (string, error) {
 }
 
 func (sv *supervisor) stop() error {
-	var err error
+	var errs []error
+	// The standby first: stopped while its primary still runs, it need
+	// not retry a connection to a primary that is going away.
+	if sv.standby != nil {
+		errs = append(errs, sv.standby.stop(10*time.Second))
+		sv.standby = nil
+	}
 	if sv.pm != nil {
-		err = sv.pm.stop(10 * time.Second)
+		errs = append(errs, sv.pm.stop(10*time.Second))
 		sv.pm = nil
 	}
+	if sv.cfg.Pair {
+		sv.removePair()
+	}
 	sv.cleanupTmp()
-	return err
+	return errors.Join(errs...)
 }
 
 func (sv *supervisor) cleanupTmp() {
@@ -624,8 +671,12 @@ func (sv *supervisor) reapOrphans() {
 			continue
 		}
 		dir := filepath.Join(sv.root, e.Name())
-		data := filepath.Join(dir, "data")
-		if readPidFile(data) == 0 {
+		dataDirs := append([]string{filepath.Join(dir, "data")}, pairDataDirs(dir)...)
+		running := false
+		for _, d := range dataDirs {
+			running = running || readPidFile(d) != 0
+		}
+		if !running {
 			continue
 		}
 		f, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_RDWR, 0)
@@ -633,7 +684,9 @@ func (sv *supervisor) reapOrphans() {
 			continue
 		}
 		if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil {
-			stopStale(data)
+			for _, d := range dataDirs {
+				stopStale(d)
+			}
 		}
 		f.Close()
 	}

@@ -46,6 +46,40 @@ type Run struct {
 	keyIDs     map[string]int // key#attempt → delivery, over HTTP
 	snapshots  bool
 	seen       map[int64]bool // transfers already told, for committed
+	closeDB    func()         // closes a bank the phase brought itself (UseDB)
+	dbLane     string         // where servers' database work is drawn (DatabaseAt)
+}
+
+// DatabaseAt draws the servers' work in the database from now on at lane
+// (the server that serves it: "primary", then the promoted "standby")
+// instead of "database".
+func (r *Run) DatabaseAt(lane string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.dbLane = lane
+}
+
+func (r *Run) databaseLane() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.dbLane == "" {
+		return "database"
+	}
+	return r.dbLane
+}
+
+// UseDB makes db the phase's bank from now on, in place of the one it was
+// given: a story that needs a database of its own making (a primary and its
+// standby, say) builds the lesson's bank there and hands it over. The
+// phase's ledger is read from db, and closeDB runs once it has been, on
+// every way out of the phase.
+func (r *Run) UseDB(db *pgxpool.Pool, closeDB func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closeDB != nil {
+		r.closeDB()
+	}
+	r.DB, r.closeDB = db, closeDB
 }
 
 func newRand(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 0x62616e6b)) }
@@ -345,7 +379,7 @@ func (r *Run) traced(lane string, h *idem.Handler) faults.Server {
 			if c.TookOver {
 				what = "lock expired: takes the key over, token " + c.LockID
 			}
-			r.emit(Event{Kind: KindDatabase, From: lane, To: "database", Delivery: id, Text: what})
+			r.emit(Event{Kind: KindDatabase, From: lane, To: r.databaseLane(), Delivery: id, Text: what})
 			if after != nil {
 				after(hctx, c)
 			}
@@ -361,7 +395,7 @@ func (r *Run) traced(lane string, h *idem.Handler) faults.Server {
 				cancel()
 				if len(ids) > 0 {
 					told = true
-					r.emit(Event{Kind: KindDatabase, From: lane, To: "database", Delivery: id,
+					r.emit(Event{Kind: KindDatabase, From: lane, To: r.databaseLane(), Delivery: id,
 						Text: databaseText(h, bank.Response{}, nil, ids), Moved: moved, Transfers: ids})
 				}
 				crash(hctx)
@@ -387,7 +421,7 @@ func (r *Run) served(ctx context.Context, lane string, id int, h *idem.Handler, 
 	defer cancel()
 	ids, moved := r.committed(qctx, intent, resp, err)
 	if what := databaseText(h, resp, err, ids); what != "" && !told {
-		r.emit(Event{Kind: KindDatabase, From: lane, To: "database", Delivery: id, Text: what, Moved: moved, Transfers: ids})
+		r.emit(Event{Kind: KindDatabase, From: lane, To: r.databaseLane(), Delivery: id, Text: what, Moved: moved, Transfers: ids})
 	}
 	answer := "500 internal_error"
 	if err == nil {

@@ -7,6 +7,7 @@ package scenarios
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"sort"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/banksim/bank-sim/bank"
+	"github.com/banksim/bank-sim/postgres"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -60,6 +62,9 @@ type Explanation struct {
 	Breaks  string
 	Defence string
 	SQL     string
+	// Cost, when the defence has a price worth naming (a commit that waits
+	// for a standby), says what it is, measured.
+	Cost string
 }
 
 // The lesson's order, with room between for stories added later: a story
@@ -430,11 +435,19 @@ func runPhase(ctx context.Context, s Scenario, p Phase, index int, dbs Databases
 
 	runErr := safeRun(ctx, p, r)
 	r.cleanup()
+	if r.closeDB != nil {
+		defer r.closeDB()
+	}
+	if errors.Is(runErr, postgres.ErrUnavailable) {
+		// Not the story's outcome: it could not run (a pair it could not
+		// start), as when the phase's bank could not be made.
+		return PhaseReport{}, runErr
+	}
 	for name, n := range r.fired() {
 		fired[name] += n
 	}
 
-	ledger, lerr := bank.ReadLedger(ctx, db.Pool)
+	ledger, lerr := bank.ReadLedger(ctx, r.DB)
 	if lerr != nil {
 		return PhaseReport{}, lerr
 	}

@@ -1,0 +1,746 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	embeddedpostgres "github.com/fergusstrange/embedded-postgres"
+	"github.com/jackc/pgx/v5"
+)
+
+// A pair is a primary and a streaming standby, both started by one
+// supervisor from the same binaries, for stories about failover. It lives
+// in a slot like any embedded cluster (the slot's lock is held for its
+// life), in the slot's "pair" directory, apart from the slot's own cluster:
+// a pair's clusters are made fresh for every run and deleted when it
+// stops. A pair that a killed run left is stopped and deleted by the next
+// supervisor to take the slot, by reapOrphans, and by bank-sim prune, like
+// a slot's own cluster.
+//
+// Both clusters are copies of one pristine cluster, "pair-base", made once
+// per slot (the snapshot, or initdb) and never started: copied while no
+// server runs on it, it is a base backup of a stopped server, which is
+// what pg_basebackup makes of a running one, at a fraction of the cost (no
+// checkpoint, no WAL streamed during the copy, no third process). The
+// standby's copy gets what pg_basebackup -R would write: standby.signal,
+// primary_conninfo and primary_slot_name; the primary gets the physical
+// replication slot before the standby starts, so the WAL from the copy's
+// checkpoint on is kept for it however far it falls behind.
+//
+//	bank-sim ──▶ supervisor ──▶ primary postmaster  (127.0.0.1:P1)
+//	                        └─▶ standby postmaster  (127.0.0.1:P2, streaming from P1
+//	                                                 through replication slot bank_sim_standby)
+//
+// Both postmasters are the supervisor's children with a parent-death
+// signal (postmaster.go), so nothing outlives bank-sim however it dies.
+// Unlike a lone server, neither is restarted when it dies: the primary is
+// killed on purpose (KillPrimary), and a standby that dies ends the pair
+// (Lost).
+
+const (
+	pairDirName     = "pair"
+	pairBaseDirName = "pair-base"
+	// cmdKillPrimary asks a pair's supervisor to SIGKILL the primary.
+	cmdKillPrimary = "kill-primary"
+	// standbyName is the standby's application_name, which the primary's
+	// synchronous_standby_names names when its commits wait for it.
+	standbyName = "standby"
+	// replicationSlot keeps on the primary every WAL segment the standby
+	// has not received yet: however far behind it falls, it can catch up.
+	replicationSlot = "bank_sim_standby"
+)
+
+// pairDataDirs are the data directories of a pair in the slot slotDir:
+// the primary's and the standby's.
+func pairDataDirs(slotDir string) []string {
+	return []string{filepath.Join(slotDir, pairDirName, "primary"), filepath.Join(slotDir, pairDirName, "standby")}
+}
+
+// pairBaseDir is the slot's pristine cluster that a pair's are copied from.
+func (sv *supervisor) pairBaseDir() string { return filepath.Join(sv.slotDir, pairBaseDirName) }
+
+// removePair stops what still runs of a pair in the slot and deletes it.
+func (sv *supervisor) removePair() {
+	if sv.slotDir == "" {
+		return
+	}
+	for _, d := range pairDataDirs(sv.slotDir) {
+		stopStale(d)
+	}
+	os.RemoveAll(filepath.Join(sv.slotDir, pairDirName))
+}
+
+// pairParams are a pair member's settings. Only the primary's commits wait
+// for the standby (sync): a promoted standby has no standby of its own, and
+// would wait forever for one.
+func pairParams(major int, sync bool) map[string]string {
+	p := baseParams(major)
+	p["wal_level"] = "replica"
+	// PostgreSQL's defaults: a standby refuses to run with less than the
+	// primary had, and the copies' control file says the defaults (the
+	// base's last server was initdb's or the password's single-user one).
+	p["max_wal_senders"] = "10"
+	p["max_replication_slots"] = "10"
+	p["hot_standby"] = "on"
+	// How soon a standby whose WAL receiver stopped (StopReceiving) or
+	// was given its primary again (Receive) tries again: 5 s by default.
+	p["wal_retrieve_retry_interval"] = "50ms"
+	if sync {
+		// remote_apply rather than on (remote flush): the story reads the
+		// key on the standby before the primary dies, and finds it.
+		p["synchronous_standby_names"] = standbyName
+		p["synchronous_commit"] = "remote_apply"
+	}
+	return p
+}
+
+// supervisePair is the supervisor of a pair: it starts both servers,
+// reports them, then runs the parent's commands until told to stop.
+func (sv *supervisor) supervisePair(sigs chan os.Signal, out *json.Encoder) int {
+	st, err := sv.startPair(sigs)
+	if err != nil {
+		out.Encode(supStatus{Error: err.Error()})
+		if stopErr := sv.stop(); stopErr != nil {
+			fmt.Fprintln(os.Stderr, "bank-sim postgres supervisor: stop:", stopErr)
+		}
+		return 1
+	}
+	if err := out.Encode(st); err != nil {
+		sv.stop()
+		return 1
+	}
+	go sv.reapOrphans()
+	cmds, eof := readCommands()
+	code := 0
+	standbyDied := sv.standby.done
+loop:
+	for {
+		select {
+		case <-eof:
+			break loop
+		case <-sigs:
+			break loop
+		case <-sv.died():
+			fmt.Fprintf(os.Stdout, "%s %s the primary (postmaster %d) %s without being asked to\n", eventPrefix, eventLost, sv.pm.pid, exitHow(sv.pm.err))
+			sv.pm = nil
+			code = 1
+			break loop
+		case <-standbyDied:
+			fmt.Fprintf(os.Stdout, "%s %s the standby (postmaster %d) %s\n", eventPrefix, eventLost, sv.standby.pid, exitHow(sv.standby.err))
+			sv.standby = nil
+			code = 1
+			break loop
+		case c := <-cmds:
+			switch c {
+			case cmdKillPrimary:
+				if err := sv.killPrimary(); err != nil {
+					fmt.Fprintf(os.Stdout, "error %s\n", strings.ReplaceAll(err.Error(), "\n", " "))
+				} else {
+					fmt.Fprintln(os.Stdout, "ok")
+				}
+			default:
+				fmt.Fprintf(os.Stdout, "error unknown command %q\n", c)
+			}
+		}
+	}
+	os.Stdout.Close()
+	if err := sv.stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "bank-sim postgres supervisor: stop:", err)
+		return 1
+	}
+	return code
+}
+
+// startPair copies the slot's pristine cluster twice, starts the primary
+// on one copy, gives it the standby's replication slot, and starts the
+// other as a hot standby streaming from it.
+func (sv *supervisor) startPair(sigs chan os.Signal) (supStatus, error) {
+	began := time.Now()
+	pw, err := sv.prepare() // removes any pair a killed run left
+	if err != nil {
+		return supStatus{}, err
+	}
+	var steps []string
+	step := func(what string) {
+		steps = append(steps, fmt.Sprintf("%s %.2f s", what, time.Since(began).Seconds()))
+		began = time.Now()
+	}
+	step("slot")
+	dirs := pairDataDirs(sv.slotDir)
+	primaryDir, standbyDir := dirs[0], dirs[1]
+	if err := os.MkdirAll(filepath.Dir(primaryDir), 0o700); err != nil {
+		return supStatus{}, err
+	}
+	unpacked, err := sv.ensurePairBase(pw)
+	if err != nil {
+		return supStatus{}, err
+	}
+	step("base")
+	for _, d := range dirs {
+		if err := copyTree(sv.pairBaseDir(), d); err != nil {
+			return supStatus{}, fmt.Errorf("copying the pair's cluster: %v", err)
+		}
+	}
+	step("copies")
+	pm, port, err := launchOnFreePort(sv.binPath, primaryDir, pairParams(sv.cfg.Major, sv.cfg.Sync), sv.logw, sigs)
+	if err != nil {
+		if !strings.Contains(err.Error(), "interrupted") {
+			// A base the server refuses is made again by the next run.
+			os.RemoveAll(sv.pairBaseDir())
+		}
+		return supStatus{}, fmt.Errorf("starting the primary (%s) in %s: %v", sv.binPath, primaryDir, err)
+	}
+	sv.pm, sv.port = pm, port
+	step("primary")
+	if err := createSlot(port, pw); err != nil {
+		return supStatus{}, err
+	}
+	if err := configureStandby(standbyDir, port, pw); err != nil {
+		return supStatus{}, err
+	}
+	standby, standbyPort, err := launchOnFreePort(sv.binPath, standbyDir, pairParams(sv.cfg.Major, false), sv.logw, sigs)
+	if err != nil {
+		return supStatus{}, fmt.Errorf("starting the standby (%s) in %s: %v", sv.binPath, standbyDir, err)
+	}
+	sv.standby = standby
+	step("standby")
+	return supStatus{
+		Steps:         strings.Join(steps, ", "),
+		Port:          port,
+		Slot:          sv.slot,
+		SlotDir:       sv.slotDir,
+		DataDir:       primaryDir,
+		Snapshot:      unpacked,
+		Password:      pw,
+		PostmasterPID: pm.pid,
+		StandbyPort:   standbyPort,
+		StandbyPID:    standby.pid,
+		StandbyDir:    standbyDir,
+	}, nil
+}
+
+// launchOnFreePort starts a postmaster on data on a free port, trying
+// another when one is taken between the choice and the bind.
+func launchOnFreePort(bin, data string, params map[string]string, logw io.Writer, sigs <-chan os.Signal) (*postmaster, int, error) {
+	var lastErr error
+	for attempt := 0; attempt < 4; attempt++ {
+		port, err := freePort()
+		if err != nil {
+			return nil, 0, fmt.Errorf("no free TCP port on 127.0.0.1: %v", err)
+		}
+		pm, err := launchPostmaster(bin, data, port, params, logw, sigs, startTimeout)
+		if err == nil {
+			return pm, port, nil
+		}
+		lastErr = err
+		if !errors.Is(err, errPortTaken) {
+			break
+		}
+	}
+	return nil, 0, lastErr
+}
+
+// ensurePairBase makes the slot's pristine pair cluster, if it has none
+// that fits: from the snapshot, else with initdb; both build beside it and
+// rename into place, so a killed run never leaves half a base. It returns
+// the snapshot's name when it used one just now.
+func (sv *supervisor) ensurePairBase(pw string) (string, error) {
+	base := sv.pairBaseDir()
+	if dataDirValid(base, embeddedpostgres.PostgresVersion(sv.cfg.Version)) {
+		return "", nil
+	}
+	unpacked, err := sv.unpackSnapshot(base, pw)
+	if err == nil {
+		return unpacked, nil
+	}
+	if !errors.Is(err, errNoSnapshot) {
+		fmt.Fprintf(sv.logw, "bank-sim: not using the snapshot, running initdb: %v\n", err)
+	}
+	return "", sv.initdb(base, pw)
+}
+
+// copyTree copies the cluster in src to dst, a directory that must not
+// exist yet, keeping permissions (PostgreSQL refuses a data directory
+// others can read).
+func copyTree(src, dst string) error {
+	return filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, path)
+		if err != nil {
+			return err
+		}
+		target := filepath.Join(dst, rel)
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		switch {
+		case d.IsDir():
+			return os.Mkdir(target, info.Mode().Perm())
+		case d.Type().IsRegular():
+			return copyFile(path, target, info.Mode().Perm())
+		}
+		return fmt.Errorf("%s: not a file or directory", path)
+	})
+}
+
+// copyFile copies src to dst, leaving holes where src has whole blocks of
+// zeros: most of a fresh cluster's bytes are its first WAL segment's
+// zeros, which PostgreSQL reads back from a hole just the same (it makes
+// new segments that way itself, with wal_init_zero off).
+func copyFile(src, dst string, perm fs.FileMode) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
+	if err != nil {
+		return err
+	}
+	buf := make([]byte, 64<<10)
+	var size int64
+	for {
+		n, rerr := io.ReadFull(in, buf)
+		if n > 0 {
+			if allZero(buf[:n]) {
+				_, err = out.Seek(int64(n), io.SeekCurrent)
+			} else {
+				_, err = out.Write(buf[:n])
+			}
+			if err != nil {
+				out.Close()
+				return err
+			}
+			size += int64(n)
+		}
+		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
+			break
+		}
+		if rerr != nil {
+			out.Close()
+			return rerr
+		}
+	}
+	// A file that ends in a hole gets its length here.
+	if err := out.Truncate(size); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// createSlot creates the physical replication slot the standby streams
+// through, on the primary on port, reserving WAL at once: from the redo
+// point of the checkpoint both copies start from, which no checkpoint has
+// passed yet.
+func createSlot(port int, pw string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, fmt.Sprintf("postgres://postgres:%s@127.0.0.1:%d/postgres?sslmode=disable", pw, port))
+	if err != nil {
+		return fmt.Errorf("connecting to the primary to create its replication slot: %v", err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "SELECT pg_create_physical_replication_slot($1, true)", replicationSlot); err != nil {
+		return fmt.Errorf("creating the replication slot on the primary: %v", err)
+	}
+	return nil
+}
+
+// configureStandby makes the cluster in dir a standby of the primary on
+// port, as pg_basebackup -R does: standby.signal, and primary_conninfo and
+// primary_slot_name in postgresql.auto.conf (where ALTER SYSTEM can change
+// them: StopReceiving does). The connection is a replication one as the
+// cluster's superuser, over TCP with the password, which initdb's
+// pg_hba.conf allows from 127.0.0.1.
+func configureStandby(dir string, port int, pw string) error {
+	if err := os.WriteFile(filepath.Join(dir, "standby.signal"), nil, 0o600); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(filepath.Join(dir, "postgresql.auto.conf"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return err
+	}
+	conninfo := fmt.Sprintf("host=127.0.0.1 port=%d user=postgres password=%s application_name=%s sslmode=disable", port, pw, standbyName)
+	_, err = fmt.Fprintf(f, "primary_conninfo = %s\nprimary_slot_name = %s\n", quoteLiteral(conninfo), quoteLiteral(replicationSlot))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// killPrimary kills the primary's postmaster with SIGKILL, as a machine
+// that loses power would stop it: no shutdown, no last WAL sent. It returns
+// once it and its children are gone.
+func (sv *supervisor) killPrimary() error {
+	pm := sv.pm
+	if pm == nil {
+		return errors.New("the primary is not running")
+	}
+	kids := childrenOf(pm.pid)
+	if err := pm.proc.Signal(syscall.SIGKILL); err != nil {
+		return fmt.Errorf("kill -9 %d: %v", pm.pid, err)
+	}
+	select {
+	case <-pm.done:
+	case <-time.After(10 * time.Second):
+		return fmt.Errorf("the primary's postmaster %d survived SIGKILL for 10 s", pm.pid)
+	}
+	sv.pm = nil
+	// Its backends and WAL sender notice their postmaster's death and exit
+	// by themselves, at once; one that does not is killed.
+	if !waitGone(10*time.Second, kids...) {
+		for _, k := range kids {
+			syscall.Kill(k, syscall.SIGKILL)
+		}
+		if !waitGone(5*time.Second, kids...) {
+			return fmt.Errorf("the primary's processes %v survived SIGKILL for 5 s", kids)
+		}
+	}
+	return nil
+}
+
+// PairOptions choose how a pair replicates.
+type PairOptions struct {
+	// Sync makes every commit on the primary wait until the standby has
+	// applied it (synchronous_standby_names = the standby,
+	// synchronous_commit = remote_apply); otherwise the primary
+	// acknowledges a commit as soon as its own WAL has it (asynchronous
+	// replication, PostgreSQL's default).
+	Sync bool
+}
+
+// Pair is a running primary and its streaming standby (see the top of
+// this file). Every method that waits is bounded by its context.
+type Pair struct {
+	srv         *Server // the supervisor; its admin connections reach the primary
+	password    string
+	primaryPort int
+	standbyPort int
+	primaryPID  int
+	standbyPID  int
+	sync        bool
+	conninfo    string // the standby's primary_conninfo, kept while it is cleared
+}
+
+// StartPair starts a primary and a standby that streams from it, from the
+// same binaries as Start would use (o.URL must be empty: only a pair that
+// bank-sim runs itself can be failed over). It returns once the standby
+// accepts read-only connections; the caller must Close the pair, and if it
+// cannot (panic, signal, SIGKILL) both servers stop by themselves.
+func StartPair(ctx context.Context, o Options, po PairOptions) (*Pair, error) {
+	if o.URL != "" {
+		return nil, unavailable("a primary and standby pair is always bank-sim's own: it cannot use --database-url / DATABASE_URL")
+	}
+	if os.Getenv(envSupervisor) != "" {
+		return nil, unavailable("%s is set but MaybeSupervise was not called first thing in main/TestMain", envSupervisor)
+	}
+	if !superviseCalled.Load() {
+		return nil, unavailable("postgres.MaybeSupervise must be called first thing in main() and in TestMain (pgtest.Run does it)")
+	}
+	began := time.Now()
+	s, st, bin, err := spawnSupervisor(ctx, o, supMode{Pair: true, Sync: po.Sync})
+	if err != nil {
+		return nil, err
+	}
+	p := &Pair{srv: s, password: st.Password, primaryPort: st.Port, standbyPort: st.StandbyPort,
+		primaryPID: st.PostmasterPID, standbyPID: st.StandbyPID, sync: po.Sync}
+	repl := "asynchronous"
+	if po.Sync {
+		repl = "synchronous (remote_apply)"
+	}
+	s.desc = fmt.Sprintf("embedded PostgreSQL pair (%s): primary on 127.0.0.1:%d, streaming standby on 127.0.0.1:%d, %s replication, slot %d, ready in %.2f s (%s)",
+		bin.path, st.Port, st.StandbyPort, repl, st.Slot, time.Since(began).Seconds(), st.Steps)
+	return p, nil
+}
+
+// Describe is a one-line description of the pair, without credentials.
+func (p *Pair) Describe() string { return p.srv.desc }
+
+// Ports are the primary's and the standby's TCP ports on 127.0.0.1.
+func (p *Pair) Ports() (primary, standby int) { return p.primaryPort, p.standbyPort }
+
+// PIDs are the primary's and the standby's postmasters' process ids.
+func (p *Pair) PIDs() (primary, standby int) { return p.primaryPID, p.standbyPID }
+
+// Sync reports whether the primary's commits wait for the standby.
+func (p *Pair) Sync() bool { return p.sync }
+
+// URL connects to database db on whichever of the two is the read-write
+// one, as an application in production does: a multi-host connection
+// string that tries the primary, then the standby, and takes the first
+// that accepts writes (target_session_attrs=read-write). Before a failover
+// that is the primary; after it, the promoted standby.
+func (p *Pair) URL(db string) string {
+	return fmt.Sprintf("host=127.0.0.1,127.0.0.1 port=%d,%d user=postgres password=%s dbname=%s sslmode=disable target_session_attrs=read-write connect_timeout=5",
+		p.primaryPort, p.standbyPort, p.password, db)
+}
+
+// PrimaryURL connects to db on the primary only.
+func (p *Pair) PrimaryURL(db string) string { return p.nodeURL(p.primaryPort, db) }
+
+// StandbyURL connects to db on the standby only (read-only until promoted).
+func (p *Pair) StandbyURL(db string) string { return p.nodeURL(p.standbyPort, db) }
+
+func (p *Pair) nodeURL(port int, db string) string {
+	return fmt.Sprintf("postgres://postgres:%s@127.0.0.1:%d/%s?sslmode=disable&connect_timeout=5", p.password, port, db)
+}
+
+// CreateDatabase creates database name on the primary and fills it with
+// tpl.Init; the standby receives it as it receives everything else. No
+// marker is needed: the pair's clusters are deleted with it.
+func (p *Pair) CreateDatabase(ctx context.Context, name string, tpl Template) error {
+	if err := p.exec(ctx, p.PrimaryURL("postgres"), "CREATE DATABASE "+quote(name)); err != nil {
+		return fmt.Errorf("creating %s on the primary: %w", name, err)
+	}
+	conn, err := pgx.Connect(ctx, p.PrimaryURL(name))
+	if err != nil {
+		return unavailable("connecting to %s on the primary: %v", name, err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if err := tpl.Init(ctx, conn); err != nil {
+		return fmt.Errorf("filling %s on the primary: %w", name, err)
+	}
+	return nil
+}
+
+// exec runs statements on a connection of their own to url.
+func (p *Pair) exec(ctx context.Context, url string, sql ...string) error {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return unavailable("%v", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	for _, q := range sql {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// poll runs check every few milliseconds until it reports done, fails, or
+// ctx ends; what says what it waited for.
+func poll(ctx context.Context, what string, check func(context.Context) (bool, error)) error {
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		done, err := check(ctx)
+		if err != nil {
+			return fmt.Errorf("waiting for %s: %w", what, err)
+		}
+		if done {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("gave up waiting for %s: %w", what, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+// WaitReplayed returns once the standby has replayed everything the
+// primary had written when it was called.
+func (p *Pair) WaitReplayed(ctx context.Context) error {
+	primary, err := pgx.Connect(ctx, p.PrimaryURL("postgres"))
+	if err != nil {
+		return unavailable("connecting to the primary: %v", err)
+	}
+	var lsn string
+	err = primary.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn)
+	primary.Close(context.WithoutCancel(ctx))
+	if err != nil {
+		return fmt.Errorf("reading the primary's WAL position: %w", err)
+	}
+	standby, err := pgx.Connect(ctx, p.StandbyURL("postgres"))
+	if err != nil {
+		return unavailable("connecting to the standby: %v", err)
+	}
+	defer standby.Close(context.WithoutCancel(ctx))
+	return poll(ctx, "the standby to replay the primary's WAL up to "+lsn, func(ctx context.Context) (bool, error) {
+		var ok bool
+		err := standby.QueryRow(ctx, "SELECT coalesce(pg_last_wal_replay_lsn() >= $1::pg_lsn, false)", lsn).Scan(&ok)
+		return ok, err
+	})
+}
+
+// StopReceiving stops the standby's WAL receiver and returns once it is
+// gone: from then on nothing the primary writes reaches the standby, until
+// Receive. It is how a story makes "the standby had not received it yet"
+// certain rather than a race: a standby normally lags by a few
+// milliseconds, and by seconds when the network or the standby is slow.
+//
+// Pausing replay (pg_wal_replay_pause) would not do: the receiver would
+// still receive and flush the WAL, and promotion replays what was
+// received. So the standby is told to forget its primary instead:
+// primary_conninfo is cleared (ALTER SYSTEM, a reload), on which the
+// startup process stops the WAL receiver and, with nowhere to stream from,
+// starts none. pg_stat_wal_receiver has no row once it has exited.
+func (p *Pair) StopReceiving(ctx context.Context) error {
+	conn, err := pgx.Connect(ctx, p.StandbyURL("postgres"))
+	if err != nil {
+		return unavailable("connecting to the standby: %v", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if p.conninfo == "" {
+		if err := conn.QueryRow(ctx, "SHOW primary_conninfo").Scan(&p.conninfo); err != nil {
+			return err
+		}
+		if p.conninfo == "" {
+			return errors.New("the standby has no primary_conninfo to clear")
+		}
+	}
+	for _, q := range []string{"ALTER SYSTEM SET primary_conninfo = ''", "SELECT pg_reload_conf()"} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			return fmt.Errorf("on the standby: %s: %w", q, err)
+		}
+	}
+	return poll(ctx, "the standby's WAL receiver to stop", func(ctx context.Context) (bool, error) {
+		var n int
+		err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_wal_receiver").Scan(&n)
+		return n == 0, err
+	})
+}
+
+// Receive gives the standby its primary again after StopReceiving, and
+// returns once its WAL receiver streams.
+func (p *Pair) Receive(ctx context.Context) error {
+	if p.conninfo == "" {
+		return errors.New("the standby was not stopped from receiving")
+	}
+	conn, err := pgx.Connect(ctx, p.StandbyURL("postgres"))
+	if err != nil {
+		return unavailable("connecting to the standby: %v", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	for _, q := range []string{"ALTER SYSTEM SET primary_conninfo = " + quoteLiteral(p.conninfo), "SELECT pg_reload_conf()"} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			return fmt.Errorf("on the standby: ALTER SYSTEM SET primary_conninfo / reload: %w", err)
+		}
+	}
+	return poll(ctx, "the standby's WAL receiver to stream again", func(ctx context.Context) (bool, error) {
+		var n int
+		err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_wal_receiver WHERE status = 'streaming'").Scan(&n)
+		return n > 0, err
+	})
+}
+
+// KillPrimary kills the primary's postmaster with SIGKILL and returns once
+// it and its backends are gone. Connections to it break; a pool on URL
+// reconnects, to the standby once it is promoted.
+func (p *Pair) KillPrimary(ctx context.Context) error {
+	_, err := p.srv.command(ctx, cmdKillPrimary, "kill the primary")
+	return err
+}
+
+// Promote makes the standby a primary (pg_promote, as pg_ctl promote
+// does) and returns once it accepts writes. What it had received is
+// replayed first; anything the old primary committed that never reached
+// it is gone.
+func (p *Pair) Promote(ctx context.Context) error {
+	conn, err := pgx.Connect(ctx, p.StandbyURL("postgres"))
+	if err != nil {
+		return unavailable("connecting to the standby: %v", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	// Without waiting: pg_promote's own wait checks ten times a second,
+	// which would be most of a failover's time here.
+	var ok bool
+	if err := conn.QueryRow(ctx, "SELECT pg_promote(false)").Scan(&ok); err != nil {
+		return fmt.Errorf("promoting the standby: %w", err)
+	}
+	if !ok {
+		return errors.New("promoting the standby: pg_promote could not signal the postmaster")
+	}
+	return poll(ctx, "the promoted standby to leave recovery", func(ctx context.Context) (bool, error) {
+		var recovering bool
+		err := conn.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&recovering)
+		return !recovering, err
+	})
+}
+
+// FailoverTimes are how long a failover's steps took.
+type FailoverTimes struct {
+	Kill      time.Duration // SIGKILL until the primary and its backends are gone
+	Promote   time.Duration // pg_promote until the standby accepts writes
+	Reconnect time.Duration // until a new connection on URL is read-write
+	Total     time.Duration
+}
+
+// Failover kills the primary, promotes the standby, and returns once a
+// new connection through URL(db) lands on the promoted standby, read-write:
+// the whole outage an application sees, in three steps.
+func (p *Pair) Failover(ctx context.Context, db string) (FailoverTimes, error) {
+	var t FailoverTimes
+	began := time.Now()
+	if err := p.KillPrimary(ctx); err != nil {
+		return t, err
+	}
+	t.Kill = time.Since(began)
+	if err := p.Promote(ctx); err != nil {
+		return t, err
+	}
+	t.Promote = time.Since(began) - t.Kill
+	port, err := p.ServingPort(ctx, db)
+	if err != nil {
+		return t, err
+	}
+	if port != p.standbyPort {
+		return t, fmt.Errorf("after the failover, %s reached 127.0.0.1:%d, not the promoted standby on %d", "the multi-host URL", port, p.standbyPort)
+	}
+	t.Total = time.Since(began)
+	t.Reconnect = t.Total - t.Kill - t.Promote
+	return t, nil
+}
+
+// ServingPort connects through URL(db), checks the session accepts writes
+// and returns the port of the server it landed on.
+func (p *Pair) ServingPort(ctx context.Context, db string) (int, error) {
+	conn, err := pgx.Connect(ctx, p.URL(db))
+	if err != nil {
+		return 0, unavailable("no read-write server through the multi-host URL: %v", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var port int
+	var readOnly string
+	if err := conn.QueryRow(ctx, "SELECT inet_server_port(), current_setting('transaction_read_only')").Scan(&port, &readOnly); err != nil {
+		return 0, err
+	}
+	if readOnly != "off" {
+		return 0, fmt.Errorf("the multi-host URL landed on 127.0.0.1:%d, which is read-only", port)
+	}
+	return port, nil
+}
+
+// Lost is closed if the pair's supervisor exits before Close: a member
+// died without being asked to (LostReason says which).
+func (p *Pair) Lost() <-chan struct{} { return p.srv.Lost() }
+
+// LostReason says why Lost was closed.
+func (p *Pair) LostReason() string { return p.srv.LostReason() }
+
+// Close stops both servers (whichever still run) and deletes their
+// clusters. It is idempotent.
+func (p *Pair) Close() error { return p.srv.Close() }

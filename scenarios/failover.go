@@ -1,0 +1,309 @@
+package scenarios
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/banksim/bank-sim/bank"
+	"github.com/banksim/bank-sim/postgres"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// InvSurvivesFailover is the failover story's own invariant: every transfer
+// a client was told had succeeded is still in the ledger after the
+// failover, and so is its key. The five invariants cannot see the loss once
+// the story has finished: the promoted standby never saw the lost
+// transfer's id either, so the resend's new transfer takes the same id, and
+// the ledger at the end looks like one honest transfer.
+const InvSurvivesFailover = "acknowledged transfers survive a failover"
+
+// Lanes of the failover story's pictures: the two PostgreSQL servers, beside
+// the app server ("server") and the database it works in.
+const (
+	lanePrimary = "primary"
+	laneStandby = "standby"
+)
+
+// Ada's transfer is acknowledged by the primary; the primary dies before
+// the standby has it; the standby is promoted, and Ada's app resends with
+// the same key.
+func init() {
+	Register(Scenario{
+		Name:    "failover",
+		Title:   "A failover that forgets",
+		Amount:  AdaPaysBola.AmountKobo,
+		Summary: "the primary acknowledges ₦10,000 and dies before its standby has it: the promoted standby has neither transfer nor key, and the resend moves the money again; with synchronous replication it is replayed",
+		Explain: Explanation{
+			Shows: "bank-sim starts two PostgreSQL servers: a primary, and a standby that streams the primary's " +
+				"WAL. The app connects as production apps do, through one multi-host URL " +
+				"(host=primary,standby target_session_attrs=read-write). The standby falls behind — here its " +
+				"WAL receiver is stopped, so that it certainly does; in production a network blip or a busy " +
+				"standby does it for a few milliseconds or seconds. Ada sends ₦10,000 to Bola and gets 201. " +
+				"The primary dies (SIGKILL), the standby is promoted, the app reconnects to it, and Ada's app " +
+				"resends the request with the same key, as a careful app does after an outage.",
+			Breaks: "An idempotency key is exactly as durable as the transaction that stored it. With " +
+				"asynchronous replication (PostgreSQL's default) the primary acknowledges a commit as soon as " +
+				"its own WAL has it; the standby gets it a moment later — or, if the primary dies in that " +
+				"moment, never. The promoted standby has neither Ada's transfer nor her key: the bank told her " +
+				"“success” for a transfer it no longer has, and her resend, which the key should have made " +
+				"harmless, finds no key and moves the money again. (Even the transfer's id comes back: the " +
+				"standby never saw the sequence advance, so the new transfer is number 1 again.)",
+			Defence: "Synchronous replication: the primary holds each commit's answer until the standby " +
+				"confirms it (synchronous_standby_names names the standby; synchronous_commit = on waits " +
+				"until it has flushed the WAL, remote_apply until it has applied it). Then nothing " +
+				"acknowledged is lost by promoting that standby: the key survives with the transfer, and " +
+				"Ada's resend is replayed — the original 201, the original transfer id. The idempotency code " +
+				"does not change at all; the database's durability does.",
+			SQL: "-- on the primary (postgresql.conf, or ALTER SYSTEM and a reload):\n" +
+				"synchronous_standby_names = 'standby'  -- its application_name\n" +
+				"synchronous_commit = remote_apply       -- or on: flushed there\n" +
+				"-- the app, through whichever server accepts writes:\n" +
+				"-- host=h1,h2 port=p1,p2 target_session_attrs=read-write",
+			Cost: "Every commit waits for the standby: a round trip, and with remote_apply the standby's " +
+				"replay too. Measured here, both servers on one 2-core machine shared with other work, " +
+				"single-row INSERTs (BANK_SIM_EXHAUSTIVE=1 go test -run TestPairCosts ./postgres/): about " +
+				"0.1–0.4 ms a commit asynchronously, 0.5–2 ms with on, 0.8–1.9 ms with remote_apply. " +
+				"Between machines every commit also pays the network's round trip (0.1–1 ms within a data " +
+				"centre, tens of ms across regions). And the primary now depends on its standby: while the " +
+				"standby is not receiving, commits wait — the protected run shows one waiting — so production " +
+				"runs two standbys and waits for either (synchronous_standby_names = 'ANY 1 (s1, s2)').",
+		},
+		Phases: []Phase{{
+			Title:   "without protection: asynchronous replication, PostgreSQL's default",
+			Control: true,
+			Run: func(ctx context.Context, r *Run) error {
+				return failoverStory(ctx, r, false)
+			},
+		}, {
+			Title: "with protection: synchronous replication, each commit waits for the standby",
+			Run: func(ctx context.Context, r *Run) error {
+				return failoverStory(ctx, r, true)
+			},
+		}},
+	})
+}
+
+// failoverTimeout bounds a phase's every wait on the pair: long enough to
+// mean "hung" on a loaded machine.
+const failoverTimeout = time.Minute
+
+func failoverStory(ctx context.Context, r *Run, sync bool) error {
+	pctx, cancel := context.WithTimeout(ctx, 2*failoverTimeout)
+	defer cancel()
+	pair, err := postgres.StartPair(pctx, postgres.Options{}, postgres.PairOptions{Sync: sync})
+	if err != nil {
+		return err
+	}
+	const dbName = "bank"
+	if err := pair.CreateDatabase(pctx, dbName, BankTemplate); err != nil {
+		pair.Close()
+		return err
+	}
+	cfg, err := pgxpool.ParseConfig(pair.URL(dbName))
+	if err != nil {
+		pair.Close()
+		return err
+	}
+	cfg.MaxConns = PoolSize
+	pool, err := pgxpool.NewWithConfig(pctx, cfg)
+	if err != nil {
+		pair.Close()
+		return fmt.Errorf("%w: %v", postgres.ErrUnavailable, err)
+	}
+	r.UseDB(pool, func() {
+		pool.Close()
+		pair.Close()
+	})
+	primaryPort, standbyPort := pair.Ports()
+	primaryPID, standbyPID := pair.PIDs()
+	how := "asynchronous: the primary acknowledges a commit once its own WAL has it"
+	if sync {
+		how = "synchronous: the primary acknowledges a commit once the standby has applied it"
+	}
+	r.Step("a primary and a standby that streams from it; the app connects through host=primary,standby target_session_attrs=read-write")
+	r.ServerAt("server", "its pool connects through host=127.0.0.1,127.0.0.1 port=%d,%d target_session_attrs=read-write", primaryPort, standbyPort)
+	r.DatabaseAt(lanePrimary)
+	r.ServerAt(lanePrimary, "127.0.0.1:%d (postmaster %d); replication is %s", primaryPort, primaryPID, how)
+	r.ServerAt(laneStandby, "127.0.0.1:%d (postmaster %d), a hot standby streaming from the primary through a replication slot", standbyPort, standbyPID)
+	if err := pair.WaitReplayed(pctx); err != nil {
+		return err
+	}
+	r.ServerAt(laneStandby, "has replayed everything so far: the bank and its three accounts")
+
+	if err := pair.StopReceiving(pctx); err != nil {
+		return err
+	}
+	r.Step("the standby falls behind: its WAL receiver stops (in production a network blip or a busy standby)")
+	r.emit(Event{Kind: KindFault, Lane: laneStandby, Fault: "standby-lag", Text: "WAL receiver stopped: nothing the primary writes reaches the standby"})
+
+	h := r.Handler(nil)
+	// The commit may wait for the standby as long as the story does.
+	h.WorkTimeout = failoverTimeout
+	net := r.Network(h, nil)
+	in := r.AdaTap("ada-pays-bola")
+	r.Step("Ada sends %s to Bola with key %s", bank.Naira(in.Request.AmountKobo), in.Key)
+	var first bank.Response
+	if !sync {
+		first, err = r.Send(pctx, net, in, 1, "")
+		if err != nil {
+			return err
+		}
+	} else {
+		// The same lag, but the primary must wait for the standby: the
+		// answer is held until the standby receives again.
+		answered := make(chan error, 1)
+		go func() {
+			var err error
+			first, err = r.Send(pctx, net, in, 1, "")
+			answered <- err
+		}()
+		if err := waitSyncRep(pctx, pair, dbName); err != nil {
+			return err
+		}
+		select {
+		case err := <-answered:
+			r.Expect(false, "the answer waits while the standby is not receiving (it came: %v)", err)
+		default:
+			r.Step("no answer yet: the primary holds the commit until the standby has it")
+			r.ServerAt(lanePrimary, "the commit waits for the standby (wait event SyncRep)")
+		}
+		if err := pair.Receive(pctx); err != nil {
+			return err
+		}
+		r.ServerAt(laneStandby, "WAL receiver streams again; the standby applies the commit and confirms it")
+		r.Step("the standby receives again and applies the commit; only then does the primary let the answer go")
+		if _, err := waitFor(pctx, answered, failoverTimeout, "Ada's answer once the standby received again"); err != nil {
+			return err
+		}
+	}
+	rc, _ := first.Receipt()
+	r.Expect(first.Status == 201 && !first.Replayed, "Ada is told 201: transfer %d", rc.TransferID)
+
+	standbyHas, err := keyAndTransfer(pctx, pair.StandbyURL(dbName), in, rc.TransferID)
+	if err != nil {
+		return err
+	}
+	if standbyHas {
+		r.ServerAt(laneStandby, "already has transfer %d and key %s", rc.TransferID, in.Key)
+	} else {
+		r.ServerAt(laneStandby, "has neither transfer %d nor key %s: it never received them", rc.TransferID, in.Key)
+	}
+
+	r.Step("the primary dies (kill -9) and the standby is promoted")
+	killed := time.Now()
+	if err := pair.KillPrimary(pctx); err != nil {
+		return err
+	}
+	r.emit(Event{Kind: KindFault, Lane: lanePrimary, Fault: "kill-primary", Text: fmt.Sprintf("kill -9: postmaster %d and its backends are gone", primaryPID)})
+	// Its connections are dead: the pool drops them, and opens new ones
+	// through the multi-host URL.
+	pool.Reset()
+	if err := pair.Promote(pctx); err != nil {
+		return err
+	}
+	r.ServerAt(laneStandby, "promoted (pg_promote): accepts writes, %s after the kill", Dur(time.Since(killed)))
+	// The app's own pool: where its next connection lands is where Ada's
+	// resend will be served.
+	var port int
+	var readOnly string
+	if err := pool.QueryRow(pctx, "SELECT inet_server_port(), current_setting('transaction_read_only')").Scan(&port, &readOnly); err != nil {
+		return fmt.Errorf("%w: the app's pool after the failover: %v", postgres.ErrUnavailable, err)
+	}
+	r.ServerAt("server", "reconnects through the multi-host URL: lands on 127.0.0.1:%d (transaction_read_only %s), %s after the kill", port, readOnly, Dur(time.Since(killed)))
+	r.Expect(port == standbyPort && readOnly == "off", "the app's multi-host URL now reaches the promoted standby")
+	if port == standbyPort {
+		r.DatabaseAt(laneStandby)
+	}
+
+	// What the bank has now, before anyone sends anything again.
+	survived, err := keyAndTransfer(pctx, pair.URL(dbName), in, rc.TransferID)
+	if err != nil {
+		return err
+	}
+	detail := fmt.Sprintf("Ada was told transfer %d; after the failover the bank still has it, and key %s with it", rc.TransferID, in.Key)
+	if !survived {
+		detail = fmt.Sprintf("Ada was told transfer %d succeeded, but after the failover the bank has neither the transfer nor key %s", rc.TransferID, in.Key)
+	}
+	r.Invariant(InvSurvivesFailover, survived, detail)
+	if survived {
+		r.Step("the promoted standby has transfer %d and key %s: nothing acknowledged was lost", rc.TransferID, in.Key)
+	} else {
+		r.Step("the promoted standby has neither transfer %d nor key %s: the bank lost a transfer it had confirmed", rc.TransferID, in.Key)
+	}
+	if sync {
+		r.Expect(survived, "after the failover the bank still has transfer %d and key %s", rc.TransferID, in.Key)
+	} else {
+		r.Expect(!survived, "after the failover transfer %d and key %s are gone", rc.TransferID, in.Key)
+		r.ExpectBalances(pctx, 5_000_000, 500_000, 2_000_000)
+	}
+
+	r.Step("Ada's app resends the request with the same key, as a careful app does after an outage")
+	again, err := r.Send(pctx, net, in, 2, "resend after the failover")
+	if err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	rc2, _ := again.Receipt()
+	if again.Status == 201 && !again.Replayed {
+		r.Step("not a replay: with the key gone, the bank moves %s again (as transfer %d: the standby never saw the first one take that number)",
+			bank.Naira(rc2.AmountKobo), rc2.TransferID)
+	}
+	if sync {
+		r.Expect(again.Status == 201 && again.Replayed && rc2.TransferID == rc.TransferID,
+			"the resend is replayed: 201, transfer %d, the original answer", rc.TransferID)
+	} else {
+		r.Expect(again.Status == 201 && !again.Replayed,
+			"the resend is a new 201, not a replay: with its key gone, the money moves again (transfer %d)", rc2.TransferID)
+	}
+	r.ExpectBalances(pctx, 5_000_000-in.Request.AmountKobo, 500_000+in.Request.AmountKobo, 2_000_000)
+	r.ExpectTransfers(pctx, 1)
+	return nil
+}
+
+// waitSyncRep waits until a backend of db on the primary waits for the
+// standby's confirmation of its commit.
+func waitSyncRep(ctx context.Context, pair *postgres.Pair, db string) error {
+	conn, err := pgxpool.New(ctx, pair.PrimaryURL("postgres"))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	deadline := time.Now().Add(failoverTimeout)
+	for {
+		var n int
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND wait_event = 'SyncRep'", db).Scan(&n); err != nil {
+			return err
+		}
+		if n > 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("waited %s for Ada's commit to wait for the standby (wait event SyncRep on the primary)", failoverTimeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// keyAndTransfer reports whether the server at url has both the transfer
+// Ada was told about (its id, for her intent) and her key, completed.
+func keyAndTransfer(ctx context.Context, url string, in Intent, transferID int64) (bool, error) {
+	conn, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return false, err
+	}
+	defer conn.Close()
+	var transfers, keys int
+	err = conn.QueryRow(ctx, `SELECT
+		(SELECT count(*) FROM transfers WHERE id = $1 AND intent = $2),
+		(SELECT count(*) FROM idempotency_keys WHERE user_id = $3 AND key = $4 AND status = 'completed')`,
+		transferID, in.Label, in.UserID, in.Key).Scan(&transfers, &keys)
+	if err != nil {
+		return false, err
+	}
+	return transfers == 1 && keys == 1, nil
+}
