@@ -72,8 +72,9 @@ func Local(c *hacluster.Cluster, stall bool, failoverTimeout time.Duration, onFa
 type Report struct {
 	History *chaos.History
 	Result  chaos.Result
-	// KillNs is when the leader was dead, as an offset of the history.
-	KillNs int64
+	// KillNs is when the leader was dead, as an offset of the history;
+	// KillStartNs when Leader.Kill was called.
+	KillNs, KillStartNs int64
 	// StallNs is when replication was stalled (0: it was not).
 	StallNs int64
 	// LastOKNs is the end of the last acknowledged transfer before the
@@ -103,7 +104,9 @@ func (r *Report) Unavailable() time.Duration {
 func (r *Report) String() string {
 	s := fmt.Sprintf("%d intents, %d transfers acknowledged; ", len(r.History.Intents), r.Acknowledged)
 	if r.StallNs > 0 {
-		s += fmt.Sprintf("replication stalled %s before the kill; ", time.Duration(r.KillNs-r.StallNs).Round(time.Millisecond))
+		s += fmt.Sprintf("replication stalled %s before the leader was dead (%s until %d commits, then %s killing it); ",
+			time.Duration(r.KillNs-r.StallNs).Round(time.Millisecond), time.Duration(r.KillStartNs-r.StallNs).Round(time.Millisecond),
+			StallCommits, time.Duration(r.KillNs-r.KillStartNs).Round(time.Millisecond))
 	}
 	s += fmt.Sprintf("unavailable %s; acknowledged transfers lost %d, keys lost %d; %d violations",
 		r.Unavailable().Round(time.Millisecond), r.AckLost, r.KeysLost, len(r.Result.Violations))
@@ -136,7 +139,8 @@ func Run(ctx context.Context, srv *postgres.Server, cfg chaos.Config, leader Lea
 	}
 	defer pool.Close()
 
-	var called, stalled, killed time.Time
+	var called, stalled, killing, killed time.Time
+	began := time.Now()
 	crash := func(ctx context.Context) error {
 		called = time.Now()
 		if leader.Stall != nil {
@@ -147,10 +151,11 @@ func Run(ctx context.Context, srv *postgres.Server, cfg chaos.Config, leader Lea
 			defer resume()
 			stalled = time.Now()
 			if err := waitCommits(ctx, db.Pool); err != nil {
-				return err
+				return fmt.Errorf("%w; the stall began %s into the run", err, stalled.Sub(began).Round(time.Millisecond))
 			}
 		}
 		var err error
+		killing = time.Now()
 		killed, err = leader.Kill(ctx)
 		return err
 	}
@@ -162,7 +167,8 @@ func Run(ctx context.Context, srv *postgres.Server, cfg chaos.Config, leader Lea
 		return nil, fmt.Errorf("the run killed the leader %d times, want once", len(h.Crashes))
 	}
 	at := h.Crashes[0].AtNs
-	r := &Report{History: h, Result: chaos.Check(h), KillNs: at + killed.Sub(called).Nanoseconds()}
+	r := &Report{History: h, Result: chaos.Check(h), KillNs: at + killed.Sub(called).Nanoseconds(),
+		KillStartNs: at + killing.Sub(called).Nanoseconds()}
 	if !stalled.IsZero() {
 		r.StallNs = at + stalled.Sub(called).Nanoseconds()
 	}
@@ -216,8 +222,34 @@ func waitCommits(ctx context.Context, pool *pgxpool.Pool) error {
 		}
 		select {
 		case <-ctx.Done():
-			return context.Cause(ctx)
+			return fmt.Errorf("%w (%d transfers committed, %d sessions waiting for the standby; the bank's sessions: %s)",
+				context.Cause(ctx), n-base, waiting, sessions(pool))
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
+}
+
+// sessions says what the bank's sessions are doing, for an error message.
+func sessions(pool *pgxpool.Pool) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	rows, err := pool.Query(ctx, `SELECT coalesce(state, '?') || coalesce(' on ' || wait_event_type || ':' || wait_event, ''), count(*)
+		FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND backend_type = 'client backend' GROUP BY 1 ORDER BY 2 DESC`)
+	if err != nil {
+		return err.Error()
+	}
+	defer rows.Close()
+	var parts []string
+	for rows.Next() {
+		var what string
+		var n int
+		if err := rows.Scan(&what, &n); err != nil {
+			return err.Error()
+		}
+		parts = append(parts, fmt.Sprintf("%d %s", n, what))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
 }

@@ -19,8 +19,15 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }
 
-// haDuration is each run's length; the leader dies in its middle half.
+// haDuration is the length of a run without a stall; the leader dies in
+// its middle half, and the clients go on through the outage and after.
 const haDuration = 15 * time.Second
+
+// stallIntents is the size of a run with a stall: a count, not a
+// duration, so that clients are still sending when replication stalls,
+// however loaded the machine (the leader dies at an intent in the middle
+// half, and at least a quarter are left).
+const stallIntents = 500
 
 // outcome is one run through a failover, with the cluster's figures.
 type outcome struct {
@@ -37,11 +44,11 @@ func (o outcome) String() string {
 		o.procs, o.pss>>20, o.rss>>20)
 }
 
-// through starts a formation (synchronous standby or not), runs the chaos
-// workload through its multi-host URL and kills the leader at the moment
-// seed picks, first stalling replication when stall; the cluster is gone
-// when it returns, whatever happened.
-func through(t *testing.T, sync, stall bool, seed uint64) outcome {
+// through starts a formation (synchronous standby or not), runs cfg
+// through its multi-host URL and kills the leader at the moment the seed
+// picks, first stalling replication when stall; the cluster is gone when
+// it returns, whatever happened.
+func through(t *testing.T, sync, stall bool, cfg chaos.Config) outcome {
 	t.Helper()
 	if err := hacluster.Available(); err != nil {
 		t.Skip(err.Error())
@@ -71,22 +78,14 @@ func through(t *testing.T, sync, stall bool, seed uint64) outcome {
 	}()
 	o := outcome{startup: c.Startup}
 	leader := ha.Local(c, stall, 2*time.Minute, func(f hacluster.Failover) { o.failover = f })
-	// The memory of every process, under load, just before the stall or
-	// the kill: measured then, it does not widen the stall's window.
-	if stall {
-		stallFn := leader.Stall
-		leader.Stall = func(ctx context.Context) (func(), error) {
-			o.pss, o.rss, o.procs = c.Memory()
-			return stallFn(ctx)
-		}
-	} else {
-		kill := leader.Kill
-		leader.Kill = func(ctx context.Context) (time.Time, error) {
-			o.pss, o.rss, o.procs = c.Memory()
-			return kill(ctx)
-		}
+	// The memory of every process, under load, just before the kill (after
+	// the stall, so as not to delay it while the clients are sending).
+	kill := leader.Kill
+	leader.Kill = func(ctx context.Context) (time.Time, error) {
+		o.pss, o.rss, o.procs = c.Memory()
+		return kill(ctx)
 	}
-	r, err := ha.Run(ctx, srv, chaos.Config{Seed: seed, Clients: 8, Duration: haDuration}, leader)
+	r, err := ha.Run(ctx, srv, cfg, leader)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +126,7 @@ func TestStalledStandbyLosesAcknowledgedTransfersOnlyWhenAsync(t *testing.T) {
 	pgtest.Exhaustive(t)
 	for _, sync := range []bool{false, true} {
 		t.Run(mode(sync), func(t *testing.T) {
-			o := through(t, sync, true, 20261202)
+			o := through(t, sync, true, chaos.Config{Seed: 20261202, Clients: 8, Intents: stallIntents})
 			t.Logf("%s, stalled: %s", mode(sync), o)
 			logViolations(t, o.Report)
 			if sync {
@@ -163,7 +162,7 @@ func TestFailoverThroughChaos(t *testing.T) {
 		for i := range runs {
 			seed := uint64(20261202 + i)
 			t.Run(fmt.Sprintf("%s-%d", mode(sync), seed), func(t *testing.T) {
-				o := through(t, sync, false, seed)
+				o := through(t, sync, false, chaos.Config{Seed: seed, Clients: 8, Duration: haDuration})
 				line := fmt.Sprintf("%s seed %d: %s", mode(sync), seed, o)
 				summary = append(summary, line)
 				t.Log(line)
