@@ -117,6 +117,9 @@ type Cluster struct {
 
 	mu      sync.Mutex
 	stopped bool
+	// runMu guards each node's run: a kill (KillLeader, Stop) may come
+	// while another goroutine waits on the cluster.
+	runMu sync.Mutex
 }
 
 type node struct {
@@ -543,6 +546,8 @@ func (c *Cluster) node(name string) *node {
 // users) and of their resident sets (shared memory counted in each), in
 // bytes, and how many processes.
 func (c *Cluster) Memory() (pss, rss int64, procs int) {
+	c.runMu.Lock()
+	defer c.runMu.Unlock()
 	for _, n := range c.all() {
 		for _, pid := range nodeProcs(n) {
 			p, r := memOf(pid)
@@ -592,6 +597,8 @@ func (c *Cluster) Stop() error {
 // killNode freezes every process of n, then kills them all with SIGKILL,
 // and waits until they are gone.
 func (c *Cluster) killNode(ctx context.Context, n *node) error {
+	c.runMu.Lock()
+	defer c.runMu.Unlock()
 	pids := nodeProcs(n)
 	for _, pid := range pids {
 		syscall.Kill(pid, syscall.SIGSTOP)
@@ -617,7 +624,7 @@ func (c *Cluster) killNode(ctx context.Context, n *node) error {
 	return nil
 }
 
-// nodeProcs are the processes of n: its pg_autoctl run's process group
+// nodeProcs are the processes of n, with c.runMu held: its pg_autoctl run's process group
 // (the supervisor, its services, the postmaster and whatever they run) and
 // the postmaster's children, each of which is in a group of its own.
 func nodeProcs(n *node) []int {
@@ -647,7 +654,9 @@ func (c *Cluster) runNode(n *node) error {
 	if err != nil {
 		return err
 	}
+	c.runMu.Lock()
 	n.run = p
+	c.runMu.Unlock()
 	return nil
 }
 
@@ -678,6 +687,8 @@ func (c *Cluster) waitFor(ctx context.Context, what string, cond func(context.Co
 // died reports a pg_autoctl run that has exited: a node that will not
 // come.
 func (c *Cluster) died() error {
+	c.runMu.Lock()
+	defer c.runMu.Unlock()
 	for _, n := range c.all() {
 		if n.run == nil {
 			continue
