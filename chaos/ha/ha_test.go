@@ -53,8 +53,8 @@ func through(t *testing.T, sync, stall bool, cfg chaos.Config) outcome {
 	if err := hacluster.Available(); err != nil {
 		t.Skip(err.Error())
 	}
-	ctx, cancel := context.WithTimeoutCause(context.Background(), 8*time.Minute,
-		errors.New("a run through a failover did not finish within 8 minutes"))
+	ctx, cancel := context.WithTimeoutCause(context.Background(), 15*time.Minute,
+		errors.New("a run through a failover did not finish within 15 minutes"))
 	defer cancel()
 	c, err := hacluster.Start(ctx, hacluster.Options{Sync: sync})
 	if err != nil {
