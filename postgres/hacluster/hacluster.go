@@ -816,6 +816,9 @@ func (c *Cluster) start(label, name string, args ...string) (*proc, error) {
 		close(p.done)
 	}()
 	if err := <-started; err != nil {
+		if c.cred != nil && errors.Is(err, os.ErrPermission) {
+			return nil, fmt.Errorf("running %s as nobody in %s: %v; a parent directory is not searchable by others: set TMPDIR to a directory under a world-searchable path", name, c.dir, err)
+		}
 		return nil, fmt.Errorf("running %s: %v", name, err)
 	}
 	return p, nil

@@ -130,3 +130,30 @@ func procsIn(t *testing.T, dir string) []string {
 	}
 	return found
 }
+
+// A cluster that does not come up in time fails with a message saying what
+// it was waiting for, and leaves no process and no directory behind.
+func TestStartThatTimesOutLeavesNothing(t *testing.T) {
+	if err := hacluster.Available(); err != nil {
+		t.Skip(err.Error())
+	}
+	tmp := t.TempDir()
+	// Searchable by nobody, as /tmp is.
+	for _, d := range []string{tmp, filepath.Dir(tmp)} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("TMPDIR", tmp)
+	_, err := hacluster.Start(context.Background(), hacluster.Options{StartTimeout: 500 * time.Millisecond})
+	if err == nil || !strings.Contains(err.Error(), "did not come up within 500ms") {
+		t.Fatalf("Start with half a second: %v; want the bound named", err)
+	}
+	left, _ := filepath.Glob(filepath.Join(tmp, "bank-sim-ha-*"))
+	if len(left) > 0 {
+		t.Fatalf("left behind: %v", left)
+	}
+	if p := procsIn(t, tmp); len(p) > 0 {
+		t.Fatalf("processes left:\n%s", strings.Join(p, "\n"))
+	}
+}
