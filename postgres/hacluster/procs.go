@@ -247,14 +247,17 @@ func Prune(tmp string, dryRun bool) ([]Leftover, error) {
 }
 
 // killLeft kills the processes still running in a dead run's cluster:
-// those whose command line names one of its data directories, or its
-// pg_autoctl's (a postmaster's backends name neither, but are its
-// children).
+// those working in its directory or whose command line names it (a
+// postmaster's backends do neither, but are its children).
 func killLeft(dir string) (int, error) {
 	var pids []int
 	var postmasters []int
 	for _, p := range scanProcs() {
-		if p.state != 'Z' && strings.Contains(p.cmdline, dir+string(filepath.Separator)) {
+		// pg_autoctl's services retitle themselves ("pg_autoctl: start/stop
+		// postgres"), but work in the cluster's directory.
+		cwd, _ := os.Readlink(fmt.Sprintf("/proc/%d/cwd", p.pid))
+		inDir := cwd == dir || strings.HasPrefix(cwd, dir+string(filepath.Separator))
+		if p.state != 'Z' && p.cmdline != "" && (inDir || strings.Contains(p.cmdline, dir+string(filepath.Separator))) {
 			pids = append(pids, p.pid)
 			if strings.Contains(p.cmdline, "postgres -D") || strings.HasSuffix(strings.Fields(p.cmdline)[0], "/postgres") {
 				postmasters = append(postmasters, p.pid)

@@ -47,10 +47,12 @@ func TestPruneRemovesOnlyEndedClusters(t *testing.T) {
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		t.Fatal(err)
 	}
-	// A process the ended run left, naming its data directory as a
-	// postmaster would; and one of the running test's.
-	left := stray(t, filepath.Join(ended, "node1"))
-	live := stray(t, filepath.Join(inUse, "node1"))
+	// Processes the ended run left: one naming its data directory as a
+	// postmaster does, one retitled as pg_autoctl's services are, working
+	// in it; and one of the running test's.
+	left := stray(t, filepath.Join(ended, "node1"), "")
+	retitled := stray(t, filepath.Join(ended, "node1"), "pg_autoctl: start/stop postgres")
+	live := stray(t, filepath.Join(inUse, "node1"), "")
 
 	dry, err := hacluster.Prune(tmp, true)
 	if err != nil {
@@ -67,14 +69,16 @@ func TestPruneRemovesOnlyEndedClusters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(found) != 1 || found[0].Dir != ended || !found[0].Removed || found[0].Killed != 1 || found[0].Err != nil {
-		t.Fatalf("prune found %+v; want %s removed, its one process killed", found, ended)
+	if len(found) != 1 || found[0].Dir != ended || !found[0].Removed || found[0].Killed != 2 || found[0].Err != nil {
+		t.Fatalf("prune found %+v; want %s removed, its two processes killed", found, ended)
 	}
 	if _, err := os.Stat(ended); !os.IsNotExist(err) {
 		t.Fatalf("%s is still there: %v", ended, err)
 	}
-	if err := waitExit(left); err != nil {
-		t.Fatal(err)
+	for _, p := range []*exec.Cmd{left, retitled} {
+		if err := waitExit(p); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for _, d := range []string{inUse, other} {
 		if _, err := os.Stat(filepath.Join(d, "node1", "postgresql.conf")); err != nil {
@@ -87,10 +91,16 @@ func TestPruneRemovesOnlyEndedClusters(t *testing.T) {
 }
 
 // stray starts a process whose command line names dir, as a postmaster's
-// does (postgres -D dir), and kills it when the test ends.
-func stray(t *testing.T, dir string) *exec.Cmd {
+// does (postgres -D dir), or, given a title, one titled so that works in
+// dir; it is killed when the test ends.
+func stray(t *testing.T, dir, title string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command("bash", "-c", `exec -a "postgres -D $0" sleep 600`, dir)
+	want := "postgres -D"
+	if title != "" {
+		cmd = exec.Command("bash", "-c", `exec -a "$0" sleep 600`, title)
+		cmd.Dir, want = dir, title
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -105,11 +115,11 @@ func stray(t *testing.T, dir string) *exec.Cmd {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		b, _ := os.ReadFile("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/cmdline")
-		if strings.HasPrefix(string(b), "postgres -D") {
+		if strings.HasPrefix(string(b), want) {
 			return cmd
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the stray process never ran as postgres -D %s", dir)
+			t.Fatalf("the stray process never ran as %s (in %s)", want, dir)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
