@@ -11,6 +11,7 @@ import (
 
 	"github.com/banksim/bank-sim/faults/netns"
 	"github.com/banksim/bank-sim/postgres"
+	"github.com/banksim/bank-sim/postgres/hacluster"
 	"github.com/spf13/cobra"
 )
 
@@ -26,6 +27,9 @@ job) left behind, and say how much space that freed:
   root, else your cache dir): the cluster of every slot that no running
   bank-sim holds, about 60 MB each, with its templates of any schema version.
   The next run builds a new cluster in about a second.
+- in the temporary directory: the pg_auto_failover clusters of killed HA
+  test runs (bank-sim-ha-*), stopping whatever still runs in them; listed
+  only when there are some.
 - on the server at --database-url / DATABASE_URL, if one is given: every
   database bank-sim created whose bank-sim run has ended. bank-sim writes a
   marker in the comment of each database it creates (bound to that
@@ -100,6 +104,7 @@ func runPrune(c *cobra.Command, app *App, dryRun bool) error {
 		}
 	}
 	tw.Flush()
+	pruneHA(app, p, dryRun, verb, &t)
 
 	nsDir := ""
 	if cdir, err := postgres.CacheDir(app.Env.Getenv("BANK_SIM_CACHE_DIR")); err == nil {
@@ -202,6 +207,38 @@ func printLeftovers(out io.Writer, p *palette, found []postgres.Leftover, verb s
 			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", "kept", l.Name, size(l.Bytes),
 				what+"not created by bank-sim (no bank-sim marker in its comment): yours, or an older bank-sim's; to drop it: "+drop)
 		}
+	}
+}
+
+// pruneHA removes the pg_auto_failover clusters that killed HA test runs
+// left in the temporary directory; it prints nothing when there are none,
+// the usual case.
+func pruneHA(app *App, p *palette, dryRun bool, verb string, t *pruneTally) {
+	found, err := hacluster.Prune(app.Env.Getenv("TMPDIR"), dryRun)
+	if len(found) == 0 && err == nil {
+		return
+	}
+	out := app.Env.Stdout
+	fmt.Fprintf(out, "%s\n", p.bold.Sprint("pg_auto_failover test clusters"))
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	defer tw.Flush()
+	if err != nil {
+		t.failed++
+		fmt.Fprintf(tw, "  %s\t%v\n", p.bad.Sprint("failed"), err)
+	}
+	for _, l := range found {
+		why := "its run has ended"
+		if l.Killed > 0 {
+			why += fmt.Sprintf("; %d %s still running in it, killed", l.Killed, plural(l.Killed, "process was", "processes were"))
+		}
+		if l.Err != nil {
+			t.failed++
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", p.bad.Sprint("failed"), l.Dir, size(l.Bytes), l.Err)
+			continue
+		}
+		t.clusters++
+		t.bytes += l.Bytes
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", p.ok.Sprint(verb), l.Dir, size(l.Bytes), why)
 	}
 }
 
