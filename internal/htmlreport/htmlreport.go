@@ -5,9 +5,9 @@
 //
 // A report is a Doc of sections; the pictures (sequence diagrams, timelines,
 // plots) are SVG drawn with the SVG builder here, so they need no library in
-// the page and print as sharply as text. The packages that know a run's
-// meaning (cmd for stories and probe, the chaos renderers) fill the sections;
-// this package knows only HTML.
+// the page and print as sharply as text. The renderers of chaos runs,
+// campaigns, audits, probes and comparisons live here and read the domain's
+// values; a story's page is drawn in cmd, from the terminal timeline's model.
 package htmlreport
 
 import (
