@@ -56,7 +56,12 @@ func logViolations(t *testing.T, h *chaos.History, res chaos.Result) {
 
 // A default run (1,000 intents, the default faults) with the correct handler
 // breaks no rule and takes every defence path: VALID, not INCONCLUSIVE.
+// Exhaustive: the default suite runs the same default run through the
+// command line (chaos.txtar: seed 1, 1,000 intents, VALID, with audits, the
+// cleanup job and the census before healing), and the audit's clean row a
+// 400-intent run that must reach every path too.
 func TestDefaultRunWithTheCorrectHandlerIsValid(t *testing.T) {
+	pgtest.Exhaustive(t)
 	t.Parallel()
 	cfg := chaos.Config{Seed: 42}
 	h := run(t, cfg)
