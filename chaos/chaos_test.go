@@ -56,7 +56,12 @@ func logViolations(t *testing.T, h *chaos.History, res chaos.Result) {
 
 // A default run (1,000 intents, the default faults) with the correct handler
 // breaks no rule and takes every defence path: VALID, not INCONCLUSIVE.
+// Exhaustive: the default suite runs the same default run through the
+// command line (chaos.txtar: seed 1, 1,000 intents, VALID, with audits, the
+// cleanup job and the census before healing), and the audit's clean row a
+// 400-intent run that must reach every path too.
 func TestDefaultRunWithTheCorrectHandlerIsValid(t *testing.T) {
+	pgtest.Exhaustive(t)
 	t.Parallel()
 	cfg := chaos.Config{Seed: 42}
 	h := run(t, cfg)
@@ -114,14 +119,14 @@ func TestDefaultRunCatchesTheMistakesChecksUsedToMiss(t *testing.T) {
 // goroutines' order.
 func TestSameSeedSameSchedule(t *testing.T) {
 	t.Parallel()
-	cfg := chaos.Config{Seed: 7, Clients: 8, Intents: 100}
-	a, b := cfg.Plan(100), cfg.Plan(100)
+	cfg := chaos.Config{Seed: 7, Clients: 8, Intents: 50}
+	a, b := cfg.Plan(50), cfg.Plan(50)
 	if !reflect.DeepEqual(a, b) {
 		t.Fatal("two plans of one seed differ")
 	}
 	other := cfg
 	other.Seed = 8
-	if reflect.DeepEqual(a, other.Plan(100)) {
+	if reflect.DeepEqual(a, other.Plan(50)) {
 		t.Fatal("seeds 7 and 8 plan the same run")
 	}
 	fired := 0
@@ -184,9 +189,13 @@ func BenchmarkChaosRun(b *testing.B) {
 
 // Over real HTTP, through the fault proxies and the retrying client, a
 // default run with the correct handler is VALID too, and follows the plan.
+//
+// The audit's rates and length (400 intents, chaos.AuditRates) take every
+// defence path in a fraction of a default run's 1,000 intents; the default
+// run's own rates are pinned in process by chaos.txtar.
 func TestHTTPRunWithTheCorrectHandlerIsValid(t *testing.T) {
 	t.Parallel()
-	cfg := chaos.Config{Seed: 42, HTTP: true}
+	cfg := chaos.Config{Seed: 42, HTTP: true, Intents: chaos.AuditIntents, Clients: 8, Faults: chaos.AuditRates()}
 	h := run(t, cfg)
 	res := chaos.Check(h)
 	t.Logf("%+v", res.Stats)
@@ -197,7 +206,7 @@ func TestHTTPRunWithTheCorrectHandlerIsValid(t *testing.T) {
 	if v := res.Verdict(); v != chaos.Valid {
 		t.Fatalf("seed %d over HTTP: %s; not reached: %v", cfg.Seed, v, res.Coverage.Missing())
 	}
-	assertFollowsPlan(t, cfg, cfg.Plan(1000), h)
+	assertFollowsPlan(t, cfg, cfg.Plan(chaos.AuditIntents), h)
 }
 
 // The checker catches the lesson's mistakes over HTTP too.

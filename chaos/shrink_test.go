@@ -79,7 +79,10 @@ func TestSeedsAreStringsInJSON(t *testing.T) {
 func TestCampaignSeedsAreTheirOwnRuns(t *testing.T) {
 	t.Parallel()
 	b, _ := idem.LookupBug("read-compare-write")
-	cfg := chaos.Config{Clients: 4, Intents: 40, Bug: &b}
+	// Twenty intents: read-compare-write breaks a rule in each of these
+	// seeds already, so the first failing one is the first given (3), not
+	// the lowest.
+	cfg := chaos.Config{Clients: 4, Intents: 20, Bug: &b}
 	seeds := []uint64{3, 1, 2}
 	var done []uint64
 	results := chaos.Campaign(context.Background(), scenarios.ServerBanks(pgtest.Server(t)), cfg, seeds,

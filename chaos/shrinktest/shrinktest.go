@@ -159,7 +159,7 @@ func IsPipelineMistake(name string) bool { return pipelineMistakes[name] }
 // every mistake of the catalogue that keep selects, all on one server. It
 // is exhaustive (pgtest.Exhaustive): a shrink is dozens of deterministic
 // runs, and the default suite keeps one shrink, through the command line
-// (testdata/script/deterministic.txtar).
+// (testdata/script/recipe.txtar).
 func Each(t *testing.T, keep func(idem.Bug) bool) {
 	pgtest.Exhaustive(t)
 	dbs := scenarios.ServerBanks(pgtest.Server(t))
