@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/banksim/bank-sim/internal/browsertest"
 	"io"
 	"net"
 	"net/http"
@@ -30,7 +31,9 @@ func TestMain(m *testing.M) {
 	// The test binary doubles as the PostgreSQL supervisor and as the
 	// bank-sim command that the scripts run.
 	postgres.MaybeSupervise()
-	os.Exit(testscript.RunMain(m, map[string]func() int{"bank-sim": cmd.Main}))
+	code := testscript.RunMain(m, map[string]func() int{"bank-sim": cmd.Main})
+	browsertest.Close()
+	os.Exit(code)
 }
 
 // TestScripts pins the CLI's visible behaviour: output, errors and exit

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/banksim/bank-sim/internal/browsertest"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -22,7 +23,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }
+func TestMain(m *testing.M) {
+	code := pgtest.Run(m)
+	browsertest.Close()
+	os.Exit(code)
+}
 
 // bankSim is bank-sim's own server, the way serve runs it, on real
 // sockets of 127.0.0.1 over a fresh lesson bank: copies servers (each its

@@ -60,27 +60,53 @@ type Page struct {
 	requests []string
 }
 
-// Browser is one headless Chromium, started for one test; its pages are
-// tabs. Starting a browser costs seconds on a loaded machine, so a test
-// opens all its pages in one.
+// Browser is the test process's headless Chromium; its pages are tabs.
+// Starting a browser costs seconds (tens on a loaded machine), so a test
+// binary starts one, on first use, and every test opens its pages in it.
 type Browser struct {
 	t   testing.TB
 	ctx context.Context
 }
 
-// New starts a headless browser for t, skipping t when none is found. The
-// browser is stopped and its profile removed when t ends.
+var shared struct {
+	mu      sync.Mutex
+	ctx     context.Context
+	cancels []context.CancelFunc
+	dir     string
+	err     error
+}
+
+// New returns the process's browser for t, starting it on first use, and
+// skips t when no browser is found. A package whose tests use it calls
+// Close from TestMain; should the process die first, Chromium dies with it
+// (chromedp starts it with a parent-death signal).
 func New(t testing.TB) *Browser {
 	t.Helper()
 	path := Find()
 	if path == "" {
 		t.Skip("browser: no chromium found (apt-get install chromium, or set BANK_SIM_BROWSER)")
 	}
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	if shared.ctx == nil && shared.err == nil {
+		shared.err = start(path)
+	}
+	if shared.err != nil {
+		t.Fatalf("browsertest: %v", shared.err)
+	}
+	return &Browser{t: t, ctx: shared.ctx}
+}
+
+func start(path string) error {
+	dir, err := os.MkdirTemp("", "bank-sim-browser-")
+	if err != nil {
+		return err
+	}
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(path),
 		// As root, Chromium refuses to start with its sandbox on.
 		chromedp.NoSandbox,
-		chromedp.UserDataDir(t.TempDir()),
+		chromedp.UserDataDir(dir),
 		// Nothing leaves the machine, whatever a page asks for: every host
 		// but loopback resolves to nothing. The requests are still recorded.
 		chromedp.Flag("host-resolver-rules", "MAP * ~NOTFOUND , EXCLUDE 127.0.0.1"),
@@ -88,22 +114,46 @@ func New(t testing.TB) *Browser {
 	)
 	actx, acancel := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancel := chromedp.NewContext(actx)
-	t.Cleanup(func() { cancel(); acancel() })
-	sctx, scancel := context.WithTimeout(context.Background(), StartBound)
-	defer scancel()
+	shared.cancels = []context.CancelFunc{cancel, acancel}
+	shared.dir = dir
 	// The first Run starts the browser; it must run on ctx itself (a timeout
 	// on it would end the browser), so the bound is applied by a watcher.
 	done := make(chan error, 1)
 	go func() { done <- chromedp.Do(ctx) }()
+	timer := time.NewTimer(StartBound)
+	defer timer.Stop()
 	select {
 	case err := <-done:
 		if err != nil {
-			t.Fatalf("browsertest: cannot start %s: %v", path, err)
+			closeLocked()
+			return fmt.Errorf("cannot start %s: %v", path, err)
 		}
-	case <-sctx.Done():
-		t.Fatalf("browsertest: %s did not start within %s", path, StartBound)
+	case <-timer.C:
+		closeLocked()
+		return fmt.Errorf("%s did not start within %s", path, StartBound)
 	}
-	return &Browser{t: t, ctx: ctx}
+	shared.ctx = ctx
+	return nil
+}
+
+// Close stops the process's browser, if one was started, and removes its
+// profile. Call it from TestMain after the tests.
+func Close() {
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	closeLocked()
+}
+
+func closeLocked() {
+	for _, c := range shared.cancels {
+		c()
+	}
+	shared.cancels = nil
+	shared.ctx = nil
+	if shared.dir != "" {
+		os.RemoveAll(shared.dir)
+		shared.dir = ""
+	}
 }
 
 // Open loads u (an http:// URL on loopback, or a file:// URL) in a new tab
