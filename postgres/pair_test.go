@@ -69,6 +69,9 @@ func has(t *testing.T, ctx context.Context, url, k string) bool {
 // standby had replayed is there, and the multi-host URL lands on the
 // promoted standby.
 func TestPairAsyncFailoverLosesWhatTheStandbyNeverReceived(t *testing.T) {
+	// scenarios.TestFailoverStory proves both outcomes through the story
+	// by default; this pins them on the pair alone.
+	exhaustive(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	p := startPair(t, ctx, PairOptions{})
@@ -119,6 +122,9 @@ func TestPairAsyncFailoverLosesWhatTheStandbyNeverReceived(t *testing.T) {
 // not receiving, the commit waits (SyncRep); once it receives again, the
 // commit returns, and survives the failover.
 func TestPairSyncCommitWaitsForTheStandbyAndSurvivesFailover(t *testing.T) {
+	// scenarios.TestFailoverStory proves both outcomes through the story
+	// by default; this pins them on the pair alone.
+	exhaustive(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	p := startPair(t, ctx, PairOptions{Sync: true})
