@@ -8,6 +8,7 @@ import (
 
 	"github.com/banksim/bank-sim/chaos"
 	"github.com/banksim/bank-sim/chaos/ha"
+	"github.com/banksim/bank-sim/postgres"
 )
 
 // pairSeed is the seed of the failover tests' runs.
@@ -23,7 +24,8 @@ func runPair(t *testing.T, cfg chaos.Config) *ha.Report {
 		errors.New("a chaos run through a failover of the embedded pair did not finish within 5 minutes"))
 	defer cancel()
 	began := time.Now()
-	r, err := ha.RunPair(ctx, cfg, ha.PairOptions{})
+	var started time.Duration
+	r, err := ha.RunPair(ctx, cfg, ha.PairOptions{Started: func(*postgres.Pair) { started = time.Since(began) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,8 +43,8 @@ func runPair(t *testing.T, cfg chaos.Config) *ha.Report {
 	if f.Commits < ha.StallCommits || !(f.StalledNs <= f.KilledNs && f.KilledNs <= f.PromotedNs) {
 		t.Errorf("the failover's steps: %+v; want the stall, %d commits the standby lacks, the kill, the promotion, in that order", f, ha.StallCommits)
 	}
-	t.Logf("%s replication, seed %d: failover at intent %d; stall→kill %s, kill→promoted %s; %s; run %s",
-		f.Replication, cfg.Seed, c.AfterIntent, time.Duration(f.KilledNs-f.StalledNs).Round(time.Millisecond),
+	t.Logf("%s replication, seed %d: pair up in %s, workload %s; failover at intent %d; stall→kill %s, kill→promoted %s; %s; in all %s",
+		f.Replication, cfg.Seed, started.Round(time.Millisecond), h.Duration.Round(time.Millisecond), c.AfterIntent, time.Duration(f.KilledNs-f.StalledNs).Round(time.Millisecond),
 		time.Duration(f.PromotedNs-f.KilledNs).Round(time.Millisecond), r, time.Since(began).Round(time.Millisecond))
 	logViolations(t, r)
 	return r
@@ -53,8 +55,9 @@ func runPair(t *testing.T, cfg chaos.Config) *ha.Report {
 // and their keys, and the checker says so; with synchronous replication,
 // on the same seed, it loses nothing and the run breaks no rule.
 func TestChaosFailoverLosesAcknowledgedTransfersOnlyWhenAsync(t *testing.T) {
-	cfg := chaos.Config{Seed: pairSeed, Clients: 8, Intents: 60}
+	cfg := chaos.Config{Seed: pairSeed, Clients: 8, Intents: 40, Faults: chaos.Rates{}}
 	t.Run("async", func(t *testing.T) {
+		t.Parallel()
 		cfg := cfg
 		cfg.Failover = chaos.ReplicationAsync
 		r := runPair(t, cfg)
@@ -64,6 +67,7 @@ func TestChaosFailoverLosesAcknowledgedTransfersOnlyWhenAsync(t *testing.T) {
 		}
 	})
 	t.Run("sync", func(t *testing.T) {
+		t.Parallel()
 		cfg := cfg
 		cfg.Failover = chaos.ReplicationSync
 		r := runPair(t, cfg)
