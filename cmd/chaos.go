@@ -98,6 +98,16 @@ moment the seed picks, and started again on the same data while the clients
 run. Only for the PostgreSQL that bank-sim starts itself, not one at
 --database-url.
 
+With --failover the run has a primary and a streaming standby of its own,
+reached through one multi-host URL, and fails over once: as the seeded
+intent starts (printed: "failover at intent N") the standby stops
+receiving; once the primary has made 3 commits the standby lacks it is
+killed with SIGKILL, the standby is promoted, and the pool reconnects to
+it. --replication async (PostgreSQL's default) loses acknowledged transfers
+and their keys (acknowledged-missing, key-lost); --replication sync loses
+none. A seed repeats the intents, the faults and the failover intent, not
+how much is lost; it cannot be --deterministic.
+
 Every intent is recorded: its key, each attempt, what the client saw. An
 auditor reads every balance in one snapshot while clients run. Before
 healing, the keys in progress are counted against the holders still alive.
@@ -193,6 +203,7 @@ some defence, else 0.`,
   bank-sim chaos --duration 30s --faults lose-response=0.2,duplicate=0.1
   bank-sim chaos --http --clients 8 --intents 2000
   bank-sim chaos --kill-postgres --intents 2000
+  bank-sim chaos --failover --seed 1 --intents 400    (then --replication sync)
   bank-sim chaos --bug no-fencing --history run.json   then: bank-sim check run.json
   bank-sim chaos --target http://127.0.0.1:8080 --balances-url 'http://127.0.0.1:8080/accounts/{id}' --exact-replays
   bank-sim chaos --target http://127.0.0.1:3000 --lookup none --dry-run
@@ -361,6 +372,9 @@ func (o chaosOptions) config(app *App, c *cobra.Command) (chaos.Config, error) {
 		if err := checkWritableFlag("--history", o.history); err != nil {
 			return chaos.Config{}, err
 		}
+	}
+	if bug != nil && bug.AsyncReplication && !o.failover {
+		return chaos.Config{}, usageError("--bug %s is the database's mistake: it costs only when the primary dies and its standby is promoted; give --failover too (bank-sim chaos --failover --replication sync --bug %s)", bug.Name, bug.Name)
 	}
 	if o.failover && bug != nil && bug.AsyncReplication {
 		o.replication = chaos.ReplicationAsync // the mistake is the replication (ha.RunPair does the same)
