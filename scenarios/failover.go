@@ -129,6 +129,9 @@ func failoverStory(ctx context.Context, r *Run, protected bool) error {
 		how = "synchronous: the primary acknowledges a commit once the standby has applied it"
 	}
 	r.Step("a primary and a standby that streams from it; the app connects through host=primary,standby target_session_attrs=read-write")
+	if protected && !sync {
+		r.Step("with the mistake %s the standby is replicated asynchronously after all", r.bug.Name)
+	}
 	r.ServerAt("server", "its pool connects through host=127.0.0.1,127.0.0.1 port=%d,%d target_session_attrs=read-write", primaryPort, standbyPort)
 	r.DatabaseAt(lanePrimary)
 	r.ServerAt(lanePrimary, "127.0.0.1:%d (postmaster %d); replication is %s", primaryPort, primaryPID, how)
