@@ -436,7 +436,10 @@ func (c *checker) keysKept() {
 			}
 			if k := fmt.Sprintf("%d/%s", in.UserID, a.Key); !have[k] {
 				after := ""
-				if len(c.h.Crashes) > 0 {
+				switch {
+				case len(c.h.Crashes) > 0 && c.h.Config.Failover != "":
+					after = " (the primary was killed and its standby promoted during the run)"
+				case len(c.h.Crashes) > 0:
 					after = " (PostgreSQL was killed during the run)"
 				}
 				c.add(Violation{Kind: KindKeyLost, Intent: in.Index, AtNs: a.EndNs, Kobo: in.Request.AmountKobo,

@@ -19,6 +19,7 @@ import (
 var (
 	ErrDeterministicHTTP     = errors.New("a deterministic run cannot go over HTTP: the sockets, the proxies and the HTTP servers' goroutines are not scheduled")
 	ErrDeterministicKill     = errors.New("a deterministic run cannot kill PostgreSQL: when a SIGKILL lands, and what the restarted server still has, depend on real time")
+	ErrDeterministicFailover = errors.New("a deterministic run cannot fail over: the primary's death, the standby's promotion and how far the standby had got depend on real time, and a commit waiting for a synchronous standby is a wait no scheduler sees")
 	ErrDeterministicDuration = errors.New("a deterministic run needs a number of intents: a run of a duration depends on real time")
 	ErrDeterministicPool     = errors.New("a deterministic run needs a *pgxpool.Pool, to give each task a connection whose backend it knows")
 )
@@ -35,10 +36,17 @@ type Determinism struct {
 
 // Validate refuses a config that cannot run as asked.
 func (c Config) Validate() error {
+	switch c.Failover {
+	case "", ReplicationAsync, ReplicationSync:
+	default:
+		return fmt.Errorf("unknown replication %q for a failover (%s or %s)", c.Failover, ReplicationAsync, ReplicationSync)
+	}
 	if !c.Deterministic {
 		return nil
 	}
 	switch {
+	case c.Failover != "":
+		return ErrDeterministicFailover
 	case c.HTTP:
 		return ErrDeterministicHTTP
 	case c.KillPostgres:

@@ -110,6 +110,14 @@ func RunWith(ctx context.Context, db bank.DB, cfg Config, opts Options) (*Histor
 	if cfg.Target != nil {
 		return runTarget(ctx, cfg, opts) // someone else's server: db is not used
 	}
+	if cfg.Failover != "" {
+		// The failover is the run's crash: Options.CrashPostgres kills
+		// the primary and promotes the standby.
+		if err := cfg.Validate(); err != nil {
+			return nil, err
+		}
+		cfg.KillPostgres = true
+	}
 	if cfg.KillPostgres && opts.CrashPostgres == nil {
 		return nil, ErrNoCrash
 	}

@@ -148,6 +148,33 @@ type Crash struct {
 	AtNs  int64  `json:"atNs"`
 	UpNs  int64  `json:"upNs"`
 	Error string `json:"error,omitempty"`
+	// Failover, in a run through a failover (Config.Failover), is what the
+	// crash was: the primary's death and the standby's promotion.
+	Failover *FailoverRecord `json:"failover,omitempty"`
+}
+
+// FailoverRecord is one failover of a run on a primary and a standby: the
+// standby stops receiving (so that it certainly lacks the last commits),
+// the primary is killed with SIGKILL, the standby is promoted, and the
+// app's pool reconnects through the multi-host URL. Offsets are the
+// history's, like Crash.AtNs.
+type FailoverRecord struct {
+	// Replication is Config.Failover: async or sync.
+	Replication string `json:"replication"`
+	// StalledNs is when the standby stopped receiving WAL; Commits how many
+	// commits the primary then made that the standby does not have
+	// (async: committed; sync: waiting for the standby) before the kill.
+	StalledNs int64 `json:"stalledNs"`
+	Commits   int   `json:"commits"`
+	// KilledNs is when the primary and its backends were gone,
+	// PromotedNs when the standby accepted writes.
+	KilledNs   int64 `json:"killedNs"`
+	PromotedNs int64 `json:"promotedNs"`
+	// PrimaryPort is the old primary's port; ServingPort the port a new
+	// connection through the multi-host URL reached after the failover
+	// (the promoted standby's), where pg_is_in_recovery() was false.
+	PrimaryPort int `json:"primaryPort"`
+	ServingPort int `json:"servingPort"`
 }
 
 // Intent is one thing a user decided to do, and everything that happened to

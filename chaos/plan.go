@@ -210,6 +210,12 @@ type Config struct {
 	// moment the seed picks, and restarts it on the same data while the
 	// clients run.
 	KillPostgres bool `json:"killPostgres,omitempty"`
+	// Failover, when set, is the replication of a run on a primary and a
+	// streaming standby (ReplicationAsync or ReplicationSync): the crash
+	// that KillPostgres brings is then the primary's death and the
+	// standby's promotion, not a restart in place. chaos/ha.RunPair runs
+	// it, and supplies the crash.
+	Failover string `json:"failover,omitempty"`
 	// Target, when set, runs the intents against someone else's transfer
 	// API from outside (chaos --target): through the fault proxy, with the
 	// network's faults only, and checked by the rules a black box allows.
@@ -282,6 +288,16 @@ func (c Config) WithDefaults() Config {
 	}
 	return c
 }
+
+// The replications of a run through a failover (Config.Failover).
+const (
+	// ReplicationAsync: the primary acknowledges a commit once its own WAL
+	// has it (PostgreSQL's default).
+	ReplicationAsync = "async"
+	// ReplicationSync: the primary acknowledges a commit once the standby
+	// has applied it.
+	ReplicationSync = "sync"
+)
 
 // Salts keep the streams of one seed apart.
 const (

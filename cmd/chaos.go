@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/banksim/bank-sim/chaos"
+	"github.com/banksim/bank-sim/chaos/ha"
 	"github.com/banksim/bank-sim/idem"
 	"github.com/banksim/bank-sim/internal/htmlreport"
 	"github.com/banksim/bank-sim/postgres"
@@ -35,6 +36,8 @@ type chaosOptions struct {
 	asJSON      bool
 	http        bool
 	kill        bool
+	failover    bool
+	replication string
 	// targets, when given, are someone else's transfer API (chaos --target),
 	// described by the probe's flags.
 	targets []string
@@ -94,6 +97,16 @@ With --kill-postgres the PostgreSQL server is killed with SIGKILL once, at a
 moment the seed picks, and started again on the same data while the clients
 run. Only for the PostgreSQL that bank-sim starts itself, not one at
 --database-url.
+
+With --failover the run has a primary and a streaming standby of its own,
+reached through one multi-host URL, and fails over once: as the seeded
+intent starts (printed: "failover at intent N") the standby stops
+receiving; once the primary has made 3 commits the standby lacks it is
+killed with SIGKILL, the standby is promoted, and the pool reconnects to
+it. --replication async (PostgreSQL's default) loses acknowledged transfers
+and their keys (acknowledged-missing, key-lost); --replication sync loses
+none. A seed repeats the intents, the faults and the failover intent, not
+how much is lost; it cannot be --deterministic.
 
 Every intent is recorded: its key, each attempt, what the client saw. An
 auditor reads every balance in one snapshot while clients run. Before
@@ -190,6 +203,7 @@ some defence, else 0.`,
   bank-sim chaos --duration 30s --faults lose-response=0.2,duplicate=0.1
   bank-sim chaos --http --clients 8 --intents 2000
   bank-sim chaos --kill-postgres --intents 2000
+  bank-sim chaos --failover --seed 1 --intents 400    (then --replication sync)
   bank-sim chaos --bug no-fencing --history run.json   then: bank-sim check run.json
   bank-sim chaos --target http://127.0.0.1:8080 --balances-url 'http://127.0.0.1:8080/accounts/{id}' --exact-replays
   bank-sim chaos --target http://127.0.0.1:3000 --lookup none --dry-run
@@ -216,6 +230,8 @@ some defence, else 0.`,
 	f.BoolVar(&o.asJSON, "json", false, "print the result as JSON")
 	f.BoolVar(&o.http, "http", false, "send every attempt over real HTTP: API servers on 127.0.0.1, fault proxies, the retrying client")
 	f.BoolVar(&o.kill, "kill-postgres", false, "kill PostgreSQL with SIGKILL once during the run and restart it on the same data")
+	f.BoolVar(&o.failover, "failover", false, "run on a primary and a streaming standby that bank-sim starts, and fail over once at a seeded intent: the standby stops receiving, the primary is killed (SIGKILL), the standby promoted")
+	f.StringVar(&o.replication, "replication", chaos.ReplicationAsync, "with --failover: how the standby is replicated, `async` (PostgreSQL's default: the primary acknowledges before the standby has it) or sync (each commit waits for the standby)")
 	f.StringArrayVar(&o.targets, "target", nil, "run against someone else's transfer API at this base `URL` (repeat for copies of one service), network faults only; the flags below describe it")
 	f.StringVar(&o.amount, "amount", "100", "with --target: the smallest amount of a transfer, in naira (each is from it to twice it)")
 	o.targetFlags.register(f)
@@ -266,6 +282,8 @@ func (o chaosOptions) config(app *App, c *cobra.Command) (chaos.Config, error) {
 	switch {
 	case o.det && o.http:
 		return chaos.Config{}, usageError("%s cannot go over --http: the sockets, proxies and HTTP servers run on real time, which no scheduler orders (an --http run repeats its intents and faults, not its interleaving)", what)
+	case o.det && o.failover:
+		return chaos.Config{}, usageError("%s cannot be combined with --failover: when the primary dies, and what its standby had received, depend on real time (a --failover run repeats its intents, faults and failover intent, not what it loses)", what)
 	case o.det && o.kill:
 		return chaos.Config{}, usageError("%s cannot be combined with --kill-postgres: when the SIGKILL lands and what the restarted server still has depend on real time", what)
 	case o.det && o.duration > 0:
@@ -334,6 +352,19 @@ func (o chaosOptions) config(app *App, c *cobra.Command) (chaos.Config, error) {
 	if err != nil {
 		return chaos.Config{}, err
 	}
+	if c.Flags().Changed("replication") && !o.failover {
+		return chaos.Config{}, usageError("--replication says how the standby of a --failover run is replicated: give --failover too")
+	}
+	if o.failover {
+		switch {
+		case o.replication != chaos.ReplicationAsync && o.replication != chaos.ReplicationSync:
+			return chaos.Config{}, usageError("--replication %q: give async or sync", o.replication)
+		case o.kill:
+			return chaos.Config{}, usageError("give --failover or --kill-postgres, not both: a failover kills the primary and promotes its standby; --kill-postgres restarts one server in place")
+		case app.externalURL() != "":
+			return chaos.Config{}, usageError("--failover runs on a primary and standby that bank-sim starts itself; it cannot fail over the server at --database-url / DATABASE_URL")
+		}
+	}
 	if o.kill && app.externalURL() != "" {
 		return chaos.Config{}, usageError("--kill-postgres kills the PostgreSQL that bank-sim starts itself; it cannot kill the server at --database-url / DATABASE_URL")
 	}
@@ -342,9 +373,24 @@ func (o chaosOptions) config(app *App, c *cobra.Command) (chaos.Config, error) {
 			return chaos.Config{}, err
 		}
 	}
+	if bug != nil && bug.AsyncReplication && !o.failover {
+		return chaos.Config{}, usageError("--bug %s is the database's mistake: it costs only when the primary dies and its standby is promoted; give --failover too (bank-sim chaos --failover --replication sync --bug %s)", bug.Name, bug.Name)
+	}
+	if o.failover && bug != nil && bug.AsyncReplication {
+		o.replication = chaos.ReplicationAsync // the mistake is the replication (ha.RunPair does the same)
+	}
 	return chaos.Config{Seed: seed, Clients: o.clients, Intents: o.intents, Duration: o.duration,
 		Accounts: o.accounts, Faults: rates, Instances: o.instances, MaxAttempts: o.maxAttempts, Bug: bug, HTTP: o.http, KillPostgres: o.kill,
-		Deterministic: o.det}.WithDefaults(), nil
+		Failover: failoverFlag(o), Deterministic: o.det}.WithDefaults(), nil
+}
+
+// failoverFlag is Config.Failover for the flags: the replication, with
+// --failover.
+func failoverFlag(o chaosOptions) string {
+	if !o.failover {
+		return ""
+	}
+	return o.replication
 }
 
 func runChaos(c *cobra.Command, app *App, o chaosOptions) error {
@@ -363,6 +409,9 @@ func runChaos(c *cobra.Command, app *App, o chaosOptions) error {
 	p := app.palette()
 	if !o.asJSON {
 		fmt.Fprintf(out, "bank-sim %s · chaos · %s\n", version(), seedPromise(cfg))
+	}
+	if cfg.Failover != "" {
+		return runChaosFailover(c, app, o, cfg)
 	}
 	srv, err := app.Server(ctx)
 	if err != nil {
@@ -456,7 +505,9 @@ func chaosHTML(h *chaos.History, res chaos.Result, recipe *chaos.Recipe) *htmlre
 		if cfg.HTTP {
 			o.Repeat += " --http"
 		}
-		if cfg.KillPostgres {
+		if cfg.Failover != "" {
+			o.Repeat += " --failover --replication " + cfg.Failover
+		} else if cfg.KillPostgres {
 			o.Repeat += " --kill-postgres"
 		}
 	}
@@ -540,7 +591,13 @@ func describeConfig(cfg chaos.Config) string {
 		via = "over HTTP"
 	}
 	faults := cfg.Faults.String()
-	if cfg.KillPostgres {
+	if cfg.Failover != "" {
+		faults += fmt.Sprintf(" · failover at intent %d (%s replication): the standby stops receiving, the primary is killed (SIGKILL) once it has made %d commits the standby lacks, the standby is promoted",
+			cfg.CrashIntent(), cfg.Failover, ha.StallCommits)
+		if cfg.Intents <= 0 {
+			faults = strings.Replace(faults, fmt.Sprintf("at intent %d", cfg.CrashIntent()), fmt.Sprintf("after %s", cfg.CrashAfter().Round(time.Millisecond)), 1)
+		}
+	} else if cfg.KillPostgres {
 		faults += " · PostgreSQL killed (SIGKILL) once and restarted"
 	}
 	return fmt.Sprintf("%d clients · %s · %d accounts · %d servers %s · up to %d attempts\nfaults: %s\nbug: %s",
@@ -562,6 +619,12 @@ func printChaosResult(out io.Writer, p *palette, h *chaos.History, res chaos.Res
 		after := "on a timer"
 		if c.AfterIntent >= 0 {
 			after = fmt.Sprintf("as intent %d started", c.AfterIntent)
+		}
+		if f := c.Failover; f != nil && c.Error == "" {
+			fmt.Fprintf(tw, "failover\tat intent %d (%s replication): the standby stopped receiving at %s; the primary, after %d commits the standby lacks, killed at %s; the standby promoted %s later; the app's multi-host URL reached 127.0.0.1:%d (was %d), writes again %s after the kill\n",
+				c.AfterIntent, f.Replication, time.Duration(f.StalledNs).Round(time.Millisecond), f.Commits, time.Duration(f.KilledNs).Round(time.Millisecond),
+				time.Duration(f.PromotedNs-f.KilledNs).Round(time.Millisecond), f.ServingPort, f.PrimaryPort, time.Duration(c.UpNs-f.KilledNs).Round(time.Millisecond))
+			continue
 		}
 		if c.Error != "" {
 			fmt.Fprintf(tw, "postgres\tkilled with SIGKILL %s, at %s; restart failed: %s\n", after, time.Duration(c.AtNs).Round(time.Millisecond), c.Error)
@@ -652,6 +715,9 @@ func printChaosResult(out io.Writer, p *palette, h *chaos.History, res chaos.Res
 	repeat := fmt.Sprintf("--seed %d", h.Seed)
 	if h.Deterministic != nil {
 		repeat += " --deterministic"
+	}
+	if h.Config.Failover != "" {
+		repeat += " --failover --replication " + h.Config.Failover
 	}
 	fmt.Fprintf(out, "\n%s %d violation(s) · seed %d (repeat with %s)\n", p.bad.Sprint("INVALID"), len(res.Violations), h.Seed, repeat)
 }

@@ -73,6 +73,8 @@ func TestUsageErrorsExitTwoWithoutStartingPostgres(t *testing.T) {
 		"serve unknown bug":    {"serve", "--bug", "nope"},
 		"serve a client's bug": {"serve", "--bug", "new-key-per-attempt"},
 		"kill an external db":  {"chaos", "--kill-postgres", "--database-url", "postgres://bank:sim@127.0.0.1:1/bank"},
+		"serve a db's bug":     {"serve", "--bug", "async-replication"},
+		"replication alone":    {"chaos", "--bug", "async-replication"},
 		"compare html dir":     {"compare", "lost-response", "--html", filepath.Join(t.TempDir(), "no", "such", "c.html")},
 		"audit html is a dir":  {"audit", "--html", t.TempDir()},
 		"probe html dir":       {"probe", "http://127.0.0.1:1", "--html", filepath.Join(t.TempDir(), "no", "such", "p.html")},

@@ -94,7 +94,7 @@ mistake (new-key-per-attempt) is refused: serve runs only the server.`,
 	_ = c.RegisterFlagCompletionFunc("bug", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 		var names []string
 		for _, b := range idem.Bugs() {
-			if !b.NewKeyPerAttempt {
+			if !b.NewKeyPerAttempt && !b.AsyncReplication {
 				names = append(names, b.Name)
 			}
 		}
@@ -113,6 +113,9 @@ func parseServeBug(name string) (*idem.Bug, error) {
 	}
 	if bug.NewKeyPerAttempt {
 		return nil, usageError("--bug %s is a client's mistake, not the server's: serve runs only the server, and your client decides its keys. See it with: bank-sim chaos --bug %s, or bank-sim scenario --all --bug %s", name, name, name)
+	}
+	if bug.AsyncReplication {
+		return nil, usageError("--bug %s is the database's mistake, not the server's: serve runs on one PostgreSQL with no standby to fail over to. See it with: bank-sim scenario failover --bug %s, or bank-sim chaos --failover --bug %s", name, name, name)
 	}
 	if o := bug.Outbox; o.PublishInTransaction || o.PublishAfterCommit || o.NoDedup || o.OffsetBeforeEffect || o.LockReleaseWithoutToken || o.ShipReadThenWrite {
 		return nil, usageError("--bug %s is in a part serve does not run: serve sends each transfer's SMS through its outbox, and has no message log, consumer, external lock or orders. See it with: bank-sim scenario --all --bug %s", name, name)

@@ -26,6 +26,12 @@ type Bug struct {
 	// key for every attempt instead of one per intent. Apply ignores it; the
 	// client reads it.
 	NewKeyPerAttempt bool `json:"newKeyPerAttempt,omitempty"`
+	// AsyncReplication is the database's mistake, not the handler's: the
+	// primary's standby is replicated asynchronously, so a failover loses
+	// what the primary had acknowledged and not yet sent. Apply ignores it;
+	// whoever starts the primary and its standby (the failover story,
+	// chaos --failover) reads it.
+	AsyncReplication bool `json:"asyncReplication,omitempty"`
 	// MemoryKeys keeps each server process's keys in its own memory.
 	MemoryKeys bool `json:"memoryKeys,omitempty"`
 	// SecondTransaction stores the response in a second transaction.
@@ -78,6 +84,12 @@ func Bugs() []Bug {
 			Mistake:          "The client makes a new idempotency key for every attempt instead of one per intent",
 			Consequence:      "Every retry looks new to the server: a lost response and its retry move the money twice, exactly as with no keys",
 			NewKeyPerAttempt: true,
+		},
+		{
+			Name:             "async-replication",
+			Mistake:          "The standby that a failover promotes is replicated asynchronously (PostgreSQL's default): the primary acknowledges a commit before the standby has it",
+			Consequence:      "The primary dies before its standby has the last commits: the promoted standby has neither those transfers nor their keys, and a resend with the same key moves the money again",
+			AsyncReplication: true,
 		},
 		{
 			Name:        "memory-keys",

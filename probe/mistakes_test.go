@@ -88,6 +88,8 @@ var mistakes = map[string]mistake{
 	"offset-before-effect":           {blind: sideEffect},
 	"lock-release-without-token":     {blind: sideEffect},
 	"ship-read-then-write":           {blind: "mark-shipped is an orders operation, not part of the transfer contract"},
+	"async-replication": {blind: "the mistake is the database's replication to its standby, not the handler's: " +
+		"it costs only when the primary dies and the standby is promoted, which no client can cause"},
 	// Run on two copies whose clocks are 31 s apart, the most a black-box
 	// client could be given.
 	"app-clock": {copies: 2, skew: 31 * time.Second, blind: "a server whose clock runs ahead takes over a live claim, " +

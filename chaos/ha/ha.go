@@ -150,7 +150,7 @@ func Run(ctx context.Context, srv *postgres.Server, cfg chaos.Config, leader Lea
 			}
 			defer resume()
 			stalled = time.Now()
-			if err := waitCommits(ctx, db.Pool); err != nil {
+			if _, err := waitCommits(ctx, db.Pool); err != nil {
 				return fmt.Errorf("%w; the stall began %s into the run", err, stalled.Sub(began).Round(time.Millisecond))
 			}
 		}
@@ -198,31 +198,49 @@ func (r *Report) measure() {
 
 // waitCommits waits until the primary has StallCommits commits the
 // standby does not have: transfers committed since it was called (an
-// asynchronous standby), or sessions waiting for a synchronous one.
-func waitCommits(ctx context.Context, pool *pgxpool.Pool) error {
+// asynchronous standby), or sessions waiting for a synchronous one. It
+// returns how many it saw.
+func waitCommits(ctx context.Context, pool *pgxpool.Pool) (int, error) {
 	ctx, cancel := context.WithTimeoutCause(ctx, stallTimeout,
 		fmt.Errorf("replication stalled, but the primary did not make %d commits within %s", StallCommits, stallTimeout))
 	defer cancel()
-	var base int
-	if err := pool.QueryRow(ctx, "SELECT count(*) FROM transfers").Scan(&base); err != nil {
-		return fmt.Errorf("counting transfers: %w", err)
+	base, err := countTransfers(ctx, pool)
+	if err != nil {
+		return 0, err
 	}
+	return waitCommitsSince(ctx, pool, base)
+}
+
+// countTransfers counts the transfers the primary has.
+func countTransfers(ctx context.Context, pool *pgxpool.Pool) (int, error) {
+	var n int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM transfers").Scan(&n); err != nil {
+		return 0, fmt.Errorf("counting transfers: %w", err)
+	}
+	return n, nil
+}
+
+// waitCommitsSince is waitCommits from base transfers on.
+func waitCommitsSince(ctx context.Context, pool *pgxpool.Pool, base int) (int, error) {
+	ctx, cancel := context.WithTimeoutCause(ctx, stallTimeout,
+		fmt.Errorf("replication stalled, but the primary did not make %d commits within %s", StallCommits, stallTimeout))
+	defer cancel()
 	for {
 		var n, waiting int
 		err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM transfers),
 			(SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep')`).Scan(&n, &waiting)
 		if err != nil {
 			if cause := context.Cause(ctx); cause != nil {
-				return cause
+				return 0, cause
 			}
-			return fmt.Errorf("counting commits during the stall: %w", err)
+			return 0, fmt.Errorf("counting commits during the stall: %w", err)
 		}
 		if n-base+waiting >= StallCommits {
-			return nil
+			return n - base + waiting, nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%w (%d transfers committed, %d sessions waiting for the standby; the bank's sessions: %s)",
+			return 0, fmt.Errorf("%w (%d transfers committed, %d sessions waiting for the standby; the bank's sessions: %s)",
 				context.Cause(ctx), n-base, waiting, sessions(pool))
 		case <-time.After(5 * time.Millisecond):
 		}
