@@ -31,9 +31,17 @@ func TestMain(m *testing.M) {
 	// The test binary doubles as the PostgreSQL supervisor and as the
 	// bank-sim command that the scripts run.
 	postgres.MaybeSupervise()
-	code := testscript.RunMain(m, map[string]func() int{"bank-sim": cmd.Main})
+	os.Exit(testscript.RunMain(closeBrowser{m}, map[string]func() int{"bank-sim": cmd.Main}))
+}
+
+// closeBrowser stops the tests' browser after they ran: RunMain exits the
+// process itself, so nothing after it in TestMain would run.
+type closeBrowser struct{ m *testing.M }
+
+func (c closeBrowser) Run() int {
+	code := c.m.Run()
 	browsertest.Close()
-	os.Exit(code)
+	return code
 }
 
 // TestScripts pins the CLI's visible behaviour: output, errors and exit
