@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	embeddedpostgres "github.com/fergusstrange/embedded-postgres"
@@ -394,29 +393,14 @@ func configureStandby(dir string, port int, pw string) error {
 // that loses power would stop it: no shutdown, no last WAL sent. It returns
 // once it and its children are gone.
 func (sv *supervisor) killPrimary() error {
-	pm := sv.pm
-	if pm == nil {
-		return errors.New("the primary is not running")
+	kids, err := sv.killPostmaster("the primary")
+	if err != nil {
+		return err
 	}
-	kids := childrenOf(pm.pid)
-	if err := pm.proc.Signal(syscall.SIGKILL); err != nil {
-		return fmt.Errorf("kill -9 %d: %v", pm.pid, err)
-	}
-	select {
-	case <-pm.done:
-	case <-time.After(10 * time.Second):
-		return fmt.Errorf("the primary's postmaster %d survived SIGKILL for 10 s", pm.pid)
-	}
-	sv.pm = nil
 	// Its backends and WAL sender notice their postmaster's death and exit
 	// by themselves, at once; one that does not is killed.
-	if !waitGone(10*time.Second, kids...) {
-		for _, k := range kids {
-			syscall.Kill(k, syscall.SIGKILL)
-		}
-		if !waitGone(5*time.Second, kids...) {
-			return fmt.Errorf("the primary's processes %v survived SIGKILL for 5 s", kids)
-		}
+	if !reap(kids) {
+		return fmt.Errorf("the primary's processes %v survived SIGKILL for 5 s", kids)
 	}
 	return nil
 }

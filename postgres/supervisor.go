@@ -270,21 +270,44 @@ const startTimeout = 30 * time.Second
 // directory and port; PostgreSQL recovers from its WAL, so every transaction
 // that had committed is still there.
 func (sv *supervisor) crash() error {
+	kids, err := sv.killPostmaster("the server")
+	if err != nil {
+		return err
+	}
+	return sv.relaunch(kids)
+}
+
+// killPostmaster SIGKILLs the running postmaster (which names it in
+// errors), waits at most 10 s for it to exit and forgets it. It returns the
+// children it had: they notice its death and exit by themselves (reap).
+func (sv *supervisor) killPostmaster(which string) ([]int, error) {
 	pm := sv.pm
 	if pm == nil {
-		return errors.New("the server is not running")
+		return nil, fmt.Errorf("%s is not running", which)
 	}
 	kids := childrenOf(pm.pid)
 	if err := pm.proc.Signal(syscall.SIGKILL); err != nil {
-		return fmt.Errorf("kill -9 %d: %v", pm.pid, err)
+		return nil, fmt.Errorf("kill -9 %d: %v", pm.pid, err)
 	}
 	select {
 	case <-pm.done:
 	case <-time.After(10 * time.Second):
-		return fmt.Errorf("postmaster %d survived SIGKILL", pm.pid)
+		return nil, fmt.Errorf("%s's postmaster %d survived SIGKILL for 10 s", which, pm.pid)
 	}
 	sv.pm = nil
-	return sv.relaunch(kids)
+	return kids, nil
+}
+
+// reap waits up to 10 s for a dead postmaster's children to exit, kills
+// those that linger, and reports whether all are gone 5 s later.
+func reap(kids []int) bool {
+	if waitGone(10*time.Second, kids...) {
+		return true
+	}
+	for _, k := range kids {
+		syscall.Kill(k, syscall.SIGKILL)
+	}
+	return waitGone(5*time.Second, kids...)
 }
 
 // relaunch starts the postmaster again on the same data directory and port
@@ -293,12 +316,7 @@ func (sv *supervisor) crash() error {
 // holds the old shared memory. kids are the old postmaster's children, if
 // known (they are reparented once it is dead).
 func (sv *supervisor) relaunch(kids []int) error {
-	if !waitGone(10*time.Second, kids...) {
-		for _, k := range kids {
-			syscall.Kill(k, syscall.SIGKILL)
-		}
-		waitGone(5*time.Second, kids...)
-	}
+	reap(kids)
 	// The old postmaster.pid stays: PostgreSQL sees that its pid is dead
 	// and uses it to clean up the old shared memory itself. The port may
 	// still be held for a moment by the dying backends' sockets.
