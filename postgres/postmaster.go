@@ -3,6 +3,7 @@ package postgres
 import (
 	"errors"
 	"fmt"
+	"github.com/banksim/bank-sim/postgres/internal/procfs"
 	"io"
 	"os"
 	"os/exec"
@@ -173,30 +174,7 @@ func (pm *postmaster) stop(grace time.Duration) error {
 }
 
 // childrenOf lists the processes whose parent is pid.
-func childrenOf(pid int) []int {
-	entries, _ := os.ReadDir("/proc")
-	var kids []int
-	for _, e := range entries {
-		k, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", k))
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(s[i+1:])
-		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
-			kids = append(kids, k)
-		}
-	}
-	return kids
-}
+func childrenOf(pid int) []int { return procfs.Children(pid) }
 
 // waitGone waits until none of pids is alive, for at most max.
 func waitGone(max time.Duration, pids ...int) bool {

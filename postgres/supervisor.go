@@ -8,15 +8,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/banksim/bank-sim/postgres/internal/procfs"
 	"io"
 	"net"
 	"os"
 	"os/exec"
 	"os/signal"
-	"os/user"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -563,11 +562,7 @@ func (sv *supervisor) dropRoot() error {
 	if os.Geteuid() != 0 {
 		return nil
 	}
-	uid, gid := 65534, 65534
-	if u, err := user.Lookup("nobody"); err == nil {
-		uid, _ = strconv.Atoi(u.Uid)
-		gid, _ = strconv.Atoi(u.Gid)
-	}
+	uid, gid := procfs.Nobody()
 	if err := os.MkdirAll(sv.cfg.CacheDir, 0o755); err != nil {
 		return fmt.Errorf("cannot create cache dir %s: %v; set BANK_SIM_CACHE_DIR", sv.cfg.CacheDir, err)
 	}

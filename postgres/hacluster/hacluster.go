@@ -50,11 +50,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/banksim/bank-sim/postgres/internal/procfs"
 	"io"
 	"net"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -765,11 +765,7 @@ func (c *Cluster) makeDir() error {
 	if os.Geteuid() != 0 {
 		return nil
 	}
-	uid, gid := 65534, 65534
-	if u, err := user.Lookup("nobody"); err == nil {
-		uid, _ = strconv.Atoi(u.Uid)
-		gid, _ = strconv.Atoi(u.Gid)
-	}
+	uid, gid := procfs.Nobody()
 	for _, p := range []string{dir, run} {
 		if err := os.Chown(p, uid, gid); err != nil {
 			return fmt.Errorf("cannot hand %s to nobody: %v", p, err)

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/banksim/bank-sim/postgres/internal/procfs"
 	"io"
 	"os"
 	"path/filepath"
@@ -23,36 +24,11 @@ type procInfo struct {
 	cmdline         string
 }
 
-// scanProcs reads every process in /proc.
+// scanProcs reads every process in /proc, with its command line.
 func scanProcs() []procInfo {
-	entries, _ := os.ReadDir("/proc")
 	var ps []procInfo
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid pgrp …; comm may hold spaces and parens.
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 || i+2 >= len(s) {
-			continue
-		}
-		f := strings.Fields(s[i+2:])
-		if len(f) < 3 {
-			continue
-		}
-		p := procInfo{pid: pid, state: f[0][0]}
-		p.ppid, _ = strconv.Atoi(f[1])
-		p.pgid, _ = strconv.Atoi(f[2])
-		if cl, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil {
-			p.cmdline = strings.TrimSpace(strings.ReplaceAll(string(cl), "\x00", " "))
-		}
-		ps = append(ps, p)
+	for _, p := range procfs.Scan() {
+		ps = append(ps, procInfo{pid: p.PID, ppid: p.PPID, pgid: p.PGID, state: p.State, cmdline: procfs.Cmdline(p.PID)})
 	}
 	return ps
 }

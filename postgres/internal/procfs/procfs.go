@@ -1,0 +1,82 @@
+// Package procfs reads Linux's process table and the unprivileged user, for
+// the code that starts PostgreSQL as nobody and must find and stop the
+// processes it started: the supervisor (package postgres) and the HA test
+// clusters (postgres/hacluster).
+package procfs
+
+import (
+	"fmt"
+	"os"
+	"os/user"
+	"strconv"
+	"strings"
+)
+
+// Proc is one process, as /proc/PID/stat describes it.
+type Proc struct {
+	PID, PPID, PGID int
+	State           byte
+}
+
+// Scan reads every process in /proc; one that exits meanwhile is left out.
+func Scan() []Proc {
+	entries, _ := os.ReadDir("/proc")
+	var ps []Proc
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid pgrp …; comm may hold spaces and parens.
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 || i+2 >= len(s) {
+			continue
+		}
+		f := strings.Fields(s[i+2:])
+		if len(f) < 3 {
+			continue
+		}
+		p := Proc{PID: pid, State: f[0][0]}
+		p.PPID, _ = strconv.Atoi(f[1])
+		p.PGID, _ = strconv.Atoi(f[2])
+		ps = append(ps, p)
+	}
+	return ps
+}
+
+// Children lists the processes whose parent is pid.
+func Children(pid int) []int {
+	var kids []int
+	for _, p := range Scan() {
+		if p.PPID == pid {
+			kids = append(kids, p.PID)
+		}
+	}
+	return kids
+}
+
+// Cmdline is pid's command line with its arguments joined by spaces, or ""
+// when it cannot be read.
+func Cmdline(pid int) string {
+	cl, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(strings.ReplaceAll(string(cl), "\x00", " "))
+}
+
+// Nobody returns the uid and gid of the user nobody, or Debian's 65534 when
+// the user database does not say.
+func Nobody() (uid, gid int) {
+	uid, gid = 65534, 65534
+	if u, err := user.Lookup("nobody"); err == nil {
+		uid, _ = strconv.Atoi(u.Uid)
+		gid, _ = strconv.Atoi(u.Gid)
+	}
+	return uid, gid
+}
