@@ -182,7 +182,7 @@ func waitGone(max time.Duration, pids ...int) bool {
 	for {
 		left := false
 		for _, p := range pids {
-			if alive(p) {
+			if procfs.Alive(p) {
 				left = true
 				break
 			}
@@ -197,76 +197,40 @@ func waitGone(max time.Duration, pids ...int) bool {
 	}
 }
 
-func readPidFile(dataDir string) int {
-	b, err := os.ReadFile(filepath.Join(dataDir, "postmaster.pid"))
-	if err != nil {
-		return 0
-	}
-	first, _, _ := strings.Cut(string(b), "\n")
-	pid, _ := strconv.Atoi(strings.TrimSpace(first))
-	return pid
-}
-
 // stopStale stops a postmaster that is not our child but still runs on
 // dataDir: one that an older bank-sim started through pg_ctl (detached, so
 // it survived its supervisor), or ours still in its immediate shutdown when
 // the next run takes the slot. It removes a pid file left behind.
 func stopStale(dataDir string) {
 	pidFile := filepath.Join(dataDir, "postmaster.pid")
-	pid := readPidFile(dataDir)
+	pid := procfs.PIDFile(dataDir)
 	if pid <= 0 {
 		return
 	}
-	if isPostmasterOf(pid, dataDir) {
+	if procfs.IsPostmasterOf(pid, dataDir) {
 		syscall.Kill(pid, syscall.SIGQUIT) // immediate shutdown, children included
 		deadline := time.Now().Add(3 * time.Second)
-		for alive(pid) && time.Now().Before(deadline) {
+		for procfs.Alive(pid) && time.Now().Before(deadline) {
 			time.Sleep(10 * time.Millisecond)
 		}
-		if alive(pid) {
+		if procfs.Alive(pid) {
 			syscall.Kill(pid, syscall.SIGKILL)
-			for i := 0; i < 100 && alive(pid); i++ {
+			for i := 0; i < 100 && procfs.Alive(pid); i++ {
 				time.Sleep(10 * time.Millisecond)
 			}
 		}
 	}
 	// Whether we stopped it or it was already dead, a leftover pid file
 	// only risks "lock file already exists" when the pid has been reused.
-	if !alive(pid) || !isPostmasterOf(pid, dataDir) {
+	if !procfs.Alive(pid) || !procfs.IsPostmasterOf(pid, dataDir) {
 		os.Remove(pidFile)
 	}
 }
 
-func isPostmasterOf(pid int, dataDir string) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err != nil {
-		return false
-	}
-	args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
-	if len(args) == 0 || !strings.Contains(filepath.Base(args[0]), "postgres") && !strings.Contains(filepath.Base(args[0]), "postmaster") {
-		return false
-	}
-	for _, a := range args[1:] {
-		if filepath.Clean(a) == filepath.Clean(dataDir) {
-			return true
-		}
-	}
-	return false
-}
-
-// alive treats zombies as dead: an orphan reparented to a careless init
-// may never be reaped.
-func alive(pid int) bool {
-	if err := syscall.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
-		return false
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
-		return s[i+2] != 'Z'
-	}
-	return true
-}
+// The process table's questions, answered by procfs for the supervisor, the
+// tests and hacluster alike.
+var (
+	alive          = procfs.Alive
+	isPostmasterOf = procfs.IsPostmasterOf
+	readPidFile    = procfs.PIDFile
+)

@@ -466,7 +466,7 @@ func (c *Cluster) StallReplication(ctx context.Context) (resume func(), err erro
 		return nil, err
 	}
 	n := c.node(p.Name)
-	pm := readPid(n.data)
+	pm := procfs.PIDFile(n.data)
 	var senders []int
 	for _, pr := range scanProcs() {
 		if pr.ppid == pm && pm > 0 && strings.HasPrefix(pr.cmdline, "postgres: walsender") {
@@ -629,8 +629,8 @@ func (c *Cluster) killNode(ctx context.Context, n *node) error {
 // (the supervisor, its services, the postmaster and whatever they run) and
 // the postmaster's children, each of which is in a group of its own.
 func nodeProcs(n *node) []int {
-	pm := readPid(n.data)
-	if pm > 0 && !isPostmasterOf(pm, n.data) {
+	pm := procfs.PIDFile(n.data)
+	if pm > 0 && !procfs.IsPostmasterOf(pm, n.data) {
 		pm = 0 // a stale pid file, its pid reused
 	}
 	pgid := 0

@@ -33,54 +33,12 @@ func scanProcs() []procInfo {
 	return ps
 }
 
-// readPid is the postmaster's pid from data's postmaster.pid, or 0.
-func readPid(data string) int {
-	b, err := os.ReadFile(filepath.Join(data, "postmaster.pid"))
-	if err != nil {
-		return 0
-	}
-	first, _, _ := strings.Cut(string(b), "\n")
-	pid, _ := strconv.Atoi(strings.TrimSpace(first))
-	return pid
-}
-
-// isPostmasterOf reports whether pid is a postgres running on data.
-func isPostmasterOf(pid int, data string) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err != nil {
-		return false
-	}
-	args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
-	if len(args) == 0 || !strings.Contains(filepath.Base(args[0]), "postgres") {
-		return false
-	}
-	for _, a := range args[1:] {
-		if filepath.Clean(a) == filepath.Clean(data) {
-			return true
-		}
-	}
-	return false
-}
-
-// alive: running, or stopped; not a zombie, not gone.
-func alive(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
-		return s[i+2] != 'Z'
-	}
-	return true
-}
-
 // waitGone waits until none of pids is alive.
 func waitGone(ctx context.Context, pids []int) error {
 	for {
 		var left []string
 		for _, pid := range pids {
-			if alive(pid) {
+			if procfs.Alive(pid) {
 				left = append(left, strconv.Itoa(pid))
 			}
 		}

@@ -5,11 +5,14 @@
 package procfs
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/user"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // Proc is one process, as /proc/PID/stat describes it.
@@ -79,4 +82,51 @@ func Nobody() (uid, gid int) {
 		gid, _ = strconv.Atoi(u.Gid)
 	}
 	return uid, gid
+}
+
+// Alive reports whether pid runs (or is stopped). A zombie counts as dead:
+// an orphan reparented to a careless init may never be reaped.
+func Alive(pid int) bool {
+	if err := syscall.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
+		return s[i+2] != 'Z'
+	}
+	return true
+}
+
+// PIDFile is the pid in dataDir's postmaster.pid, or 0.
+func PIDFile(dataDir string) int {
+	b, err := os.ReadFile(filepath.Join(dataDir, "postmaster.pid"))
+	if err != nil {
+		return 0
+	}
+	first, _, _ := strings.Cut(string(b), "\n")
+	pid, _ := strconv.Atoi(strings.TrimSpace(first))
+	return pid
+}
+
+// IsPostmasterOf reports whether pid is a postgres (or postmaster) running
+// on dataDir: a pid file's pid may since have been given to anything.
+func IsPostmasterOf(pid int, dataDir string) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return false
+	}
+	args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+	if len(args) == 0 || !strings.Contains(filepath.Base(args[0]), "postgres") && !strings.Contains(filepath.Base(args[0]), "postmaster") {
+		return false
+	}
+	for _, a := range args[1:] {
+		if filepath.Clean(a) == filepath.Clean(dataDir) {
+			return true
+		}
+	}
+	return false
 }
