@@ -27,6 +27,7 @@ func fakeBinaries(t *testing.T, version string) string {
 // Binaries older than the oldest major bank-sim runs on are refused with a
 // message that names that major; the oldest one itself is taken.
 func TestLocalBinariesRefuseTooOldAMajor(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	_, err := localBinaries(ctx, fakeBinaries(t, "12.20"))

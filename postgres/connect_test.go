@@ -18,6 +18,7 @@ import (
 // which host, what happened, what to check; never pgx's internals, never
 // the password, the cause said once. Start and PruneServer alike.
 func TestUnreachableServersAreExplained(t *testing.T) {
+	t.Parallel()
 	defer func(d time.Duration) { DefaultConnectTimeout = d }(DefaultConnectTimeout)
 	DefaultConnectTimeout = time.Second
 

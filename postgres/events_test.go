@@ -34,6 +34,7 @@ func nextNote(t *testing.T, ch chan string, what string) string {
 // directory and port, which says so; what was committed is still there,
 // new connections work, and Close stops everything without an error.
 func TestAKilledPostmasterIsStartedAgain(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s, _ := start(t, Options{CacheDir: warmCache(t)})
 	said := notes(s)
@@ -90,6 +91,7 @@ func TestAKilledPostmasterIsStartedAgain(t *testing.T) {
 // has gone), the supervisor says why and exits: Lost is closed, and
 // LostReason tells the truth.
 func TestAPostmasterThatCannotBeStartedAgainIsLost(t *testing.T) {
+	t.Parallel()
 	s, _ := start(t, Options{CacheDir: cacheDir(t)})
 	said := notes(s)
 	if err := os.Rename(s.dataDir, s.dataDir+".gone"); err != nil {

@@ -29,6 +29,7 @@ func keptCount(t *testing.T, s *Server, version string) int {
 // as its last user left it, under a name of the new run; killed while it
 // uses it, that run leaves it to be dropped like any other leftover.
 func TestKeptDatabaseIsTakenByTheNextRun(t *testing.T) {
+	// Not parallel: it counts on the slots of the shared warm cache.
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	dir := warmCache(t)
@@ -100,6 +101,7 @@ func TestKeptDatabaseIsTakenByTheNextRun(t *testing.T) {
 // An embedded cluster keeps at most MaxKept databases of a version; Keep
 // drops the others.
 func TestKeepKeepsAtMostMaxKept(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	tpl := testTemplate

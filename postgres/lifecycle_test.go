@@ -123,6 +123,7 @@ func waitServerGone(t *testing.T, info parentInfo, since time.Time) time.Duratio
 // of the supervisor by minutes; the postmaster is now the supervisor's own
 // child with a parent-death signal.
 func TestServerDiesWithItsSupervisor(t *testing.T) {
+	t.Parallel()
 	kill := func(pid int) {
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 			t.Fatalf("kill -9 %d: %v", pid, err)

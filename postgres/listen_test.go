@@ -8,6 +8,7 @@ import (
 // Listen addresses and client networks reach postgres' command line and
 // pg_hba.conf: only plain IPs and CIDRs get through, with a sentence.
 func TestCheckListenRefusesWhatIsNotAnAddress(t *testing.T) {
+	t.Parallel()
 	if err := checkListen([]string{"169.254.9.1"}, []string{"169.254.9.0/24"}); err != nil {
 		t.Fatalf("good addresses refused: %v", err)
 	}

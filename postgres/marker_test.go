@@ -85,6 +85,7 @@ func commentOf(t *testing.T, admin *pgx.Conn, name string) string {
 // bank-sim's, survive every path with all their rows, and the one place
 // that drops refuses them.
 func TestLookAlikesOfBankSimsDatabasesAreNeverTouched(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	url, admin, _ := userServer(t)
 	killed := startExternalRun(t, url)
@@ -155,6 +156,7 @@ func TestLookAlikesOfBankSimsDatabasesAreNeverTouched(t *testing.T) {
 // SIGKILLed run the next start in the slot drops the run's database but no
 // look-alike.
 func TestLookAlikesInTheEmbeddedClusterAreNeverTouched(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dir := cacheDir(t)
 	s, _ := start(t, Options{CacheDir: dir})

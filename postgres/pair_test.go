@@ -69,6 +69,7 @@ func has(t *testing.T, ctx context.Context, url, k string) bool {
 // standby had replayed is there, and the multi-host URL lands on the
 // promoted standby.
 func TestPairAsyncFailoverLosesWhatTheStandbyNeverReceived(t *testing.T) {
+	t.Parallel()
 	// scenarios.TestFailoverStory proves both outcomes through the story
 	// by default; this pins them on the pair alone.
 	exhaustive(t)
@@ -122,6 +123,7 @@ func TestPairAsyncFailoverLosesWhatTheStandbyNeverReceived(t *testing.T) {
 // not receiving, the commit waits (SyncRep); once it receives again, the
 // commit returns, and survives the failover.
 func TestPairSyncCommitWaitsForTheStandbyAndSurvivesFailover(t *testing.T) {
+	t.Parallel()
 	// scenarios.TestFailoverStory proves both outcomes through the story
 	// by default; this pins them on the pair alone.
 	exhaustive(t)
@@ -184,6 +186,7 @@ func TestPairSyncCommitWaitsForTheStandbyAndSurvivesFailover(t *testing.T) {
 // A pair whose parent dies leaves no postgres running, and the next
 // supervisor in its slot (or prune) deletes what is left of it.
 func TestPairLeavesNothingWhenClosedOrOrphaned(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	dir := cacheDir(t)
@@ -221,6 +224,7 @@ func TestPairLeavesNothingWhenClosedOrOrphaned(t *testing.T) {
 // asynchronously and with each synchronous level. Exhaustive only: it
 // measures, and asserts nothing a default run needs.
 func TestPairCosts(t *testing.T) {
+	t.Parallel()
 	if os.Getenv("BANK_SIM_EXHAUSTIVE") != "1" {
 		t.Skip("exhaustive: set BANK_SIM_EXHAUSTIVE=1 to run")
 	}

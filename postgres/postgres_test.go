@@ -115,6 +115,7 @@ var testTemplate = Template{
 }
 
 func TestStartStopReuse(t *testing.T) {
+	t.Parallel()
 	dir := cacheDir(t)
 	s, cold := start(t, Options{CacheDir: dir})
 	if !s.Embedded() || !strings.Contains(s.Describe(), "new cluster") {
@@ -168,6 +169,7 @@ func TestStartStopReuse(t *testing.T) {
 // (supervisor.go says why), but never an acknowledged commit when postgres
 // itself is killed: synchronous_commit stays on.
 func TestTheEmbeddedServerSkipsDurabilityASimulatorDoesNotNeed(t *testing.T) {
+	t.Parallel()
 	s, _ := start(t, Options{CacheDir: warmCache(t)})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -188,6 +190,7 @@ func TestTheEmbeddedServerSkipsDurabilityASimulatorDoesNotNeed(t *testing.T) {
 }
 
 func TestTwoServersAtOnce(t *testing.T) {
+	t.Parallel()
 	dir := warmCache(t)
 	var wg sync.WaitGroup
 	servers := make([]*Server, 2)
@@ -341,6 +344,7 @@ func exists(t *testing.T, s *Server, name string) bool {
 }
 
 func TestTemplateInitErrorLeavesNothing(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s, _ := start(t, Options{CacheDir: cacheDir(t)})
 	bad := Template{Version: "bad", Init: func(ctx context.Context, c *pgx.Conn) error {
@@ -363,6 +367,7 @@ func TestTemplateInitErrorLeavesNothing(t *testing.T) {
 // Start in that slot reuses the cluster, drops the killed run's scenario
 // databases and keeps its template.
 func TestLeftoversOfAKilledRunInTheSlot(t *testing.T) {
+	// Not parallel: it counts on the slots of the shared warm cache.
 	ctx := context.Background()
 	dir := warmCache(t)
 	s, _ := start(t, Options{CacheDir: dir})
@@ -396,6 +401,7 @@ func TestLeftoversOfAKilledRunInTheSlot(t *testing.T) {
 // so a killed run could leave one running in a slot. The next Start that
 // takes the slot stops it and starts its own on the same cluster.
 func TestDetachedPostmasterOfAnOlderBankSim(t *testing.T) {
+	// Not parallel: it counts on the slots of the shared warm cache.
 	dir := warmCache(t)
 	s, _ := start(t, Options{CacheDir: dir})
 	data, slot := s.dataDir, s.slotPath
@@ -437,6 +443,7 @@ func TestDetachedPostmasterOfAnOlderBankSim(t *testing.T) {
 }
 
 func TestUnavailable(t *testing.T) {
+	t.Parallel()
 	_, err := Start(context.Background(), Options{BinariesPath: "/nonexistent", CacheDir: cacheDir(t)})
 	if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "bin/pg_ctl") {
 		t.Fatalf("err = %v", err)
@@ -457,6 +464,7 @@ func TestUnavailable(t *testing.T) {
 }
 
 func TestExternal(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	emb, _ := start(t, Options{CacheDir: warmCache(t)})
 	pc, err := pgx.ParseConfig(emb.adminURL)
@@ -499,6 +507,7 @@ func TestExternal(t *testing.T) {
 // transaction still open at the crash is not, and Close still leaves no
 // postmaster behind.
 func TestCrashKeepsCommittedData(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s, _ := start(t, Options{CacheDir: warmCache(t)})
 	db, err := s.CreateDatabase(ctx, testTemplate, "crash")
@@ -577,6 +586,7 @@ func TestCrashKeepsCommittedData(t *testing.T) {
 }
 
 func TestCrashRefusesAnExternalServer(t *testing.T) {
+	t.Parallel()
 	s := &Server{}
 	if err := s.Crash(context.Background()); !errors.Is(err, ErrNotEmbedded) {
 		t.Fatalf("Crash on an external server: %v, want ErrNotEmbedded", err)

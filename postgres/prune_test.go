@@ -178,6 +178,7 @@ func requireAbsent(t *testing.T, have []string, gone []string, what string) {
 // server drops them, and only them: a live run's databases and the
 // databases without an owner mark stay.
 func TestTheNextRunDropsWhatAKilledRunLeft(t *testing.T) {
+	t.Parallel()
 	url, admin, unmarked := userServer(t)
 	killed := startExternalRun(t, url)
 	live := startExternalRun(t, url)
@@ -220,6 +221,7 @@ func TestTheNextRunDropsWhatAKilledRunLeft(t *testing.T) {
 // PruneServer lists every bank_sim_* database with what it is, drops only
 // the orphans, and with dryRun drops nothing.
 func TestPruneServer(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	url, admin, unmarked := userServer(t)
 	// Started before any is killed: each Start drops the orphans it finds.
@@ -306,6 +308,7 @@ func TestPruneServer(t *testing.T) {
 // ... TEMPLATE waits for) while the caller's context is cancelled, and the
 // run reaches the server through a proxy that drops cancel requests.
 func TestInterruptedCreateLeavesNothing(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	url, admin, _ := userServer(t)
 	s, err := Start(ctx, Options{URL: cancelDroppingProxy(t, url)})
@@ -448,6 +451,7 @@ func waitFor(t *testing.T, conn *pgx.Conn, what, query string, want int) {
 // never one in use, and says how big each was; the next Start builds a new
 // cluster in a freed slot.
 func TestPruneCache(t *testing.T) {
+	t.Parallel()
 	dir := cacheDir(t)
 	// Two clusters: one in use, one left by an ended run.
 	inUse, _ := start(t, Options{CacheDir: dir})
@@ -527,6 +531,7 @@ func invalidate(t *testing.T, admin *pgx.Conn, name string) {
 // run in the slot, which starts; it once made every later Start fail with
 // "cannot alter invalid database".
 func TestAnInterruptedDropIsFinishedInTheSlot(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dir := warmCache(t)
 	s, _ := start(t, Options{CacheDir: dir})
@@ -560,6 +565,7 @@ func TestAnInterruptedDropIsFinishedInTheSlot(t *testing.T) {
 // On a server bank-sim does not own, an invalid orphan is listed by prune
 // and dropped by the next run, template or not; the run starts.
 func TestAnInterruptedDropIsFinishedOnAServer(t *testing.T) {
+	t.Parallel()
 	url, admin, unmarked := userServer(t)
 	killed := startExternalRun(t, url)
 	killed.kill(t, admin)

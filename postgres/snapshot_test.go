@@ -71,6 +71,7 @@ func catalogShape(t *testing.T, s *Server) string {
 }
 
 func TestANewClusterComesFromTheSnapshotAndMatchesInitdb(t *testing.T) {
+	t.Parallel()
 	builtInSnapshot(t)
 	dir := cacheDir(t)
 	s, _ := start(t, Options{CacheDir: dir})
@@ -152,6 +153,7 @@ func tampered(t *testing.T, change func(dataDir string)) string {
 }
 
 func TestASnapshotThatDoesNotFitFallsBackToInitdb(t *testing.T) {
+	t.Parallel()
 	exhaustive(t) // three initdbs
 	builtInSnapshot(t)
 	notAnArchive := filepath.Join(cacheDir(t), "garbage.tar.gz")
