@@ -22,6 +22,7 @@ func interruptMidRun(t *testing.T, args ...string) (int, string) {
 
 // Interrupted on a server it started, bank-sim says the server is stopped.
 func TestInterruptOnTheEmbeddedServer(t *testing.T) {
+	t.Parallel()
 	code, stderr := interruptMidRun(t)
 	if code != cmd.ExitInterrupted {
 		t.Fatalf("exit %d, want %d; stderr: %s", code, cmd.ExitInterrupted, stderr)
@@ -34,6 +35,7 @@ func TestInterruptOnTheEmbeddedServer(t *testing.T) {
 // Interrupted on a server it does not own, bank-sim drops what this run made,
 // does not claim to have stopped the server, and the server still runs.
 func TestInterruptOnAnExternalServer(t *testing.T) {
+	t.Parallel()
 	dir, err := os.MkdirTemp("", "bank-sim-cmd-test-")
 	if err != nil {
 		t.Fatal(err)

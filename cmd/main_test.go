@@ -112,6 +112,7 @@ func TestUnknownScenarioListsValidNames(t *testing.T) {
 }
 
 func TestUnreachableDatabaseExitsThree(t *testing.T) {
+	t.Parallel()
 	r := run(t, context.Background(), postgres.Start, "scenario", "rules", "--database-url", "postgres://bank:sim@127.0.0.1:1/bank?connect_timeout=2")
 	if r.code != cmd.ExitDatabase {
 		t.Fatalf("exit %d, want %d; stderr: %s", r.code, cmd.ExitDatabase, r.stderr)
@@ -157,6 +158,7 @@ func TestAControlThatBreaksNothingFailsTheRun(t *testing.T) {
 }
 
 func TestInterruptedRunExits130(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	r := run(t, ctx, postgres.Start, "scenario", "rules")
@@ -254,6 +256,7 @@ func (r *running) exit(t *testing.T) int {
 // serve --bug serves the handler with the bug switched on, and says so
 // loudly on both streams before the first request can arrive.
 func TestServeWithABugWarns(t *testing.T) {
+	t.Parallel()
 	r := startCommand(t, nil, "Ctrl-C to stop", "", "serve", "--addr", "127.0.0.1:0", "--bug", "memory-keys")
 	r.interrupt()
 	if c := r.exit(t); c != cmd.ExitInterrupted {
@@ -273,6 +276,7 @@ func TestServeWithABugWarns(t *testing.T) {
 // logs what it deleted; stopped by a signal with a request in flight, it lets
 // the request finish, prints the ledger and exits 130, as docs/serve.md says.
 func TestServeCleansUpAndStopsWithExit130(t *testing.T) {
+	t.Parallel()
 	r := startCommand(t, nil, "Ctrl-C to stop", "cleanup: deleted 0 keys",
 		"serve", "--addr", "127.0.0.1:0", "--cleanup-every", "50ms", "--grace", "5s")
 	out, errOut := r.out, r.errOut
@@ -350,6 +354,7 @@ func TestServeCleansUpAndStopsWithExit130(t *testing.T) {
 // An interrupted --all says how far it got, writes the JUnit report for the
 // scenarios that finished, and leaves no empty header behind.
 func TestInterruptedAllReportsWhatFinished(t *testing.T) {
+	t.Parallel()
 	junit := filepath.Join(t.TempDir(), "junit.xml")
 	r := startCommand(t, nil, "PASS rules", "", "scenario", "--all", "--parallel", "1", "--seed", "3", "--junit", junit)
 	r.interrupt() // Ctrl-C, as the third story begins
@@ -385,6 +390,7 @@ func TestInterruptedAllReportsWhatFinished(t *testing.T) {
 // would wait until it is 5 s old. serve closes it at once, and still sends
 // the SMS of the transfer that committed before the stop.
 func TestServeStopsAtOnceWithAConnectionThatSentNothing(t *testing.T) {
+	t.Parallel()
 	r := startCommand(t, nil, "Ctrl-C to stop", "", "serve", "--addr", "127.0.0.1:0")
 	url := regexp.MustCompile(`http://127\.0\.0\.1:\d+`).FindString(r.out.String())
 	req, _ := http.NewRequest("POST", url+"/transfers", strings.NewReader(`{"from":1,"to":2,"amountKobo":250000}`))

@@ -19,6 +19,7 @@ import (
 // A target that cannot be judged is never a failed check: unreachable or
 // silent is 3, not speaking the contract is 2, and the message is one line.
 func TestProbeExitCodes(t *testing.T) {
+	t.Parallel()
 	hang := make(chan struct{})
 	silent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		select {

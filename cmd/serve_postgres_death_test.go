@@ -79,6 +79,7 @@ func waitStderr(t *testing.T, r *running, want string) {
 // before is still there, serve takes new transfers, and on Ctrl-C what it
 // says is true: PostgreSQL stops.
 func TestServeRecoversWhenItsPostgresIsKilled(t *testing.T) {
+	t.Parallel()
 	got := make(chan *postgres.Server, 1)
 	r := startCommand(t, capturing("", got), "Ctrl-C to stop", "", "serve", "--addr", "127.0.0.1:0", "--quiet")
 	srv := <-got
@@ -112,6 +113,7 @@ func TestServeRecoversWhenItsPostgresIsKilled(t *testing.T) {
 // answering 500 to every request; nothing is left running, and it does not
 // claim to have dropped the bank.
 func TestServeStopsWhenItsPostgresCannotBeRestarted(t *testing.T) {
+	t.Parallel()
 	dir, err := os.MkdirTemp("", "bank-sim-serve-pg-")
 	if err != nil {
 		t.Fatal(err)

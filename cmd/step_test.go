@@ -66,6 +66,7 @@ const prompt = "Enter: next · q: quit"
 // --step with scripted input: each key advances the story by one step, and
 // it holds at each phase's verdict.
 func TestStepAdvancesOneStepPerKey(t *testing.T) {
+	t.Parallel()
 	keys, typist := io.Pipe()
 	defer typist.Close()
 	var out, errOut syncBuffer
@@ -205,6 +206,7 @@ func quitsAtOnce(t *testing.T, how string, out *syncBuffer, exited <-chan int) {
 // On a real terminal, a key advances at once (no Enter), and q quits: exit
 // 130, PostgreSQL stopped.
 func TestStepQuitsAtQ(t *testing.T) {
+	t.Parallel()
 	_, master, out, exited := runOnTTY(t, "scenario", "lost-response", "--step", "--seed", "1", "--no-color")
 	waitFor(t, out, prompt, 1, 2*time.Minute, exited)
 	if _, err := master.Write([]byte(" ")); err != nil {
@@ -225,6 +227,7 @@ func TestStepQuitsAtQ(t *testing.T) {
 
 // Ctrl-C while --step waits for a key ends the run at once.
 func TestStepQuitsOnSIGINT(t *testing.T) {
+	t.Parallel()
 	c, _, out, exited := runOnTTY(t, "scenario", "lost-response", "--step", "--seed", "1", "--no-color")
 	waitFor(t, out, prompt, 1, 2*time.Minute, exited)
 	if err := c.Process.Signal(syscall.SIGINT); err != nil {
@@ -270,6 +273,7 @@ func TestStepAdvancesALoopAsOne(t *testing.T) {
 // told 409 and the one that takes the lock over; one key must not show
 // both.
 func TestStepStopsBetweenTheTwoRetries(t *testing.T) {
+	t.Parallel()
 	var out, errOut syncBuffer
 	keys, typist := io.Pipe()
 	defer typist.Close()

@@ -85,6 +85,7 @@ func sumEvents(sel string) string {
 // story that fails (a --bug) shows the broken invariant marked as a
 // failure, and --all's summary links each story to its section.
 func TestScenarioHTMLReportInBrowser(t *testing.T) {
+	t.Parallel()
 	url := sharedServer(t)
 	dir := t.TempDir()
 	one, two := filepath.Join(dir, "one.html"), filepath.Join(dir, "two.html")
@@ -242,6 +243,7 @@ func startClassroom(t *testing.T, args ...string) (url string, typist *io.PipeWr
 // with the story's verdict and the same diagrams as the story's report.
 // The server is gone when the command returns.
 func TestClassroomPageFollowsTheStep(t *testing.T) {
+	t.Parallel()
 	dbURL := sharedServer(t)
 	report := filepath.Join(t.TempDir(), "report.html")
 	b := browsertest.New(t)
@@ -320,6 +322,7 @@ func TestClassroomPageFollowsTheStep(t *testing.T) {
 // q in the terminal stops a --web run as it stops --step: exit 130, and
 // the page's server closed. The server answers only as 127.0.0.1.
 func TestClassroomStopsAtQ(t *testing.T) {
+	t.Parallel()
 	url, typist, _, errOut, done := startClassroom(t, "scenario", "lost-response", "--seed", "1")
 	waitFor(t, errOut, prompt, 1, 2*time.Minute, done)
 	req, _ := http.NewRequest("GET", url+"state?after=0", nil)
@@ -357,6 +360,7 @@ func TestClassroomStopsAtQ(t *testing.T) {
 // 130 at once and PostgreSQL stopped (quitsAtOnce), even while a page holds
 // a request for news, which is answered with the run's end.
 func TestClassroomStopsOnSIGINT(t *testing.T) {
+	t.Parallel()
 	c, _, out, exited := runOnTTY(t, "scenario", "lost-response", "--step", "--web", "--seed", "1", "--no-color")
 	waitFor(t, out, prompt, 1, 2*time.Minute, exited)
 	m := classroomURL.FindStringSubmatch(out.String())
