@@ -20,6 +20,7 @@ import (
 // processed-events marker lets exactly one apply it. Without the marker
 // every delivery applies it.
 func TestConsumerDedupUnderConcurrentRedelivery(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name    string
 		flaws   outbox.Flaws
@@ -67,6 +68,7 @@ func TestConsumerDedupUnderConcurrentRedelivery(t *testing.T) {
 // effect committed and the offset not, so the event comes back and is
 // skipped; with the offset first, the same crash loses the event.
 func TestConsumerCrashBetweenEffectAndOffset(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name      string
 		flaws     outbox.Flaws
@@ -107,6 +109,7 @@ func TestConsumerCrashBetweenEffectAndOffset(t *testing.T) {
 // a failure just before COMMIT leaves none; a success leaves one SMS row and
 // one event row; its replay adds nothing.
 func TestEffectsRowsCommitWithTheTransfer(t *testing.T) {
+	t.Parallel()
 	pool := pgtest.NewBank(t, 4)
 	p, l := outbox.NewProvider(1), outbox.NewLog(3)
 	h := &idem.Handler{DB: pool, Store: &idem.Store{}, Effects: &outbox.Effects{DB: pool, SMS: p, Log: l}}
@@ -140,6 +143,7 @@ func TestEffectsRowsCommitWithTheTransfer(t *testing.T) {
 // The lesson's ship.js, then eight copies of one request at once: exactly
 // one answers "shipped".
 func TestMarkShipped(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name    string
 		flaws   outbox.Flaws

@@ -50,6 +50,7 @@ func count(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
 // LOCKED. Without it, the second claim reads the same rows as free and waits
 // for the first's locks, then takes them too.
 func TestClaimSkipsRowsAnotherClaimHolds(t *testing.T) {
+	t.Parallel()
 	pool := pgtest.NewBank(t, 6)
 	addSMSRows(t, pool, 10)
 	p := outbox.NewProvider(1)
@@ -113,6 +114,7 @@ func TestClaimSkipsRowsAnotherClaimHolds(t *testing.T) {
 // Three dispatchers drain one outbox at the same time: every row is sent to
 // the provider exactly once, claimed once, and done.
 func TestConcurrentDispatchersSendEachRowOnce(t *testing.T) {
+	t.Parallel()
 	const rows = 150
 	pool := pgtest.NewBank(t, 8)
 	addSMSRows(t, pool, rows)
@@ -165,6 +167,7 @@ func TestConcurrentDispatchersSendEachRowOnce(t *testing.T) {
 // marked by it: the row stays the new holder's, and the provider's key keeps
 // it to one SMS.
 func TestClaimTokenUnderLeaseTakeover(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name  string
 		flaws outbox.Flaws
@@ -263,6 +266,7 @@ func TestClaimTokenUnderLeaseTakeover(t *testing.T) {
 // A failed send waits out a backoff that doubles, and after MaxAttempts the
 // row is failed for good, which the checker reports.
 func TestBackoffAndBoundedRetries(t *testing.T) {
+	t.Parallel()
 	pool := pgtest.NewBank(t, 4)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -315,6 +319,7 @@ func TestBackoffAndBoundedRetries(t *testing.T) {
 // An outbox row whose transfer does not exist is a ghost, whether or not it
 // was sent yet: the row must exist only if its transfer committed.
 func TestCheckFindsAnOutboxRowWithoutItsTransfer(t *testing.T) {
+	t.Parallel()
 	pool := pgtest.NewBank(t, 2)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -29,6 +29,7 @@ func (c *clock) Advance(d time.Duration) {
 // holder's own lock; a plain DEL by a holder whose lock expired deletes the
 // next holder's, and the next grant is recorded as two holders at once.
 func TestLocksExpiryAndRelease(t *testing.T) {
+	t.Parallel()
 	c := &clock{now: time.Date(2026, 9, 24, 10, 0, 0, 0, time.UTC)}
 	l := outbox.NewLocks(c.Now)
 	a, ok := l.Acquire("k", "A", 30*time.Second)

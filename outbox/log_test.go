@@ -14,6 +14,7 @@ import (
 // would lose events) and no more (the log is not a queue that redelivers
 // everything).
 func TestLogRedeliversWhatAnUncommittedOffsetImplies(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	l := outbox.NewLog(3)
 	for i := range 5 {
@@ -50,6 +51,7 @@ func TestLogRedeliversWhatAnUncommittedOffsetImplies(t *testing.T) {
 // published, whatever else is published in between; an offset never moves
 // back.
 func TestLogKeepsOrderPerKey(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	l := outbox.NewLog(4)
 	for i := range 40 {

@@ -84,6 +84,7 @@ func runPipeline(t *testing.T, pool *pgxpool.Pool, flaws outbox.Flaws, rate floa
 // effect's invariant, and each fault fired and each defence path was taken
 // (a run that never took one proves nothing about it).
 func TestPipelineUnderFaults(t *testing.T) {
+	t.Parallel()
 	pool := pgtest.NewBank(t, 8)
 	snap, p := runPipeline(t, pool, outbox.Flaws{}, 0.15)
 	for _, c := range snap.Check() {

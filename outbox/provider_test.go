@@ -12,6 +12,7 @@ import (
 // The provider honours its idempotency key: one SMS per key however often
 // and however concurrently it is sent, a new SMS for every send without one.
 func TestProviderIdempotencyKey(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	p := outbox.NewProvider(1)
 	m := outbox.Message{Key: "outbox-7", UserID: 1, Text: "You sent ₦10,000 to Bola", TransferID: 3}
@@ -60,6 +61,7 @@ func TestProviderIdempotencyKey(t *testing.T) {
 // Down, the provider sends nothing; a lost answer is a message sent whose
 // sender hears a timeout, and whose resend with the same key is a replay.
 func TestProviderDownAndLostAnswers(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	p := outbox.NewProvider(1)
 	m := outbox.Message{Key: "outbox-1", UserID: 2, Text: "hello", TransferID: 1}

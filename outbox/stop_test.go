@@ -41,6 +41,7 @@ func checkOnce(t *testing.T, ctx context.Context, pool *pgxpool.Pool, p *outbox.
 // rather than after the 30 s lease; before, the last drain passed over them
 // and serve dropped the bank with those SMS unsent.
 func TestStoppedDispatcherGivesBackItsClaim(t *testing.T) {
+	t.Parallel()
 	const rows = 5
 	pool := pgtest.NewBank(t, 6)
 	addSMSRows(t, pool, rows)
@@ -104,6 +105,7 @@ func TestStoppedDispatcherGivesBackItsClaim(t *testing.T) {
 // that died still holds under a running lease, and one waiting out its
 // backoff after a failed send, as well as the free ones.
 func TestFinalSendsRowsStoppedDispatchersHold(t *testing.T) {
+	t.Parallel()
 	const rows = 5
 	pool := pgtest.NewBank(t, 6)
 	addSMSRows(t, pool, rows)

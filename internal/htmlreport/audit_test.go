@@ -62,6 +62,7 @@ func plantedAudit() (rep chaos.AuditReport, missedBug, holeBug, holeColumn, inco
 // state shown by its symbol and word; a cell's evidence opened by a click;
 // the totals counted.
 func TestAuditMatrixInABrowser(t *testing.T) {
+	t.Parallel()
 	rep, missedBug, holeBug, holeColumn, inconclusiveBug := plantedAudit()
 	caught, total := rep.KillRatio()
 	if caught != total-1 {

@@ -26,6 +26,7 @@ func sample() *htmlreport.Doc {
 }
 
 func TestRenderEscapesAndStaysSelfContained(t *testing.T) {
+	t.Parallel()
 	var b strings.Builder
 	if err := sample().Render(&b); err != nil {
 		t.Fatal(err)
@@ -44,6 +45,7 @@ func TestRenderEscapesAndStaysSelfContained(t *testing.T) {
 }
 
 func TestWriteFileLeavesNoHalfReport(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	if err := htmlreport.WriteFile(dir, sample()); err == nil || !strings.Contains(err.Error(), "is a directory") {
 		t.Fatalf("writing to a directory: got %v, want an error saying it is a directory", err)
@@ -69,6 +71,7 @@ func TestWriteFileLeavesNoHalfReport(t *testing.T) {
 // The harness must catch what it is there to catch, or every browser test
 // built on it proves nothing.
 func TestBrowserSeesTheReportAndCatchesWhatLeaks(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good.html")
 	if err := htmlreport.WriteFile(good, sample()); err != nil {

@@ -13,6 +13,7 @@ import (
 // group per row, and each row says how many of the run's events it draws:
 // the browser tests add those up against the run's own events.
 func TestSequenceDrawsEveryRowEscaped(t *testing.T) {
+	t.Parallel()
 	q := htmlreport.Sequence{Label: "a <phase>", Lanes: []htmlreport.SeqLane{{ID: "Ada", Name: "Ada's app"}, {ID: "network", Name: "network"}, {ID: "server", Name: "server"}}}
 	q.Rows = []htmlreport.SeqRow{
 		{Kind: htmlreport.SeqStep, Label: "Ada sends <₦10,000>", Events: 1},
