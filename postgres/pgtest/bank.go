@@ -3,10 +3,12 @@ package pgtest
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/banksim/bank-sim/bank"
+	"github.com/banksim/bank-sim/postgres"
 	"github.com/banksim/bank-sim/scenarios"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -51,35 +53,106 @@ var MixedAccounts = []bank.Account{
 // MixedTotal is the money in MixedAccounts.
 const MixedTotal = 9_900_000
 
-// NewBankWith is NewBank shaped by o.
+// NewBankWith is NewBank shaped by o. A bank without Params is lent: one a
+// finished test gave back is reset to the state of a fresh clone
+// (scenarios.Recycled: the opening rows, every sequence at its start, every
+// session DISCARDed) and lent again with its pool and connections, instead of
+// a CREATE DATABASE, a DROP DATABASE and a new backend for each connection of
+// every test. On this 2-core VM a new connection costs ~25 ms of CPU (fork and
+// page faults, in the kernel), a reset 2-6 ms; the tests of api, bank, idem,
+// outbox and probe make hundreds of banks. A pool still in use when its test
+// ends is never lent again (it is closed and dropped), nor is one its test
+// closed. Params change every session, so a bank with them is a fresh clone.
 func NewBankWith(t testing.TB, o BankOptions) *pgxpool.Pool {
 	t.Helper()
 	if o.MaxConns <= 0 {
 		o.MaxConns = 4
 	}
-	db := NewDatabase(t, scenarios.BankTemplate)
-	cfg, err := pgxpool.ParseConfig(db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = o.MaxConns
-	for k, v := range o.Params {
-		cfg.ConnConfig.RuntimeParams[k] = v
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
+	var pool *pgxpool.Pool
+	if len(o.Params) == 0 {
+		db, err := lender(t, o.MaxConns).NewBank(ctx, label(t.Name()))
+		if err != nil {
+			t.Fatalf("pgtest: %v", err)
+		}
+		t.Cleanup(db.Close)
+		pool = db.Pool
+	} else {
+		db := NewDatabase(t, scenarios.BankTemplate)
+		cfg, err := pgxpool.ParseConfig(db.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.MaxConns = o.MaxConns
+		for k, v := range o.Params {
+			cfg.ConnConfig.RuntimeParams[k] = v
+		}
+		if pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
+			t.Fatal(err)
+		}
+		// Registered after NewDatabase's cleanup, so it runs before the drop.
+		t.Cleanup(pool.Close)
 	}
-	// Registered after NewDatabase's cleanup, so it runs before the drop.
-	t.Cleanup(pool.Close)
 	if o.Accounts != nil {
 		if err := ReplaceAccounts(ctx, pool, o.Accounts); err != nil {
 			t.Fatal(err)
 		}
 	}
 	return pool
+}
+
+var (
+	lendersMu sync.Mutex
+	lenders   = map[int32]scenarios.Databases{}
+	// closeLenders drop every lent bank; closeServer calls them before it
+	// stops the server.
+	closeLenders []func()
+)
+
+// lender is the recycler of the banks whose pools hold maxConns
+// connections: a test that asked for 4 never gets a pool of 16.
+func lender(t testing.TB, maxConns int32) scenarios.Databases {
+	srv := Server(t)
+	lendersMu.Lock()
+	defer lendersMu.Unlock()
+	if d, ok := lenders[maxConns]; ok {
+		return d
+	}
+	d, closeFn := scenarios.Recycled(sizedBanks{srv: srv, maxConns: maxConns})
+	lenders[maxConns] = d
+	closeLenders = append(closeLenders, closeFn)
+	return d
+}
+
+// sizedBanks makes fresh clones of the bank with pools of maxConns.
+type sizedBanks struct {
+	srv      *postgres.Server
+	maxConns int32
+}
+
+func (s sizedBanks) NewBank(ctx context.Context, label string) (*scenarios.Database, error) {
+	db, err := s.srv.CreateDatabase(ctx, scenarios.BankTemplate, label)
+	if err != nil {
+		return nil, err
+	}
+	drop := func() {
+		dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = db.Drop(dctx)
+	}
+	cfg, err := pgxpool.ParseConfig(db.URL)
+	if err != nil {
+		drop()
+		return nil, err
+	}
+	cfg.MaxConns = s.maxConns
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		drop()
+		return nil, err
+	}
+	return &scenarios.Database{Pool: pool, Name: db.Name, Close: func() { pool.Close(); drop() }}, nil
 }
 
 // ReplaceAccounts empties the bank and opens accounts instead, in one

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/banksim/bank-sim/postgres"
+	"github.com/banksim/bank-sim/scenarios"
 )
 
 var (
@@ -47,6 +48,12 @@ func Run(m *testing.M) int {
 }
 
 func closeServer() {
+	lendersMu.Lock()
+	for _, c := range closeLenders {
+		c()
+	}
+	closeLenders, lenders = nil, map[int32]scenarios.Databases{}
+	lendersMu.Unlock()
 	mu.Lock()
 	defer mu.Unlock()
 	if srv != nil {
