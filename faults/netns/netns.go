@@ -54,13 +54,13 @@ const cmdTimeout = 30 * time.Second
 // Available reports why this machine cannot make a run's network: not
 // root, no ip or tc, or no network namespaces. nil when it can.
 func Available() error {
-	if os.Geteuid() != 0 {
-		return errors.New("network namespaces need root (run as root, or skip the partition)")
-	}
 	for _, tool := range []string{"ip", "tc"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			return fmt.Errorf("%s (iproute2) is not installed: apt-get install iproute2", tool)
 		}
+	}
+	if os.Geteuid() != 0 {
+		return errors.New("network namespaces need root (run as root, or skip the partition)")
 	}
 	if _, err := os.Stat("/proc/self/ns/net"); err != nil {
 		return fmt.Errorf("this kernel has no network namespaces: %v", err)
