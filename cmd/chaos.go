@@ -631,6 +631,9 @@ func describeConfig(cfg chaos.Config) string {
 		if cfg.Intents <= 0 {
 			faults = strings.Replace(faults, fmt.Sprintf("at intent %d", cfg.CrashIntent()), fmt.Sprintf("after %s", cfg.CrashAfter().Round(time.Millisecond)), 1)
 		}
+		if pl := cfg.Partition; pl != nil && pl.Of == chaos.PartitionStandby {
+			faults = strings.Replace(faults, "the standby stops receiving", "the primary is cut off from its standby (a partition: the link their replication crosses goes down)", 1)
+		}
 	} else if cfg.KillPostgres {
 		faults += " · PostgreSQL killed (SIGKILL) once and restarted"
 	}
@@ -656,7 +659,11 @@ func printChaosResult(out io.Writer, p *palette, h *chaos.History, res chaos.Res
 			after = fmt.Sprintf("as intent %d started", c.AfterIntent)
 		}
 		if f := c.Failover; f != nil && c.Error == "" {
-			fmt.Fprintf(tw, "failover\tat intent %d (%s replication): the standby stopped receiving at %s; the primary, after %d commits the standby lacks, killed at %s; the standby promoted %s later; the app's multi-host URL reached 127.0.0.1:%d (was %d), writes again %s after the kill\n",
+			stalled := "the standby stopped receiving"
+			if f.Cut {
+				stalled = "the primary was cut off from its standby (the replication link down)"
+			}
+			fmt.Fprintf(tw, "failover\tat intent %d (%s replication): "+stalled+" at %s; the primary, after %d commits the standby lacks, killed at %s; the standby promoted %s later; the app's multi-host URL reached 127.0.0.1:%d (was %d), writes again %s after the kill\n",
 				c.AfterIntent, f.Replication, time.Duration(f.StalledNs).Round(time.Millisecond), f.Commits, time.Duration(f.KilledNs).Round(time.Millisecond),
 				time.Duration(f.PromotedNs-f.KilledNs).Round(time.Millisecond), f.ServingPort, f.PrimaryPort, time.Duration(c.UpNs-f.KilledNs).Round(time.Millisecond))
 			continue

@@ -132,7 +132,7 @@ func describePartition(cfg chaos.Config) string {
 		return ""
 	}
 	if pl.Of == chaos.PartitionStandby {
-		return " · partition: the primary cut off from its standby (its replication link dropped) as the failover's intent starts, until the failover"
+		return "" // the failover's line says it
 	}
 	when := "as each starts"
 	if pl.AfterCommit {
@@ -150,7 +150,7 @@ func partitionFlags(cfg chaos.Config) string {
 		return ""
 	}
 	if pl.Of == chaos.PartitionStandby {
-		return " --partition standby"
+		return " --partition=standby"
 	}
 	at := "intent"
 	if pl.AfterCommit {
