@@ -35,6 +35,9 @@ type PartitionPlan struct {
 	Cuts        int           `json:"cuts,omitempty"`
 	For         time.Duration `json:"forNs,omitempty"`
 	AfterCommit bool          `json:"afterCommit,omitempty"`
+	// Loss and Delay hold on the cut links all along (Partition's).
+	Loss  float64       `json:"loss,omitempty"`
+	Delay time.Duration `json:"delayNs,omitempty"`
 }
 
 // At are the intents whose start cuts, for a run of cfg (PartitionAt).
@@ -118,18 +121,23 @@ func PartitionAt(seed uint64, intents, n int) []int {
 	return at
 }
 
-// Start puts the links' delay and loss on, if any (they need netem,
-// which some kernels lack: netns.ErrNoNetem).
+// Start puts the links' delay and loss on, if any (delay needs netem,
+// which some kernels lack: netns.ErrNoNetem; loss needs nft:
+// netns.ErrNoNft).
 func (p *Partition) Start() error {
 	if p.Delay == 0 && p.Loss == 0 {
 		return nil
 	}
 	for _, l := range p.Links {
-		if err := l.Delay(p.Delay); err != nil {
-			return err
+		if p.Delay > 0 {
+			if err := l.Delay(p.Delay); err != nil {
+				return err
+			}
 		}
-		if err := l.Loss(p.Loss); err != nil {
-			return err
+		if p.Loss > 0 {
+			if err := l.Loss(p.Loss); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

@@ -44,6 +44,8 @@ type chaosOptions struct {
 	cuts      int
 	cutFor    time.Duration
 	cutAt     string
+	loss      float64
+	delay     time.Duration
 	// targets, when given, are someone else's transfer API (chaos --target),
 	// described by the probe's flags.
 	targets []string
@@ -250,6 +252,8 @@ some defence, else 0.`,
 	f.IntVar(&o.cuts, "cuts", 3, "with --partition app: how many times the app servers are cut off from PostgreSQL, at intents the seed picks")
 	f.DurationVar(&o.cutFor, "cut-for", 4*time.Second, "with --partition app: how long each cut lasts")
 	f.StringVar(&o.cutAt, "cut-at", "commit", "with --partition app: when each cut strikes: `commit` (right after the first transfer that commits once its intent has started: what a server does after its COMMIT meets the cut) or intent (as its intent starts, whatever is in flight)")
+	f.Float64Var(&o.loss, "loss", 0, "with --partition app: drop this `PERCENT` of the packets between the app servers and PostgreSQL, each way, all along (nftables in the servers' namespaces; needs nft)")
+	f.DurationVar(&o.delay, "delay", 0, "with --partition app: hold every packet between the app servers and PostgreSQL this long, each way (tc netem; needs a kernel with sch_netem)")
 	f.StringArrayVar(&o.targets, "target", nil, "run against someone else's transfer API at this base `URL` (repeat for copies of one service), network faults only; the flags below describe it")
 	f.StringVar(&o.amount, "amount", "100", "with --target: the smallest amount of a transfer, in naira (each is from it to twice it)")
 	o.targetFlags.register(f)

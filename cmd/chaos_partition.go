@@ -1,6 +1,7 @@
 package cmd
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -16,9 +17,9 @@ import (
 // partitioned before anything starts: nil without --partition.
 func (o chaosOptions) partitionPlan(app *App, c *cobra.Command) (*chaos.PartitionPlan, error) {
 	if o.partition == "" {
-		for _, name := range []string{"cuts", "cut-for", "cut-at"} {
+		for _, name := range []string{"cuts", "cut-for", "cut-at", "loss", "delay"} {
 			if c.Flags().Changed(name) {
-				return nil, usageError("--%s shapes the cuts of a --partition run: give --partition too", name)
+				return nil, usageError("--%s shapes the network of a --partition run: give --partition too", name)
 			}
 		}
 		return nil, nil
@@ -35,15 +36,20 @@ func (o chaosOptions) partitionPlan(app *App, c *cobra.Command) (*chaos.Partitio
 			return nil, usageError("--cut-for %s: give 100ms to 10m", o.cutFor)
 		case o.cutAt != "commit" && o.cutAt != "intent":
 			return nil, usageError("--cut-at %q: give commit or intent", o.cutAt)
+		case o.loss < 0 || o.loss > 50:
+			return nil, usageError("--loss %g: give a percentage from 0 to 50", o.loss)
+		case o.delay < 0 || o.delay > time.Second:
+			return nil, usageError("--delay %s: give 0 to 1s", o.delay)
 		}
 		plan.Cuts, plan.For, plan.AfterCommit = o.cuts, o.cutFor, o.cutAt == "commit"
+		plan.Loss, plan.Delay = o.loss, o.delay
 	case chaos.PartitionStandby:
 		if !o.failover {
 			return nil, usageError("--partition standby cuts the primary off from its standby before a failover: give --failover too")
 		}
-		for _, name := range []string{"cuts", "cut-for", "cut-at"} {
+		for _, name := range []string{"cuts", "cut-for", "cut-at", "loss", "delay"} {
 			if c.Flags().Changed(name) {
-				return nil, usageError("--%s shapes the cuts of --partition app; --partition standby cuts once, at the failover's seeded intent, until the failover", name)
+				return nil, usageError("--%s shapes the network of --partition app; --partition standby cuts once, at the failover's seeded intent, until the failover", name)
 			}
 		}
 	default:
@@ -86,6 +92,18 @@ func runChaosPartition(c *cobra.Command, app *App, o chaosOptions, cfg chaos.Con
 			fmt.Fprintf(errOut, "bank-sim: removing the run's network namespaces: %v (bank-sim prune removes what is left)\n", err)
 		}
 	}()
+	// Delay and loss go on before PostgreSQL starts: what this machine
+	// cannot do is a usage error that costs no server.
+	part := &chaos.Partition{Links: an.DB, At: plan.At(cfg), For: plan.For, AfterCommit: plan.AfterCommit, Loss: plan.Loss, Delay: plan.Delay}
+	if err := part.Start(); err != nil {
+		switch {
+		case errors.Is(err, netns.ErrNoNetem):
+			return usageError("--delay needs the kernel's netem queueing discipline (sch_netem), which this kernel lacks; --loss and the cuts work without it")
+		case errors.Is(err, netns.ErrNoNft):
+			return usageError("--loss %g needs nftables' nft command: apt-get install nftables", plan.Loss)
+		}
+		return &ExitError{Code: ExitFailed, Err: fmt.Errorf("the links' delay and loss: %v", err)}
+	}
 	srv, err := app.serverWith(ctx, postgres.Options{ListenAddresses: an.ListenAddresses(), AllowClients: an.Clients()})
 	if err != nil {
 		return err
@@ -110,7 +128,7 @@ func runChaosPartition(c *cobra.Command, app *App, o chaosOptions, cfg chaos.Con
 	if err != nil {
 		return runFailed(fmt.Errorf("chaos run (seed %d): the app servers in their namespaces: %w", cfg.Seed, err))
 	}
-	part := &chaos.Partition{Links: an.DB, At: plan.At(cfg), For: plan.For, AfterCommit: plan.AfterCommit, DB: pool}
+	part.DB = pool
 	bar := newProgress(app, "intents settled", "bank-sim chaos:", o.asJSON)
 	opts := chaos.Options{Hosts: hosts, Progress: bar.update}
 	part.Options(&opts)
@@ -139,8 +157,15 @@ func describePartition(cfg chaos.Config) string {
 		when = "right after the first commit once each has started"
 	}
 	at := strings.Trim(fmt.Sprint(pl.At(cfg)), "[]")
-	return fmt.Sprintf(" · partition: the %d app servers, each in a network namespace, cut off from PostgreSQL %d times for %s, at intents %s (%s)",
+	s := fmt.Sprintf(" · partition: the %d app servers, each in a network namespace, cut off from PostgreSQL %d times for %s, at intents %s (%s)",
 		cfg.Instances, pl.Cuts, pl.For, at, when)
+	if pl.Loss > 0 {
+		s += fmt.Sprintf(", %g%% of the packets between them lost each way all along", pl.Loss)
+	}
+	if pl.Delay > 0 {
+		s += fmt.Sprintf(", every packet between them held %s each way", pl.Delay)
+	}
+	return s
 }
 
 // partitionFlags are the flags that repeat cfg's partition.
@@ -156,5 +181,12 @@ func partitionFlags(cfg chaos.Config) string {
 	if pl.AfterCommit {
 		at = "commit"
 	}
-	return fmt.Sprintf(" --partition --cuts %d --cut-for %s --cut-at %s", pl.Cuts, pl.For, at)
+	s := fmt.Sprintf(" --partition --cuts %d --cut-for %s --cut-at %s", pl.Cuts, pl.For, at)
+	if pl.Loss > 0 {
+		s += fmt.Sprintf(" --loss %g", pl.Loss)
+	}
+	if pl.Delay > 0 {
+		s += fmt.Sprintf(" --delay %s", pl.Delay)
+	}
+	return s
 }

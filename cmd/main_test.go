@@ -91,6 +91,7 @@ func TestUsageErrorsExitTwoWithoutStartingPostgres(t *testing.T) {
 		"partition standby":     {"chaos", "--partition=standby"},
 		"partition standby arg": {"chaos", "--partition", "standby", "--failover"},
 		"cuts alone":            {"chaos", "--cuts", "2"},
+		"loss alone":            {"chaos", "--loss", "5"},
 		"cut-at wrong":          {"chaos", "--partition", "--cut-at", "never"},
 	}
 	for name, args := range cases {
