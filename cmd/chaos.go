@@ -116,6 +116,22 @@ and their keys (acknowledged-missing, key-lost); --replication sync loses
 none. A seed repeats the intents, the faults and the failover intent, not
 how much is lost; it cannot be --deterministic.
 
+With --partition (root, iproute2) the network is the kernel's, Jepsen-style:
+each copy of the server runs in a network namespace the run makes, reached
+over one veth link and reaching PostgreSQL over another, and at intents the
+seed picks (--cuts, 3) the links to PostgreSQL go down for --cut-for (4s):
+right after the first commit once the intent has started (--cut-at commit,
+the default: what a server does after its COMMIT meets the cut) or as it
+starts (--cut-at intent). A cut drops packets in silence: requests time out,
+and a COMMIT PostgreSQL received has its answer lost. --loss PERCENT drops
+that share of the packets each way all along (nftables); --delay needs
+the kernel's sch_netem. The report says when each cut struck and healed and
+what it cost. A seed repeats the intents at which the cuts start, not the
+moment they land. The namespaces are removed at the end, and by 'bank-sim
+prune' if the run is killed. --failover --partition=standby cuts the
+primary off from its standby instead (the link their replication crosses
+goes down) before the failover.
+
 Every intent is recorded: its key, each attempt, what the client saw. An
 auditor reads every balance in one snapshot while clients run. Before
 healing, the keys in progress are counted against the holders still alive.
@@ -212,6 +228,8 @@ some defence, else 0.`,
   bank-sim chaos --http --clients 8 --intents 2000
   bank-sim chaos --kill-postgres --intents 2000
   bank-sim chaos --failover --seed 1 --intents 400    (then --replication sync)
+  bank-sim chaos --partition --seed 7 --intents 200 --bug second-transaction    (root)
+  bank-sim chaos --failover --partition=standby --replication sync    (root)
   bank-sim chaos --bug no-fencing --history run.json   then: bank-sim check run.json
   bank-sim chaos --target http://127.0.0.1:8080 --balances-url 'http://127.0.0.1:8080/accounts/{id}' --exact-replays
   bank-sim chaos --target http://127.0.0.1:3000 --lookup none --dry-run

@@ -1,11 +1,13 @@
 // Package netns is a real network for one run, Jepsen-style: network
 // namespaces the run itself creates, veth pairs between them with private
-// link-local addresses, and on each pair tc netem for delay and loss, or a
-// cut for a partition. The app servers of a chaos run listen and dial from
+// link-local addresses, and on each pair a cut for a partition, packet
+// loss (nftables, in the run's namespace) and delay (tc netem, where the
+// kernel has it). The app servers of a chaos run listen and dial from
 // inside their namespaces (Node.Listen, Node.DialContext), so a partition
 // between them and PostgreSQL is the kernel's, not a proxy's.
 //
-// Everything needs root and iproute2 (ip, tc): Available says why not.
+// Everything needs root and iproute2 (ip, tc), and loss nftables' nft:
+// Available says why not (Loss says so for nft).
 //
 // What is bank-sim's to remove: a run records every namespace and root-side
 // link in a state file under the cache directory (<cache>/netns/<id>.json)
