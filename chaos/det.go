@@ -45,6 +45,8 @@ func (c Config) Validate() error {
 		return nil
 	}
 	switch {
+	case c.Partition != nil:
+		return errors.New("a deterministic run cannot be partitioned: when a cut lands depends on real time")
 	case c.Failover != "":
 		return ErrDeterministicFailover
 	case c.HTTP:

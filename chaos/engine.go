@@ -502,6 +502,13 @@ func (e *engine) run(ctx context.Context, progress Progress) (*History, error) {
 		SideEffects: e.sideEffects, PipelineFaults: e.pipeFired}
 	if e.cuts != nil {
 		h.Partitions = e.cuts()
+		for i := range h.Partitions {
+			c := &h.Partitions[i]
+			c.CutNs = c.Cut.Sub(e.start).Nanoseconds()
+			if !c.Healed.IsZero() {
+				c.HealedNs = c.Healed.Sub(e.start).Nanoseconds()
+			}
+		}
 	}
 	h.Intents = make([]Intent, len(e.intents))
 	for i, in := range e.intents {

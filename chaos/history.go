@@ -166,6 +166,10 @@ type FailoverRecord struct {
 	// (async: committed; sync: waiting for the standby) before the kill.
 	StalledNs int64 `json:"stalledNs"`
 	Commits   int   `json:"commits"`
+	// Cut says the standby stopped receiving because its replication
+	// link was cut (chaos --partition=standby: a network partition
+	// between the primary and its standby), not because it was told to.
+	Cut bool `json:"cut,omitempty"`
 	// KilledNs is when the primary and its backends were gone,
 	// PromotedNs when the standby accepted writes.
 	KilledNs   int64 `json:"killedNs"`

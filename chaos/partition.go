@@ -18,6 +18,33 @@ import (
 // saltPartition keeps the partition's draws apart from the run's others.
 const saltPartition = 0x7061727469
 
+// What a PartitionPlan cuts.
+const (
+	// PartitionApp: every server copy's link to PostgreSQL.
+	PartitionApp = "app"
+	// PartitionStandby: the primary's link to its standby, before a
+	// failover (Config.Failover).
+	PartitionStandby = "standby"
+)
+
+// PartitionPlan is what a partitioned run was asked to do: what it cuts,
+// how many times, for how long, and when (at the start of the seeded
+// intents, or right after the first commit after each).
+type PartitionPlan struct {
+	Of          string        `json:"of"`
+	Cuts        int           `json:"cuts,omitempty"`
+	For         time.Duration `json:"forNs,omitempty"`
+	AfterCommit bool          `json:"afterCommit,omitempty"`
+	// Loss and Delay hold on the cut links all along (Partition's).
+	Loss  float64       `json:"loss,omitempty"`
+	Delay time.Duration `json:"delayNs,omitempty"`
+}
+
+// At are the intents whose start cuts, for a run of cfg (PartitionAt).
+func (p PartitionPlan) At(cfg Config) []int {
+	return PartitionAt(cfg.Seed, cfg.WithDefaults().Intents, p.Cuts)
+}
+
 // Partition cuts the links between an HTTP run's server copies and
 // PostgreSQL (faults/netns) at seeded intents, each time for For, and
 // heals them; Delay and Loss hold on the links all along. Its Options
@@ -58,6 +85,26 @@ type CutRecord struct {
 	Intent int       `json:"intent"`
 	Cut    time.Time `json:"cut"`
 	Healed time.Time `json:"healed"`
+	// CutNs and HealedNs are the same as offsets from the start of the
+	// run, as the attempts' are (the history fills them in).
+	CutNs    int64 `json:"cutNs"`
+	HealedNs int64 `json:"healedNs"`
+}
+
+// Failed counts the fault-phase attempts that began while c lasted and
+// got no final answer (no answer at all, or a 5xx): what the cut cost the
+// clients. (A 409 for a key whose cut-off holder still has it counts
+// too: the client cannot know.)
+func (c CutRecord) Failed(h *History) int {
+	n := 0
+	for _, in := range h.Intents {
+		for _, a := range in.Attempts {
+			if a.Phase == PhaseFault && a.Seen == SeenUnknown && a.StartNs >= c.CutNs && a.StartNs < c.HealedNs {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // PartitionAt draws n intents of a run of intents, one in each n-th of its
@@ -74,18 +121,23 @@ func PartitionAt(seed uint64, intents, n int) []int {
 	return at
 }
 
-// Start puts the links' delay and loss on, if any (they need netem,
-// which some kernels lack: netns.ErrNoNetem).
+// Start puts the links' delay and loss on, if any (delay needs netem,
+// which some kernels lack: netns.ErrNoNetem; loss needs nft:
+// netns.ErrNoNft).
 func (p *Partition) Start() error {
 	if p.Delay == 0 && p.Loss == 0 {
 		return nil
 	}
 	for _, l := range p.Links {
-		if err := l.Delay(p.Delay); err != nil {
-			return err
+		if p.Delay > 0 {
+			if err := l.Delay(p.Delay); err != nil {
+				return err
+			}
 		}
-		if err := l.Loss(p.Loss); err != nil {
-			return err
+		if p.Loss > 0 {
+			if err := l.Loss(p.Loss); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

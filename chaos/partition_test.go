@@ -42,44 +42,20 @@ func runPartitioned(t *testing.T, cfg chaos.Config, cuts int, cutFor time.Durati
 	ctx, cancel := context.WithTimeoutCause(context.Background(), 5*time.Minute, errors.New("the partitioned run did not finish within 5 minutes"))
 	defer cancel()
 	var pr partitionRun
-	began := time.Now()
-	n, err := netns.New(t.TempDir())
+	an, err := chaos.NewAppNet(t.TempDir(), cfg.Instances)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := n.Close(); err != nil {
+		if err := an.Close(); err != nil {
 			t.Errorf("closing the network: %v", err)
 		}
 	})
-	type app struct {
-		node      *netns.Node
-		front, db *netns.Link
-	}
-	var apps []app
-	var listen []string
-	var dbLinks []*netns.Link
-	for k := range cfg.Instances {
-		node, err := n.Node(fmt.Sprintf("app%d", k+1))
-		if err != nil {
-			t.Fatal(err)
-		}
-		front, err := n.Link(n.Root(), node)
-		if err != nil {
-			t.Fatal(err)
-		}
-		dbl, err := n.Link(n.Root(), node)
-		if err != nil {
-			t.Fatal(err)
-		}
-		apps = append(apps, app{node, front, dbl})
-		listen = append(listen, dbl.AddrA().String())
-		dbLinks = append(dbLinks, dbl)
-	}
-	pr.setup = time.Since(began)
+	n := an.Net
+	pr.setup = an.Setup
 	pr.perNode = pr.setup / time.Duration(cfg.Instances)
 
-	srv, err := postgres.Start(ctx, postgres.Options{ListenAddresses: listen, AllowClients: []string{n.Subnet().String()}})
+	srv, err := postgres.Start(ctx, postgres.Options{ListenAddresses: an.ListenAddresses(), AllowClients: an.Clients()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,17 +70,11 @@ func runPartitioned(t *testing.T, cfg chaos.Config, cuts int, cutFor time.Durati
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	var hosts []chaos.Host
-	for _, a := range apps {
-		host, hp, err := chaos.NamespacedHost(ctx, a.node, a.front.AddrB(), a.db.AddrA(), db.Pool.Config().ConnString(),
-			int32(cfg.Clients)+4, 10*time.Second, 3*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(hp.Close)
-		hosts = append(hosts, host)
+	hosts, err := an.Hosts(ctx, db.Pool.Config().ConnString(), int32(cfg.Clients)+4)
+	if err != nil {
+		t.Fatal(err)
 	}
-	p := &chaos.Partition{Links: dbLinks, At: chaos.PartitionAt(cfg.Seed, cfg.Intents, cuts), For: cutFor,
+	p := &chaos.Partition{Links: an.DB, At: chaos.PartitionAt(cfg.Seed, cfg.Intents, cuts), For: cutFor,
 		AfterCommit: afterCommit, DB: pool}
 	if err := p.Start(); err != nil {
 		t.Fatal(err)

@@ -216,6 +216,12 @@ type Config struct {
 	// standby's promotion, not a restart in place. chaos/ha.RunPair runs
 	// it, and supplies the crash.
 	Failover string `json:"failover,omitempty"`
+	// Partition, when set, is the run's network partition (chaos
+	// --partition): the server copies in network namespaces cut off from
+	// PostgreSQL (PartitionApp, an HTTP run), or with Failover the primary
+	// cut off from its standby (PartitionStandby). Recorded so that a
+	// saved history says how to repeat it.
+	Partition *PartitionPlan `json:"partition,omitempty"`
 	// Target, when set, runs the intents against someone else's transfer
 	// API from outside (chaos --target): through the fault proxy, with the
 	// network's faults only, and checked by the rules a black box allows.

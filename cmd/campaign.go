@@ -25,6 +25,9 @@ func seedPromise(cfg chaos.Config) string {
 	if cfg.Deterministic {
 		return fmt.Sprintf("seed %d · deterministic: --seed %d --deterministic with these flags repeats this run exactly, history and all", cfg.Seed, cfg.Seed)
 	}
+	if pl := cfg.Partition; pl != nil && pl.Of == chaos.PartitionApp {
+		return fmt.Sprintf("seed %d · free-running: --seed %d repeats the intents, the fault of every attempt and the intents at which the cuts start, not the interleaving of the clients nor the moment a cut lands in it (a partition cannot be --deterministic)", cfg.Seed, cfg.Seed)
+	}
 	return fmt.Sprintf("seed %d · free-running: --seed %d repeats the intents and the fault of every attempt, not the interleaving of the clients (add --deterministic to repeat the whole run)", cfg.Seed, cfg.Seed)
 }
 

@@ -38,6 +38,14 @@ type chaosOptions struct {
 	kill        bool
 	failover    bool
 	replication string
+	// partition is --partition app|standby; cuts, cutFor and cutAt shape
+	// an app partition's cuts.
+	partition string
+	cuts      int
+	cutFor    time.Duration
+	cutAt     string
+	loss      float64
+	delay     time.Duration
 	// targets, when given, are someone else's transfer API (chaos --target),
 	// described by the probe's flags.
 	targets []string
@@ -107,6 +115,22 @@ it. --replication async (PostgreSQL's default) loses acknowledged transfers
 and their keys (acknowledged-missing, key-lost); --replication sync loses
 none. A seed repeats the intents, the faults and the failover intent, not
 how much is lost; it cannot be --deterministic.
+
+With --partition (root, iproute2) the network is the kernel's, Jepsen-style:
+each copy of the server runs in a network namespace the run makes, reached
+over one veth link and reaching PostgreSQL over another, and at intents the
+seed picks (--cuts, 3) the links to PostgreSQL go down for --cut-for (4s):
+right after the first commit once the intent has started (--cut-at commit,
+the default: what a server does after its COMMIT meets the cut) or as it
+starts (--cut-at intent). A cut drops packets in silence: requests time out,
+and a COMMIT PostgreSQL received has its answer lost. --loss PERCENT drops
+that share of the packets each way all along (nftables); --delay needs
+the kernel's sch_netem. The report says when each cut struck and healed and
+what it cost. A seed repeats the intents at which the cuts start, not the
+moment they land. The namespaces are removed at the end, and by 'bank-sim
+prune' if the run is killed. --failover --partition=standby cuts the
+primary off from its standby instead (the link their replication crosses
+goes down) before the failover.
 
 Every intent is recorded: its key, each attempt, what the client saw. An
 auditor reads every balance in one snapshot while clients run. Before
@@ -204,6 +228,8 @@ some defence, else 0.`,
   bank-sim chaos --http --clients 8 --intents 2000
   bank-sim chaos --kill-postgres --intents 2000
   bank-sim chaos --failover --seed 1 --intents 400    (then --replication sync)
+  bank-sim chaos --partition --seed 7 --intents 200 --bug second-transaction    (root)
+  bank-sim chaos --failover --partition=standby --replication sync    (root)
   bank-sim chaos --bug no-fencing --history run.json   then: bank-sim check run.json
   bank-sim chaos --target http://127.0.0.1:8080 --balances-url 'http://127.0.0.1:8080/accounts/{id}' --exact-replays
   bank-sim chaos --target http://127.0.0.1:3000 --lookup none --dry-run
@@ -213,7 +239,14 @@ some defence, else 0.`,
   bank-sim chaos --seeds 1-100 --intents 400 --junit chaos.xml --save-recipe first-failure.json
   bank-sim chaos --seeds 1-10000 --intents 400 --shard 2/8 --campaign-out shard-2.json
       then: bank-sim check --merge shard-*.json --junit chaos.xml`,
-		Args: cobra.NoArgs,
+		Args: func(c *cobra.Command, args []string) error {
+			// --partition takes its value after "=" only (it has a default):
+			// "--partition standby" leaves "standby" an argument.
+			if len(args) > 0 && c.Flags().Changed("partition") && (args[0] == chaos.PartitionApp || args[0] == chaos.PartitionStandby) {
+				return usageError("write --partition=%s, with \"=\": --partition alone means app", args[0])
+			}
+			return cobra.NoArgs(c, args)
+		},
 		RunE: func(c *cobra.Command, _ []string) error { return runChaos(c, app, o) },
 	}
 	f := c.Flags()
@@ -232,6 +265,13 @@ some defence, else 0.`,
 	f.BoolVar(&o.kill, "kill-postgres", false, "kill PostgreSQL with SIGKILL once during the run and restart it on the same data")
 	f.BoolVar(&o.failover, "failover", false, "run on a primary and a streaming standby that bank-sim starts, and fail over once at a seeded intent: the standby stops receiving, the primary is killed (SIGKILL), the standby promoted")
 	f.StringVar(&o.replication, "replication", chaos.ReplicationAsync, "with --failover: how the standby is replicated, `async` (PostgreSQL's default: the primary acknowledges before the standby has it) or sync (each commit waits for the standby)")
+	f.StringVar(&o.partition, "partition", "", "partition the network, Jepsen-style, in network namespaces the run makes (root): `app` (the default) puts each server copy in one and cuts them all off from PostgreSQL at seeded intents; standby (with --failover) cuts the primary off from its standby before the failover")
+	f.Lookup("partition").NoOptDefVal = chaos.PartitionApp
+	f.IntVar(&o.cuts, "cuts", 3, "with --partition app: how many times the app servers are cut off from PostgreSQL, at intents the seed picks")
+	f.DurationVar(&o.cutFor, "cut-for", 4*time.Second, "with --partition app: how long each cut lasts")
+	f.StringVar(&o.cutAt, "cut-at", "commit", "with --partition app: when each cut strikes: `commit` (right after the first transfer that commits once its intent has started: what a server does after its COMMIT meets the cut) or intent (as its intent starts, whatever is in flight)")
+	f.Float64Var(&o.loss, "loss", 0, "with --partition app: drop this `PERCENT` of the packets between the app servers and PostgreSQL, each way, all along (nftables in the servers' namespaces; needs nft)")
+	f.DurationVar(&o.delay, "delay", 0, "with --partition app: hold every packet between the app servers and PostgreSQL this long, each way (tc netem; needs a kernel with sch_netem)")
 	f.StringArrayVar(&o.targets, "target", nil, "run against someone else's transfer API at this base `URL` (repeat for copies of one service), network faults only; the flags below describe it")
 	f.StringVar(&o.amount, "amount", "100", "with --target: the smallest amount of a transfer, in naira (each is from it to twice it)")
 	o.targetFlags.register(f)
@@ -284,6 +324,8 @@ func (o chaosOptions) config(app *App, c *cobra.Command) (chaos.Config, error) {
 		return chaos.Config{}, usageError("%s cannot go over --http: the sockets, proxies and HTTP servers run on real time, which no scheduler orders (an --http run repeats its intents and faults, not its interleaving)", what)
 	case o.det && o.failover:
 		return chaos.Config{}, usageError("%s cannot be combined with --failover: when the primary dies, and what its standby had received, depend on real time (a --failover run repeats its intents, faults and failover intent, not what it loses)", what)
+	case o.det && o.partition != "":
+		return chaos.Config{}, usageError("%s cannot be combined with --partition: when a cut lands and what it catches depend on real time (a --partition run repeats its intents, faults and the intents at which the cuts start, not what they catch)", what)
 	case o.det && o.kill:
 		return chaos.Config{}, usageError("%s cannot be combined with --kill-postgres: when the SIGKILL lands and what the restarted server still has depend on real time", what)
 	case o.det && o.duration > 0:
@@ -340,6 +382,9 @@ func (o chaosOptions) config(app *App, c *cobra.Command) (chaos.Config, error) {
 		return chaos.Config{}, usageError("--faults: %v", err)
 	}
 	if len(o.targets) > 0 {
+		if o.partition != "" {
+			return chaos.Config{}, usageError("--partition puts bank-sim's own app servers (or its standby) in network namespaces; a --target is someone else's server, which bank-sim cannot move: leave out one of them")
+		}
 		return o.targetConfig(app, c, seed, rates)
 	}
 	for _, name := range []string{"token", "account", "path", "key-header", "auth-header", "auth-scheme", "from-field", "to-field", "amount-field",
@@ -365,6 +410,13 @@ func (o chaosOptions) config(app *App, c *cobra.Command) (chaos.Config, error) {
 			return chaos.Config{}, usageError("--failover runs on a primary and standby that bank-sim starts itself; it cannot fail over the server at --database-url / DATABASE_URL")
 		}
 	}
+	plan, err := o.partitionPlan(app, c)
+	if err != nil {
+		return chaos.Config{}, err
+	}
+	if plan != nil && plan.Of == chaos.PartitionApp {
+		o.http = true // the app servers in the namespaces are HTTP servers
+	}
 	if o.kill && app.externalURL() != "" {
 		return chaos.Config{}, usageError("--kill-postgres kills the PostgreSQL that bank-sim starts itself; it cannot kill the server at --database-url / DATABASE_URL")
 	}
@@ -381,7 +433,7 @@ func (o chaosOptions) config(app *App, c *cobra.Command) (chaos.Config, error) {
 	}
 	return chaos.Config{Seed: seed, Clients: o.clients, Intents: o.intents, Duration: o.duration,
 		Accounts: o.accounts, Faults: rates, Instances: o.instances, MaxAttempts: o.maxAttempts, Bug: bug, HTTP: o.http, KillPostgres: o.kill,
-		Failover: failoverFlag(o), Deterministic: o.det}.WithDefaults(), nil
+		Failover: failoverFlag(o), Partition: plan, Deterministic: o.det}.WithDefaults(), nil
 }
 
 // failoverFlag is Config.Failover for the flags: the replication, with
@@ -412,6 +464,9 @@ func runChaos(c *cobra.Command, app *App, o chaosOptions) error {
 	}
 	if cfg.Failover != "" {
 		return runChaosFailover(c, app, o, cfg)
+	}
+	if cfg.Partition != nil {
+		return runChaosPartition(c, app, o, cfg)
 	}
 	srv, err := app.Server(ctx)
 	if err != nil {
@@ -510,6 +565,7 @@ func chaosHTML(h *chaos.History, res chaos.Result, recipe *chaos.Recipe) *htmlre
 		} else if cfg.KillPostgres {
 			o.Repeat += " --kill-postgres"
 		}
+		o.Repeat += partitionFlags(cfg)
 	}
 	return htmlreport.Chaos(h, res, o)
 }
@@ -597,9 +653,13 @@ func describeConfig(cfg chaos.Config) string {
 		if cfg.Intents <= 0 {
 			faults = strings.Replace(faults, fmt.Sprintf("at intent %d", cfg.CrashIntent()), fmt.Sprintf("after %s", cfg.CrashAfter().Round(time.Millisecond)), 1)
 		}
+		if pl := cfg.Partition; pl != nil && pl.Of == chaos.PartitionStandby {
+			faults = strings.Replace(faults, "the standby stops receiving", "the primary is cut off from its standby (a partition: the link their replication crosses goes down)", 1)
+		}
 	} else if cfg.KillPostgres {
 		faults += " · PostgreSQL killed (SIGKILL) once and restarted"
 	}
+	faults += describePartition(cfg)
 	return fmt.Sprintf("%d clients · %s · %d accounts · %d servers %s · up to %d attempts\nfaults: %s\nbug: %s",
 		cfg.Clients, what, cfg.Accounts, cfg.Instances, via, cfg.MaxAttempts, faults, bug)
 }
@@ -621,7 +681,11 @@ func printChaosResult(out io.Writer, p *palette, h *chaos.History, res chaos.Res
 			after = fmt.Sprintf("as intent %d started", c.AfterIntent)
 		}
 		if f := c.Failover; f != nil && c.Error == "" {
-			fmt.Fprintf(tw, "failover\tat intent %d (%s replication): the standby stopped receiving at %s; the primary, after %d commits the standby lacks, killed at %s; the standby promoted %s later; the app's multi-host URL reached 127.0.0.1:%d (was %d), writes again %s after the kill\n",
+			stalled := "the standby stopped receiving"
+			if f.Cut {
+				stalled = "the primary was cut off from its standby (the replication link down)"
+			}
+			fmt.Fprintf(tw, "failover\tat intent %d (%s replication): "+stalled+" at %s; the primary, after %d commits the standby lacks, killed at %s; the standby promoted %s later; the app's multi-host URL reached 127.0.0.1:%d (was %d), writes again %s after the kill\n",
 				c.AfterIntent, f.Replication, time.Duration(f.StalledNs).Round(time.Millisecond), f.Commits, time.Duration(f.KilledNs).Round(time.Millisecond),
 				time.Duration(f.PromotedNs-f.KilledNs).Round(time.Millisecond), f.ServingPort, f.PrimaryPort, time.Duration(c.UpNs-f.KilledNs).Round(time.Millisecond))
 			continue
@@ -632,6 +696,15 @@ func printChaosResult(out io.Writer, p *palette, h *chaos.History, res chaos.Res
 		}
 		fmt.Fprintf(tw, "postgres\tkilled with SIGKILL %s, at %s; back on the same data after %s\n", after,
 			time.Duration(c.AtNs).Round(time.Millisecond), time.Duration(c.UpNs-c.AtNs).Round(time.Millisecond))
+	}
+	for _, cut := range h.Partitions {
+		how := "as intent %d started"
+		if pl := h.Config.Partition; pl != nil && pl.AfterCommit {
+			how = "at the first commit after intent %d started"
+		}
+		fmt.Fprintf(tw, "partition\tapp servers cut off from PostgreSQL "+how+": at %s, healed at %s (%s); %d attempts begun during the cut got no final answer\n",
+			cut.Intent, time.Duration(cut.CutNs).Round(time.Millisecond), time.Duration(cut.HealedNs).Round(time.Millisecond),
+			time.Duration(cut.HealedNs-cut.CutNs).Round(time.Millisecond), cut.Failed(h))
 	}
 	fmt.Fprintf(tw, "ledger\t%d transfers\t%d audits\n", s.Transfers, s.Audits)
 	for i, st := range h.Stalls {
@@ -719,6 +792,7 @@ func printChaosResult(out io.Writer, p *palette, h *chaos.History, res chaos.Res
 	if h.Config.Failover != "" {
 		repeat += " --failover --replication " + h.Config.Failover
 	}
+	repeat += partitionFlags(h.Config)
 	fmt.Fprintf(out, "\n%s %d violation(s) · seed %d (repeat with %s)\n", p.bad.Sprint("INVALID"), len(res.Violations), h.Seed, repeat)
 }
 

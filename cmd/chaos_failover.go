@@ -5,6 +5,7 @@ import (
 
 	"github.com/banksim/bank-sim/chaos"
 	"github.com/banksim/bank-sim/chaos/ha"
+	"github.com/banksim/bank-sim/faults/netns"
 	"github.com/banksim/bank-sim/postgres"
 	"github.com/spf13/cobra"
 )
@@ -24,7 +25,15 @@ func runChaosFailover(c *cobra.Command, app *App, o chaosOptions, cfg chaos.Conf
 			fmt.Fprintf(out, "%s\n", describeConfig(cfg))
 		}
 	}
-	r, err := ha.RunPair(ctx, cfg, ha.PairOptions{Progress: bar.update, Started: started})
+	po := ha.PairOptions{Progress: bar.update, Started: started}
+	if cfg.Partition != nil {
+		cacheDir, err := postgres.CacheDir(app.Env.Getenv("BANK_SIM_CACHE_DIR"))
+		if err != nil {
+			return &ExitError{Code: ExitFailed, Err: fmt.Errorf("--partition records its namespaces in the cache directory: %v", err)}
+		}
+		po.NetnsDir = netns.StateDir(cacheDir)
+	}
+	r, err := ha.RunPair(ctx, cfg, po)
 	bar.clear()
 	if err != nil {
 		if ctx.Err() != nil {

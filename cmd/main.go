@@ -162,13 +162,20 @@ func (a *App) externalURL() string {
 
 // Server starts (or reaches) PostgreSQL on first use; Main stops it.
 func (a *App) Server(ctx context.Context) (*postgres.Server, error) {
+	return a.serverWith(ctx, postgres.Options{})
+}
+
+// serverWith is Server with o's listening addresses and clients (a
+// partitioned run's links); o.URL is always the external one.
+func (a *App) serverWith(ctx context.Context, o postgres.Options) (*postgres.Server, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.srv != nil {
 		return a.srv, nil
 	}
 	done := a.startingNote()
-	srv, err := a.Env.Postgres(ctx, postgres.Options{URL: a.externalURL()})
+	o.URL = a.externalURL()
+	srv, err := a.Env.Postgres(ctx, o)
 	done()
 	if err != nil {
 		return nil, &ExitError{Code: ExitDatabase, Err: a.databaseError(err)}

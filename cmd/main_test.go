@@ -79,6 +79,20 @@ func TestUsageErrorsExitTwoWithoutStartingPostgres(t *testing.T) {
 		"audit html is a dir":  {"audit", "--html", t.TempDir()},
 		"probe html dir":       {"probe", "http://127.0.0.1:1", "--html", filepath.Join(t.TempDir(), "no", "such", "p.html")},
 		"probe html dry run":   {"probe", "http://127.0.0.1:1", "--dry-run", "--html", filepath.Join(t.TempDir(), "p.html")},
+		"partition det":        {"chaos", "--partition", "--deterministic", "--intents", "10"},
+		"partition shrink":     {"chaos", "--partition", "--shrink", "--intents", "10"},
+		"partition campaign":   {"chaos", "--partition", "--seeds", "1-2", "--intents", "10"},
+		"partition external":   {"chaos", "--partition", "--database-url", "postgres://bank:sim@127.0.0.1:1/bank"},
+		"partition target":     {"chaos", "--partition", "--target", "http://127.0.0.1:1"},
+		"partition kill":       {"chaos", "--partition", "--kill-postgres"},
+		"partition duration":   {"chaos", "--partition", "--duration", "5s"},
+		"partition unknown":    {"chaos", "--partition=db"},
+		"partition app ha":     {"chaos", "--partition", "--failover"},
+		"partition standby":    {"chaos", "--partition=standby"},
+		"standby as argument":  {"chaos", "--partition", "standby", "--failover"},
+		"cuts alone":           {"chaos", "--cuts", "2"},
+		"loss alone":           {"chaos", "--loss", "5"},
+		"cut-at wrong":         {"chaos", "--partition", "--cut-at", "never"},
 	}
 	for name, args := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -58,6 +58,14 @@ func TestScripts(t *testing.T) {
 					env.Setenv(k, v)
 				}
 			}
+			// The directory of the scripts' bank-sim, for a PATH with
+			// nothing else on it ($BANK_SIM_BIN_DIR).
+			for _, d := range filepath.SplitList(env.Getenv("PATH")) {
+				if _, err := os.Stat(filepath.Join(d, "bank-sim")); err == nil {
+					env.Setenv("BANK_SIM_BIN_DIR", d)
+					break
+				}
+			}
 			if os.Getenv("BANK_SIM_CACHE_DIR") == "" && os.Geteuid() != 0 {
 				if dir, err := os.UserCacheDir(); err == nil {
 					env.Setenv("BANK_SIM_CACHE_DIR", filepath.Join(dir, "bank-sim"))
@@ -69,9 +77,13 @@ func TestScripts(t *testing.T) {
 		// where bench --vs-pgbench looks for it.
 		// [exhaustive]: BANK_SIM_EXHAUSTIVE=1 (pgtest.Exhaustive); a
 		// script's long tail follows "[!exhaustive] stop".
+		// [root]: running as root (network namespaces need it).
 		Condition: func(cond string) (bool, error) {
 			if cond == "exhaustive" {
 				return pgtest.IsExhaustive(), nil
+			}
+			if cond == "root" {
+				return os.Geteuid() == 0, nil
 			}
 			if cond != "pgbench" {
 				return false, fmt.Errorf("unknown condition %q", cond)
@@ -96,6 +108,7 @@ func TestScripts(t *testing.T) {
 			"mkfile":       mkfile,
 			"httpstub":     httpstub,
 			"filesize":     filesize,
+			"netns-gone":   netnsGone,
 		},
 	})
 }
@@ -213,6 +226,36 @@ func filesize(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Check(err)
 	if st.Size() < lo || st.Size() > hi {
 		ts.Fatalf("%s is %d bytes, want %d to %d", args[0], st.Size(), lo, hi)
+	}
+}
+
+// netns-gone checks that the partitioned run whose report is the last
+// stdout (its "network: … (banksim-<id>-app1…)" line) left nothing: no
+// namespace, no link, no state file.
+func netnsGone(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 0 {
+		ts.Fatalf("usage: netns-gone")
+	}
+	m := regexp.MustCompile(`banksim-([0-9a-f]{6})-app1`).FindStringSubmatch(ts.ReadFile("stdout"))
+	if m == nil {
+		ts.Fatalf("no partitioned run's network named in stdout")
+	}
+	id := m[1]
+	left, _ := filepath.Glob("/run/netns/banksim-" + id + "-*")
+	ifaces, _ := net.Interfaces()
+	for _, ifc := range ifaces {
+		if strings.HasPrefix(ifc.Name, "bs"+id+"-") {
+			left = append(left, "link "+ifc.Name)
+		}
+	}
+	cache, err := postgres.CacheDir(ts.Getenv("BANK_SIM_CACHE_DIR"))
+	ts.Check(err)
+	state := filepath.Join(cache, "netns", id+".json")
+	if _, err := os.Stat(state); err == nil {
+		left = append(left, state)
+	}
+	if len(left) > 0 {
+		ts.Fatalf("run %s left %v", id, left)
 	}
 }
 

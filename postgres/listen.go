@@ -24,15 +24,17 @@ func checkListen(addrs, clients []string) error {
 	return nil
 }
 
-// hbaWithClients writes, in the slot's tmp directory, the cluster's
-// pg_hba.conf with a password line for each of the clients' networks, and
-// returns its path: the cached cluster's own file stays as it was, so a
-// later run in the slot does not inherit this one's network.
-func (sv *supervisor) hbaWithClients() (string, error) {
+// hbaWithClients writes, in the slot's tmp directory, the pg_hba.conf of
+// the cluster in dataDir with password lines for each of the clients'
+// networks (for its databases, and for replication: a pair's standby may
+// stream through the run's network), and returns its path: the cached
+// cluster's own file stays as it was, so a later run in the slot does not
+// inherit this one's network.
+func (sv *supervisor) hbaWithClients(dataDir string) (string, error) {
 	if err := checkListen(sv.cfg.Listen, sv.cfg.Clients); err != nil {
 		return "", err
 	}
-	orig, err := os.ReadFile(filepath.Join(sv.dataDir(), "pg_hba.conf"))
+	orig, err := os.ReadFile(filepath.Join(dataDir, "pg_hba.conf"))
 	if err != nil {
 		return "", fmt.Errorf("reading the cluster's pg_hba.conf: %v", err)
 	}
@@ -41,6 +43,7 @@ func (sv *supervisor) hbaWithClients() (string, error) {
 	b.WriteString("\n# this run's private network (Options.AllowClients)\n")
 	for _, c := range sv.cfg.Clients {
 		fmt.Fprintf(&b, "host all all %s password\n", c)
+		fmt.Fprintf(&b, "host replication all %s password\n", c)
 	}
 	path := filepath.Join(sv.tmpDir(), "pg_hba.conf")
 	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {

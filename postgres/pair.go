@@ -190,7 +190,18 @@ func (sv *supervisor) startPair(sigs chan os.Signal) (supStatus, error) {
 		}
 	}
 	step("copies")
-	pm, port, err := launchOnFreePort(sv.binPath, primaryDir, pairParams(sv.cfg.Major, sv.cfg.Sync), sv.logw, sigs)
+	// The primary alone listens on the run's private network, if it has
+	// one (Options.ListenAddresses): its standby may stream through it.
+	primaryParams := pairParams(sv.cfg.Major, sv.cfg.Sync)
+	primaryParams["listen_addresses"] = strings.Join(append([]string{"127.0.0.1"}, sv.cfg.Listen...), ",")
+	if len(sv.cfg.Clients) > 0 {
+		hba, err := sv.hbaWithClients(primaryDir)
+		if err != nil {
+			return supStatus{}, err
+		}
+		primaryParams["hba_file"] = hba
+	}
+	pm, port, err := launchOnFreePort(sv.binPath, primaryDir, primaryParams, sv.logw, sigs)
 	if err != nil {
 		if !strings.Contains(err.Error(), "interrupted") {
 			// A base the server refuses is made again by the next run.
@@ -728,3 +739,29 @@ func (p *Pair) LostReason() string { return p.srv.LostReason() }
 // Close stops both servers (whichever still run) and deletes their
 // clusters. It is idempotent.
 func (p *Pair) Close() error { return p.srv.Close() }
+
+// ReceiveFrom points the standby's WAL receiver at host:port instead of
+// the primary's 127.0.0.1 (primary_conninfo, ALTER SYSTEM and a reload),
+// and returns once it streams from there: a relay of the run's own in a
+// network namespace, whose link a partition cuts (the primary must listen
+// on the run's network and take replication from it:
+// Options.ListenAddresses and AllowClients).
+func (p *Pair) ReceiveFrom(ctx context.Context, host string, port int) error {
+	conn, err := pgx.Connect(ctx, p.StandbyURL("postgres"))
+	if err != nil {
+		return unavailable("connecting to the standby: %v", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	conninfo := fmt.Sprintf("host=%s port=%d user=postgres password=%s application_name=%s sslmode=disable", host, port, p.password, standbyName)
+	for _, q := range []string{"ALTER SYSTEM SET primary_conninfo = " + quoteLiteral(conninfo), "SELECT pg_reload_conf()"} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			return fmt.Errorf("on the standby: ALTER SYSTEM SET primary_conninfo / reload: %w", err)
+		}
+	}
+	p.conninfo = conninfo
+	return poll(ctx, fmt.Sprintf("the standby's WAL receiver to stream from %s:%d", host, port), func(ctx context.Context) (bool, error) {
+		var n int
+		err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_wal_receiver WHERE status = 'streaming' AND sender_host = $1 AND sender_port = $2", host, port).Scan(&n)
+		return n > 0, err
+	})
+}

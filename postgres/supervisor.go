@@ -441,7 +441,7 @@ func (sv *supervisor) start(sigs chan os.Signal) (supStatus, error) {
 			}
 		}
 		if len(sv.cfg.Clients) > 0 {
-			hba, err := sv.hbaWithClients()
+			hba, err := sv.hbaWithClients(sv.dataDir())
 			if err != nil {
 				return supStatus{}, err
 			}

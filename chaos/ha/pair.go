@@ -20,6 +20,10 @@ type PairOptions struct {
 	// Started, when set, is told the pair once both servers run, before
 	// the workload starts (a report's header describes it).
 	Started func(*postgres.Pair)
+	// NetnsDir is where a partition's network records what it makes
+	// (netns.StateDir of the cache directory, where bank-sim prune
+	// looks): a run of cfg.Partition PartitionStandby needs it.
+	NetnsDir string
 }
 
 // pairDB is the bank's database on the pair: the pair's clusters are
@@ -48,11 +52,26 @@ func RunPair(ctx context.Context, cfg chaos.Config, o PairOptions) (*Report, err
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	pair, err := postgres.StartPair(ctx, postgres.Options{}, postgres.PairOptions{Sync: cfg.Failover == chaos.ReplicationSync})
+	var err error
+	var repl *replLink
+	var popts postgres.Options
+	if cfg.Partition != nil && cfg.Partition.Of == chaos.PartitionStandby {
+		if repl, err = newReplLink(o.NetnsDir); err != nil {
+			return nil, err
+		}
+		defer repl.Close()
+		popts = postgres.Options{ListenAddresses: []string{repl.link.AddrA().String()}, AllowClients: []string{repl.net.Subnet().String()}}
+	}
+	pair, err := postgres.StartPair(ctx, popts, postgres.PairOptions{Sync: cfg.Failover == chaos.ReplicationSync})
 	if err != nil {
 		return nil, err
 	}
 	defer pair.Close()
+	if repl != nil {
+		if err := repl.route(ctx, pair); err != nil {
+			return nil, err
+		}
+	}
 	if o.Started != nil {
 		o.Started(pair)
 	}
@@ -97,7 +116,14 @@ func RunPair(ctx context.Context, cfg chaos.Config, o PairOptions) (*Report, err
 		var opened sync.Once
 		open := func() { opened.Do(func() { close(gate) }) }
 		defer open()
-		if err := pair.StopReceiving(ctx); err != nil {
+		if repl != nil {
+			// A partition: the replication link goes down, and the WAL
+			// the primary writes from now on reaches nobody.
+			if err := repl.link.Cut(); err != nil {
+				return fmt.Errorf("cutting the primary off from its standby: %w", err)
+			}
+			rec.Cut = true
+		} else if err := pair.StopReceiving(ctx); err != nil {
 			return fmt.Errorf("stopping the standby's WAL receiver: %w", err)
 		}
 		stalled = time.Now()

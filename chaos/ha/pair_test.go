@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/banksim/bank-sim/chaos"
 	"github.com/banksim/bank-sim/chaos/ha"
+	"github.com/banksim/bank-sim/faults/netns"
 	"github.com/banksim/bank-sim/postgres"
 	"github.com/banksim/bank-sim/postgres/pgtest"
 )
@@ -22,12 +24,19 @@ const pairSeed = 20261202
 // standby afterwards.
 func runPair(t *testing.T, cfg chaos.Config) *ha.Report {
 	t.Helper()
+	return runPairWith(t, cfg, ha.PairOptions{})
+}
+
+// runPairWith is runPair with o's network directory.
+func runPairWith(t *testing.T, cfg chaos.Config, o ha.PairOptions) *ha.Report {
+	t.Helper()
 	ctx, cancel := context.WithTimeoutCause(context.Background(), 5*time.Minute,
 		errors.New("a chaos run through a failover of the embedded pair did not finish within 5 minutes"))
 	defer cancel()
 	began := time.Now()
 	var started time.Duration
-	r, err := ha.RunPair(ctx, cfg, ha.PairOptions{Started: func(*postgres.Pair) { started = time.Since(began) }})
+	o.Started = func(*postgres.Pair) { started = time.Since(began) }
+	r, err := ha.RunPair(ctx, cfg, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,5 +110,45 @@ func TestChaosFailoverSeeds(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// The primary cut off from its standby by a network partition mid-run
+// (chaos --failover --partition=standby): the standby streams through a
+// link of the run's own, which goes down as the failover's intent starts;
+// then the primary dies and the standby is promoted. Asynchronous, the
+// primary acknowledged transfers during the cut that the standby never
+// got: acknowledged-missing. Synchronous, the commits during the cut
+// waited for the standby and were never acknowledged: nothing lost. The
+// network is gone afterwards.
+func TestChaosFailoverAcrossAPartition(t *testing.T) {
+	pgtest.Exhaustive(t)
+	if err := netns.Available(); err != nil {
+		t.Skipf("no network namespaces here: %v", err)
+	}
+	for _, repl := range []string{chaos.ReplicationAsync, chaos.ReplicationSync} {
+		t.Run(repl, func(t *testing.T) {
+			dir := t.TempDir()
+			cfg := chaos.Config{Seed: pairSeed, Clients: 8, Intents: 100, Faults: chaos.Rates{}, Failover: repl,
+				Partition: &chaos.PartitionPlan{Of: chaos.PartitionStandby}}
+			r := runPairWith(t, cfg, ha.PairOptions{NetnsDir: dir})
+			if f := r.History.Crashes[0].Failover; !f.Cut {
+				t.Fatalf("the failover's record says the standby was not cut off by the partition: %+v", f)
+			}
+			switch repl {
+			case chaos.ReplicationAsync:
+				if r.Result.Verdict() != chaos.Invalid || r.Result.ByKind[chaos.KindAckMissing] == 0 {
+					t.Fatalf("asynchronous, the primary cut off from its standby for %d commits before the kill: verdict %s, %d %s; want INVALID with acknowledged transfers missing",
+						ha.StallCommits, r.Result.Verdict(), r.Result.ByKind[chaos.KindAckMissing], chaos.KindAckMissing)
+				}
+			case chaos.ReplicationSync:
+				if n := len(r.Result.Violations); n != 0 {
+					t.Fatalf("synchronous, across the partition: %d violations (%d %s), want none", n, r.Result.ByKind[chaos.KindAckMissing], chaos.KindAckMissing)
+				}
+			}
+			if left, _ := filepath.Glob(filepath.Join(dir, "*.json")); len(left) > 0 {
+				t.Errorf("the run's network was not removed: state files %v", left)
+			}
+		})
 	}
 }

@@ -1,11 +1,13 @@
 // Package netns is a real network for one run, Jepsen-style: network
 // namespaces the run itself creates, veth pairs between them with private
-// link-local addresses, and on each pair tc netem for delay and loss, or a
-// cut for a partition. The app servers of a chaos run listen and dial from
+// link-local addresses, and on each pair a cut for a partition, packet
+// loss (nftables, in the run's namespace) and delay (tc netem, where the
+// kernel has it). The app servers of a chaos run listen and dial from
 // inside their namespaces (Node.Listen, Node.DialContext), so a partition
 // between them and PostgreSQL is the kernel's, not a proxy's.
 //
-// Everything needs root and iproute2 (ip, tc): Available says why not.
+// Everything needs root and iproute2 (ip, tc), and loss nftables' nft:
+// Available says why not (Loss says so for nft).
 //
 // What is bank-sim's to remove: a run records every namespace and root-side
 // link in a state file under the cache directory (<cache>/netns/<id>.json)
@@ -54,13 +56,13 @@ const cmdTimeout = 30 * time.Second
 // Available reports why this machine cannot make a run's network: not
 // root, no ip or tc, or no network namespaces. nil when it can.
 func Available() error {
-	if os.Geteuid() != 0 {
-		return errors.New("network namespaces need root (run as root, or skip the partition)")
-	}
 	for _, tool := range []string{"ip", "tc"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			return fmt.Errorf("%s (iproute2) is not installed: apt-get install iproute2", tool)
 		}
+	}
+	if os.Geteuid() != 0 {
+		return errors.New("network namespaces need root (run as root, or skip the partition)")
 	}
 	if _, err := os.Stat("/proc/self/ns/net"); err != nil {
 		return fmt.Errorf("this kernel has no network namespaces: %v", err)
@@ -321,6 +323,16 @@ func (nd *Node) Listen(network, addr string) (net.Listener, error) {
 	return ln, err
 }
 
+// ListenPacket listens for datagrams on addr inside the namespace.
+func (nd *Node) ListenPacket(network, addr string) (net.PacketConn, error) {
+	var pc net.PacketConn
+	err := nd.in(func() (err error) {
+		pc, err = net.ListenPacket(network, addr)
+		return err
+	})
+	return pc, err
+}
+
 // DialContext dials addr (an IP literal and port: no name lookups, which
 // would run on other threads) from inside the namespace. It has the shape
 // of pgconn's DialFunc.
@@ -430,24 +442,32 @@ func nsArgs(nd *Node) []string {
 	return []string{"-n", nd.name}
 }
 
-// Delay holds every packet d in each direction (netem): the round trip
-// grows by 2d.
+// Delay holds every packet d in each direction (tc netem on both ends):
+// the round trip grows by 2d. It needs sch_netem (ErrNoNetem).
 func (l *Link) Delay(d time.Duration) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.delay = d
-	return l.apply()
+	return l.applyDelay()
 }
 
-// Loss drops pct per cent of the packets in each direction (netem).
+// Loss drops pct per cent of the packets in each direction, each packet
+// on its own draw: nftables rules (numgen random) on the ingress and
+// egress hooks of the link's B end, in its namespace (or of its A end
+// when B is the root namespace), so the host's own firewall is never
+// touched and the rules go with the namespace. It needs nft (ErrNoNft); unlike netem it works on kernels
+// without sch_netem, and it holds across a Cut and Heal.
 func (l *Link) Loss(pct float64) error {
 	if pct < 0 || pct > 100 {
 		return fmt.Errorf("netns: loss %g%% is not from 0 to 100", pct)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if err := l.applyLoss(pct); err != nil {
+		return err
+	}
 	l.lossPct = pct
-	return l.apply()
+	return nil
 }
 
 // Cut partitions the link by taking its A end down (ip link set down):
@@ -481,12 +501,15 @@ func (l *Link) setA(state string) error {
 	return err
 }
 
-// ErrNoNetem is Delay's and Loss's error on a kernel without sch_netem
-// (some VMs'): Cut and Heal need only ip.
-var ErrNoNetem = errors.New("this kernel has no netem queueing discipline (sch_netem): delay and loss are unavailable here; Cut and Heal still work")
+// ErrNoNetem is Delay's error on a kernel without sch_netem (some VMs',
+// Firecracker's): Loss, Cut and Heal still work.
+var ErrNoNetem = errors.New("this kernel has no netem queueing discipline (sch_netem): delay is unavailable here (loss, cut and heal still work)")
 
-// apply sets both ends' netem to the link's delay and loss.
-func (l *Link) apply() error {
+// ErrNoNft is Loss's error without nftables' nft command.
+var ErrNoNft = errors.New("packet loss needs nftables' nft command: apt-get install nftables")
+
+// applyDelay sets both ends' netem delay, or removes it.
+func (l *Link) applyDelay() error {
 	ctx, cancel := context.WithTimeout(context.Background(), cmdTimeout)
 	defer cancel()
 	for _, end := range []struct {
@@ -494,15 +517,85 @@ func (l *Link) apply() error {
 		ifc string
 	}{{l.a, l.ifA}, {l.b, l.ifB}} {
 		args := append(nsArgs(end.nd), "qdisc", "replace", "dev", end.ifc, "root", "netem",
-			"delay", fmt.Sprintf("%dus", l.delay.Microseconds()), "loss", fmt.Sprintf("%g%%", l.lossPct), "limit", "100000")
+			"delay", fmt.Sprintf("%dus", l.delay.Microseconds()), "limit", "100000")
+		if l.delay == 0 {
+			args = append(nsArgs(end.nd), "qdisc", "del", "dev", end.ifc, "root")
+		}
 		if _, err := run(ctx, "tc", args...); err != nil {
-			if strings.Contains(err.Error(), "qdisc kind is unknown") {
+			switch {
+			case l.delay == 0:
+				// No netem there to remove.
+			case strings.Contains(err.Error(), "qdisc kind is unknown"):
 				return fmt.Errorf("netns: %w", ErrNoNetem)
+			default:
+				return err
 			}
-			return err
 		}
 	}
 	return nil
+}
+
+// lossTable is the nftables table a link's loss lives in, in the
+// namespace of the end it is applied at.
+const lossTable = "banksim"
+
+// applyLoss replaces the loss rules of the link's namespace end with
+// pct's (none for 0). Each link has its own chains, so links that share
+// a namespace keep each other's.
+func (l *Link) applyLoss(pct float64) error {
+	nd, ifc := l.b, l.ifB
+	if nd.fd < 0 {
+		nd, ifc = l.a, l.ifA
+	}
+	if nd.fd < 0 {
+		return errors.New("netns: loss needs one end of the link in a namespace of the run's")
+	}
+	if _, err := exec.LookPath("nft"); err != nil {
+		return fmt.Errorf("netns: %w", ErrNoNft)
+	}
+	in, out := "in_"+strings.ReplaceAll(ifc, "-", "_"), "out_"+strings.ReplaceAll(ifc, "-", "_")
+	// Declaring the table and chains first makes the flushes and the
+	// deletes valid whether or not they exist yet; nft applies the whole
+	// script atomically.
+	var b strings.Builder
+	// The netdev family's ingress and egress hooks of the interface: a
+	// packet is dropped as it arrives or as it leaves, like one a wire
+	// loses, and not in the socket layer (where an output hook's drop is
+	// an EPERM for the sender, which no network does).
+	fmt.Fprintf(&b, "add table netdev %s\n", lossTable)
+	fmt.Fprintf(&b, "add chain netdev %s %s { type filter hook ingress device %q priority 0; policy accept; }\n", lossTable, in, ifc)
+	fmt.Fprintf(&b, "add chain netdev %s %s { type filter hook egress device %q priority 0; policy accept; }\n", lossTable, out, ifc)
+	if pct == 0 {
+		fmt.Fprintf(&b, "delete chain netdev %s %s\ndelete chain netdev %s %s\n", lossTable, in, lossTable, out)
+	} else {
+		// numgen draws 0 … 9999 per packet: per ten thousand.
+		n := int(pct*100 + 0.5)
+		fmt.Fprintf(&b, "flush chain netdev %s %s\nflush chain netdev %s %s\n", lossTable, in, lossTable, out)
+		fmt.Fprintf(&b, "add rule netdev %s %s numgen random mod 10000 < %d drop\n", lossTable, in, n)
+		fmt.Fprintf(&b, "add rule netdev %s %s numgen random mod 10000 < %d drop\n", lossTable, out, n)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cmdTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(b.String())
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err := nd.inProcess(cmd)
+	if err != nil {
+		return fmt.Errorf("netns: nft in %s: %v: %s", nd.name, err, strings.TrimSpace(stderr.String()))
+	}
+	return nil
+}
+
+// inProcess runs cmd inside the node's namespace (ip netns exec).
+func (nd *Node) inProcess(cmd *exec.Cmd) error {
+	ipPath, err := exec.LookPath("ip")
+	if err != nil {
+		return err
+	}
+	cmd.Args = append([]string{"ip", "netns", "exec", nd.name}, append([]string{cmd.Path}, cmd.Args[1:]...)...)
+	cmd.Path = ipPath
+	return cmd.Run()
 }
 
 // Close removes every namespace and link of the run, then its state file.
