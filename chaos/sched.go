@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/banksim/bank-sim/bank"
@@ -69,6 +70,21 @@ const detHang = time.Minute
 // after the other, whether a watched statement waits for a lock before it
 // spaces its questions out.
 const pollBurst = 8
+
+// pollGrace is how long after a watched statement was sent the scheduler
+// first asks PostgreSQL whether it waits for a lock: most such statements
+// wait for none and have been answered by then, unasked. A question costs
+// a round trip on another connection, and CPU that the statement itself
+// needs (the machine may have 2 cores).
+const pollGrace = 250 * time.Microsecond
+
+// napStep is how long the scheduler sleeps at a time while it waits out
+// pollGrace, looking for the statement's answer between naps.
+const napStep = 20 * time.Microsecond
+
+// firstPoll is the first spacing of the questions after pollBurst; it
+// doubles up to 20 ms for a statement that runs on.
+const firstPoll = 100 * time.Microsecond
 
 // DefaultAuditSteps is how many scheduler steps pass between two audits of a
 // deterministic run when Config.AuditSteps is zero.
@@ -159,7 +175,10 @@ type task struct {
 	// (BEGIN, COMMIT, a plain SELECT) is left to answer.
 	watched bool
 	pid     uint32
-	timed   bool // under lock_timeout: it ends by itself
+	// sends counts the statements sent, sentAt is when the last was.
+	sends  int
+	sentAt time.Time
+	timed  bool // under lock_timeout: it ends by itself
 	// cancelled: the scheduler cancelled the statement, which waited for
 	// a lock held by blockers.
 	cancelled bool
@@ -752,6 +771,7 @@ func (s *sched) txEndedLocked(pid uint32) {
 func (s *sched) inflight(t *task, pid uint32, locks, inPG bool) {
 	s.mu.Lock()
 	t.inflight, t.pid, t.cancelled, t.blockers = true, pid, false, nil
+	t.sends, t.sentAt = t.sends+1, time.Now()
 	t.inPG, t.pgWait, t.released = inPG, false, false
 	t.timed = false
 	t.watched = locks && s.othersHoldLocksLocked(pid)
@@ -931,10 +951,6 @@ func (s *sched) blockers(ctx context.Context, pid uint32) ([]uint32, error) {
 // loop makes the choices. It runs from adopt to close.
 func (s *sched) loop(ctx context.Context) {
 	defer close(s.done)
-	// A statement is watched only when another transaction holds row
-	// locks, and then it often waits for one: the first question comes
-	// soon after it is sent.
-	const firstPoll = 100 * time.Microsecond
 	pollDelay, polls := firstPoll, 0
 	lastChange := time.Now()
 	for {
@@ -946,26 +962,52 @@ func (s *sched) loop(ctx context.Context) {
 		if !s.quiescentLocked() {
 			r := s.running
 			watch := r != nil && r.inflight && r.watched && !r.timed && !r.cancelled
+			released := false
 			if r == nil {
 				// A statement released inside PostgreSQL: does it wait
 				// again, or is it on its way back?
 				for _, t := range s.tasks {
 					if t.released && t.inflight {
-						r, watch = t, true
+						r, watch, released = t, true, true
 						break
 					}
 				}
 			}
 			var pid uint32
+			var sent time.Time
+			var sends int
 			if watch {
-				pid = r.pid
+				pid, sent, sends = r.pid, r.sentAt, r.sends
 			}
 			s.mu.Unlock()
-			if watch && polls < pollBurst {
-				// A watched statement often waits for a lock within a
-				// round trip of being sent: the first questions go one
-				// after the other, without a timer (Go's, below a
-				// millisecond, may fire a millisecond late).
+			if !watch {
+				// Nothing to ask PostgreSQL about: the running task (or
+				// the one starting) pokes when it stops.
+				if !s.awaitKick(ctx, lastChange) {
+					return
+				}
+				pollDelay, polls, lastChange = firstPoll, 0, time.Now()
+				continue
+			}
+			if polls == 0 && !released {
+				// Most watched statements wait for no lock and return
+				// within a round trip or two: asking PostgreSQL about
+				// them only slows them down. The first question comes
+				// pollGrace after the statement was sent.
+				kicked, gone := s.napUntil(ctx, r, sends, sent.Add(pollGrace))
+				if kicked {
+					pollDelay, polls, lastChange = firstPoll, 0, time.Now()
+					continue
+				}
+				if gone {
+					continue // answered (or the run is over): no question
+				}
+			}
+			if polls < pollBurst {
+				// A statement still running after the grace often waits
+				// for a lock: the next questions go one after the other,
+				// without a timer (Go's, below a millisecond, may fire a
+				// millisecond late).
 				select {
 				case <-s.kick:
 					pollDelay, polls, lastChange = firstPoll, 0, time.Now()
@@ -998,11 +1040,9 @@ func (s *sched) loop(ctx context.Context) {
 			if polls++; polls >= pollBurst {
 				pollDelay = min(pollDelay*2, 20*time.Millisecond)
 			}
-			if watch {
-				if err := s.cancelIfBlocked(ctx, r, pid); err != nil {
-					s.give(err)
-					return
-				}
+			if err := s.cancelIfBlocked(ctx, r, pid); err != nil {
+				s.give(err)
+				return
 			}
 			continue
 		}
@@ -1040,7 +1080,49 @@ func (s *sched) loop(ctx context.Context) {
 		}
 		s.chooseLocked(ready)
 		s.mu.Unlock()
-		lastChange = time.Now()
+		pollDelay, polls, lastChange = firstPoll, 0, time.Now()
+	}
+}
+
+// awaitKick waits for a poke; false when the run is over (given up: the
+// context ended, or nothing happened for s.hang since lastChange).
+func (s *sched) awaitKick(ctx context.Context, lastChange time.Time) bool {
+	timer := time.NewTimer(max(s.hang-time.Since(lastChange), 0))
+	defer timer.Stop()
+	select {
+	case <-s.kick:
+		return true
+	case <-ctx.Done():
+		s.give(ctx.Err())
+		return false
+	case <-timer.C:
+		s.give(s.hangError())
+		return false
+	}
+}
+
+// napUntil waits until deadline, in naps of napStep: kicked when a poke
+// came first, gone when r's statement (its sends-th) has been answered
+// first, or the run was given up. Go's timers and sleeps, below a
+// millisecond, may wake a millisecond late; a nanosleep of the thread does
+// not, and costs no CPU.
+func (s *sched) napUntil(ctx context.Context, r *task, sends int, deadline time.Time) (kicked, gone bool) {
+	for {
+		select {
+		case <-s.kick:
+			return true, false
+		default:
+		}
+		s.mu.Lock()
+		on := r.inflight && r.sends == sends && !s.aborted
+		s.mu.Unlock()
+		if !on || ctx.Err() != nil {
+			return false, true
+		}
+		if !time.Now().Before(deadline) {
+			return false, false
+		}
+		_ = syscall.Nanosleep(&syscall.Timespec{Nsec: int64(napStep)}, nil)
 	}
 }
 
