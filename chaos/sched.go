@@ -78,10 +78,6 @@ const pollBurst = 8
 // needs (the machine may have 2 cores).
 const pollGrace = 250 * time.Microsecond
 
-// napStep is how long the scheduler sleeps at a time while it waits out
-// pollGrace, looking for the statement's answer between naps.
-const napStep = 20 * time.Microsecond
-
 // firstPoll is the first spacing of the questions after pollBurst; it
 // doubles up to 20 ms for a statement that runs on.
 const firstPoll = 100 * time.Microsecond
@@ -175,10 +171,8 @@ type task struct {
 	// (BEGIN, COMMIT, a plain SELECT) is left to answer.
 	watched bool
 	pid     uint32
-	// sends counts the statements sent, sentAt is when the last was.
-	sends  int
-	sentAt time.Time
-	timed  bool // under lock_timeout: it ends by itself
+	sentAt  time.Time // when the statement was sent
+	timed   bool      // under lock_timeout: it ends by itself
 	// cancelled: the scheduler cancelled the statement, which waited for
 	// a lock held by blockers.
 	cancelled bool
@@ -771,7 +765,7 @@ func (s *sched) txEndedLocked(pid uint32) {
 func (s *sched) inflight(t *task, pid uint32, locks, inPG bool) {
 	s.mu.Lock()
 	t.inflight, t.pid, t.cancelled, t.blockers = true, pid, false, nil
-	t.sends, t.sentAt = t.sends+1, time.Now()
+	t.sentAt = time.Now()
 	t.inPG, t.pgWait, t.released = inPG, false, false
 	t.timed = false
 	t.watched = locks && s.othersHoldLocksLocked(pid)
@@ -975,9 +969,8 @@ func (s *sched) loop(ctx context.Context) {
 			}
 			var pid uint32
 			var sent time.Time
-			var sends int
 			if watch {
-				pid, sent, sends = r.pid, r.sentAt, r.sends
+				pid, sent = r.pid, r.sentAt
 			}
 			s.mu.Unlock()
 			if !watch {
@@ -994,13 +987,11 @@ func (s *sched) loop(ctx context.Context) {
 				// within a round trip or two: asking PostgreSQL about
 				// them only slows them down. The first question comes
 				// pollGrace after the statement was sent.
-				kicked, gone := s.napUntil(ctx, r, sends, sent.Add(pollGrace))
-				if kicked {
+				if kicked, waited, gone := s.napUntil(ctx, sent.Add(pollGrace)); kicked {
 					pollDelay, polls, lastChange = firstPoll, 0, time.Now()
 					continue
-				}
-				if gone {
-					continue // answered (or the run is over): no question
+				} else if waited || gone {
+					continue // is it still running? (or the run is over)
 				}
 			}
 			if polls < pollBurst {
@@ -1101,28 +1092,32 @@ func (s *sched) awaitKick(ctx context.Context, lastChange time.Time) bool {
 	}
 }
 
-// napUntil waits until deadline, in naps of napStep: kicked when a poke
-// came first, gone when r's statement (its sends-th) has been answered
-// first, or the run was given up. Go's timers and sleeps, below a
-// millisecond, may wake a millisecond late; a nanosleep of the thread does
-// not, and costs no CPU.
-func (s *sched) napUntil(ctx context.Context, r *task, sends int, deadline time.Time) (kicked, gone bool) {
-	for {
-		select {
-		case <-s.kick:
-			return true, false
-		default:
+// napUntil waits until deadline (waited): kicked when a poke came first,
+// gone when the run was given up. Go's timers, below a millisecond, may fire a
+// millisecond late; a goroutine's nanosleep does not. A poke (the task
+// answered, and parked at its next step) ends the wait at once, as the
+// handover to the next task should not wait for the deadline.
+func (s *sched) napUntil(ctx context.Context, deadline time.Time) (kicked, waited, gone bool) {
+	d := time.Until(deadline)
+	if d <= 0 {
+		return false, false, false
+	}
+	alarm := make(chan struct{}, 1)
+	go func() {
+		ts := syscall.NsecToTimespec(int64(d))
+		for syscall.Nanosleep(&ts, &ts) == syscall.EINTR {
 		}
-		s.mu.Lock()
-		on := r.inflight && r.sends == sends && !s.aborted
-		s.mu.Unlock()
-		if !on || ctx.Err() != nil {
-			return false, true
-		}
-		if !time.Now().Before(deadline) {
-			return false, false
-		}
-		_ = syscall.Nanosleep(&syscall.Timespec{Nsec: int64(napStep)}, nil)
+		alarm <- struct{}{}
+	}()
+	select {
+	case <-s.kick:
+		return true, false, false
+	case <-ctx.Done():
+		return false, false, true
+	case <-s.abortCh:
+		return false, false, true
+	case <-alarm:
+		return false, true, false
 	}
 }
 
