@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/banksim/bank-sim/bank"
@@ -69,6 +70,17 @@ const detHang = time.Minute
 // after the other, whether a watched statement waits for a lock before it
 // spaces its questions out.
 const pollBurst = 8
+
+// pollGrace is how long after a watched statement was sent the scheduler
+// first asks PostgreSQL whether it waits for a lock: most such statements
+// wait for none and have been answered by then, unasked. A question costs
+// a round trip on another connection, and CPU that the statement itself
+// needs (the machine may have 2 cores).
+const pollGrace = 250 * time.Microsecond
+
+// firstPoll is the first spacing of the questions after pollBurst; it
+// doubles up to 20 ms for a statement that runs on.
+const firstPoll = 100 * time.Microsecond
 
 // DefaultAuditSteps is how many scheduler steps pass between two audits of a
 // deterministic run when Config.AuditSteps is zero.
@@ -159,7 +171,8 @@ type task struct {
 	// (BEGIN, COMMIT, a plain SELECT) is left to answer.
 	watched bool
 	pid     uint32
-	timed   bool // under lock_timeout: it ends by itself
+	sentAt  time.Time // when the statement was sent
+	timed   bool      // under lock_timeout: it ends by itself
 	// cancelled: the scheduler cancelled the statement, which waited for
 	// a lock held by blockers.
 	cancelled bool
@@ -752,6 +765,7 @@ func (s *sched) txEndedLocked(pid uint32) {
 func (s *sched) inflight(t *task, pid uint32, locks, inPG bool) {
 	s.mu.Lock()
 	t.inflight, t.pid, t.cancelled, t.blockers = true, pid, false, nil
+	t.sentAt = time.Now()
 	t.inPG, t.pgWait, t.released = inPG, false, false
 	t.timed = false
 	t.watched = locks && s.othersHoldLocksLocked(pid)
@@ -931,10 +945,6 @@ func (s *sched) blockers(ctx context.Context, pid uint32) ([]uint32, error) {
 // loop makes the choices. It runs from adopt to close.
 func (s *sched) loop(ctx context.Context) {
 	defer close(s.done)
-	// A statement is watched only when another transaction holds row
-	// locks, and then it often waits for one: the first question comes
-	// soon after it is sent.
-	const firstPoll = 100 * time.Microsecond
 	pollDelay, polls := firstPoll, 0
 	lastChange := time.Now()
 	for {
@@ -946,26 +956,49 @@ func (s *sched) loop(ctx context.Context) {
 		if !s.quiescentLocked() {
 			r := s.running
 			watch := r != nil && r.inflight && r.watched && !r.timed && !r.cancelled
+			released := false
 			if r == nil {
 				// A statement released inside PostgreSQL: does it wait
 				// again, or is it on its way back?
 				for _, t := range s.tasks {
 					if t.released && t.inflight {
-						r, watch = t, true
+						r, watch, released = t, true, true
 						break
 					}
 				}
 			}
 			var pid uint32
+			var sent time.Time
 			if watch {
-				pid = r.pid
+				pid, sent = r.pid, r.sentAt
 			}
 			s.mu.Unlock()
-			if watch && polls < pollBurst {
-				// A watched statement often waits for a lock within a
-				// round trip of being sent: the first questions go one
-				// after the other, without a timer (Go's, below a
-				// millisecond, may fire a millisecond late).
+			if !watch {
+				// Nothing to ask PostgreSQL about: the running task (or
+				// the one starting) pokes when it stops.
+				if !s.awaitKick(ctx, lastChange) {
+					return
+				}
+				pollDelay, polls, lastChange = firstPoll, 0, time.Now()
+				continue
+			}
+			if polls == 0 && !released {
+				// Most watched statements wait for no lock and return
+				// within a round trip or two: asking PostgreSQL about
+				// them only slows them down. The first question comes
+				// pollGrace after the statement was sent.
+				if kicked, waited, gone := s.napUntil(ctx, sent.Add(pollGrace)); kicked {
+					pollDelay, polls, lastChange = firstPoll, 0, time.Now()
+					continue
+				} else if waited || gone {
+					continue // is it still running? (or the run is over)
+				}
+			}
+			if polls < pollBurst {
+				// A statement still running after the grace often waits
+				// for a lock: the next questions go one after the other,
+				// without a timer (Go's, below a millisecond, may fire a
+				// millisecond late).
 				select {
 				case <-s.kick:
 					pollDelay, polls, lastChange = firstPoll, 0, time.Now()
@@ -998,11 +1031,9 @@ func (s *sched) loop(ctx context.Context) {
 			if polls++; polls >= pollBurst {
 				pollDelay = min(pollDelay*2, 20*time.Millisecond)
 			}
-			if watch {
-				if err := s.cancelIfBlocked(ctx, r, pid); err != nil {
-					s.give(err)
-					return
-				}
+			if err := s.cancelIfBlocked(ctx, r, pid); err != nil {
+				s.give(err)
+				return
 			}
 			continue
 		}
@@ -1040,7 +1071,53 @@ func (s *sched) loop(ctx context.Context) {
 		}
 		s.chooseLocked(ready)
 		s.mu.Unlock()
-		lastChange = time.Now()
+		pollDelay, polls, lastChange = firstPoll, 0, time.Now()
+	}
+}
+
+// awaitKick waits for a poke; false when the run is over (given up: the
+// context ended, or nothing happened for s.hang since lastChange).
+func (s *sched) awaitKick(ctx context.Context, lastChange time.Time) bool {
+	timer := time.NewTimer(max(s.hang-time.Since(lastChange), 0))
+	defer timer.Stop()
+	select {
+	case <-s.kick:
+		return true
+	case <-ctx.Done():
+		s.give(ctx.Err())
+		return false
+	case <-timer.C:
+		s.give(s.hangError())
+		return false
+	}
+}
+
+// napUntil waits until deadline (waited): kicked when a poke came first,
+// gone when the run was given up. Go's timers, below a millisecond, may fire a
+// millisecond late; a goroutine's nanosleep does not. A poke (the task
+// answered, and parked at its next step) ends the wait at once, as the
+// handover to the next task should not wait for the deadline.
+func (s *sched) napUntil(ctx context.Context, deadline time.Time) (kicked, waited, gone bool) {
+	d := time.Until(deadline)
+	if d <= 0 {
+		return false, false, false
+	}
+	alarm := make(chan struct{}, 1)
+	go func() {
+		ts := syscall.NsecToTimespec(int64(d))
+		for syscall.Nanosleep(&ts, &ts) == syscall.EINTR {
+		}
+		alarm <- struct{}{}
+	}()
+	select {
+	case <-s.kick:
+		return true, false, false
+	case <-ctx.Done():
+		return false, false, true
+	case <-s.abortCh:
+		return false, false, true
+	case <-alarm:
+		return false, true, false
 	}
 }
 
