@@ -9,6 +9,7 @@ package browsertest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -89,12 +90,37 @@ func New(t testing.TB) *Browser {
 	shared.mu.Lock()
 	defer shared.mu.Unlock()
 	if shared.ctx == nil && shared.err == nil {
-		shared.err = start(path)
+		shared.err = startTrying(path)
 	}
 	if shared.err != nil {
 		t.Fatalf("browsertest: %v", shared.err)
 	}
 	return &Browser{t: t, ctx: shared.ctx}
+}
+
+// startAttempts is how many times a browser that dies as it starts is
+// started again: beside another test run (load 11) Chromium died once in
+// its first second ("chrome failed to start", crashpad: "no stack
+// mapping"). A browser that does not answer within StartBound is not tried
+// again.
+const startAttempts = 3
+
+// errSlowStart is start's error when the browser did not answer in time.
+var errSlowStart = errors.New("did not start within the bound")
+
+func startTrying(path string) error {
+	var errs []error
+	for range startAttempts {
+		err := start(path)
+		if err == nil {
+			return nil
+		}
+		errs = append(errs, err)
+		if errors.Is(err, errSlowStart) {
+			break
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func start(path string) error {
@@ -130,7 +156,7 @@ func start(path string) error {
 		}
 	case <-timer.C:
 		closeLocked()
-		return fmt.Errorf("%s did not start within %s", path, StartBound)
+		return fmt.Errorf("%s %w (%s)", path, errSlowStart, StartBound)
 	}
 	shared.ctx = ctx
 	return nil
