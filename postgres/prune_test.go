@@ -531,7 +531,7 @@ func invalidate(t *testing.T, admin *pgx.Conn, name string) {
 // run in the slot, which starts; it once made every later Start fail with
 // "cannot alter invalid database".
 func TestAnInterruptedDropIsFinishedInTheSlot(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it counts on the slots of the shared warm cache.
 	ctx := context.Background()
 	dir := warmCache(t)
 	s, _ := start(t, Options{CacheDir: dir})
