@@ -45,10 +45,17 @@ const (
 )
 
 // The wait policy's settings on the server copy that waits instead of
-// answering 409 at once: short, since the faults need no real patience.
+// answering 409 at once. The deterministic engine counts the wait in
+// pauses (25 polls; its holders run when scheduled). A run in real time
+// gives the holder longer: on a loaded machine (CI's exhaustive run, load
+// 15) a holder took more than 25 ms, every waiting copy gave up with 409,
+// and wait-then-replay went unreached. A holder that never finishes (its
+// server crashed after the claim) costs the waiting copy this much once.
 const (
-	waitInterval = time.Millisecond
-	waitTimeout  = 25 * time.Millisecond
+	waitInterval     = time.Millisecond
+	waitTimeout      = 25 * time.Millisecond
+	realWaitInterval = 2 * time.Millisecond
+	realWaitTimeout  = 400 * time.Millisecond
 )
 
 // Progress is told how many intents have settled their fault phase.
@@ -266,7 +273,10 @@ func newEngineOn(db bank.DB, cfg Config, s *sched) *engine {
 		if k == cfg.Instances-1 && cfg.Instances > 1 {
 			// The last copy waits for a key in progress instead of
 			// answering 409: both conflict policies meet the same faults.
-			h.Conflict, h.WaitInterval, h.WaitTimeout = idem.WaitForResult, waitInterval, waitTimeout
+			h.Conflict, h.WaitInterval, h.WaitTimeout = idem.WaitForResult, realWaitInterval, realWaitTimeout
+			if s != nil {
+				h.WaitInterval, h.WaitTimeout = waitInterval, waitTimeout
+			}
 		}
 		if cfg.Bug != nil {
 			cfg.Bug.Apply(h)
