@@ -137,6 +137,10 @@ func start(path string) error {
 		// but loopback resolves to nothing. The requests are still recorded.
 		chromedp.Flag("host-resolver-rules", "MAP * ~NOTFOUND , EXCLUDE 127.0.0.1"),
 		chromedp.Flag("disable-gpu", true),
+		// Chromium leaves its singleton socket's folder in TMPDIR
+		// (/tmp/org.chromium.Chromium.*) when it is killed; inside the
+		// profile it goes with the profile.
+		chromedp.Env("TMPDIR="+dir),
 	)
 	actx, acancel := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancel := chromedp.NewContext(actx)
