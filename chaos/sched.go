@@ -264,7 +264,26 @@ type sched struct {
 	// polls and cancels count the questions to PostgreSQL about locks and
 	// the statements cancelled for one.
 	polls, cancels atomic.Int64
+	// quick is a moving average of how long watched statements that
+	// waited for no lock took from send to answer; see graceLocked.
+	quick time.Duration
 }
+
+// graceLocked is how long after a watched statement was sent the scheduler
+// first asks PostgreSQL whether it waits for a lock: pollGrace, or twice
+// what such statements have lately taken, up to maxGrace. On a loaded
+// machine a statement that waits for nothing takes milliseconds, not
+// hundreds of microseconds, and questions asked at 250 µs found nothing
+// while taking the CPU the statement needed (2 questions a step at load
+// 12). It changes when the scheduler sees a wait, never what it chooses:
+// a run's history is the same.
+func (s *sched) graceLocked() time.Duration {
+	return min(max(2*s.quick, pollGrace), maxGrace)
+}
+
+// maxGrace bounds graceLocked: a statement that does wait for a lock is
+// seen at most this late.
+const maxGrace = 5 * time.Millisecond
 
 type taskKey struct{}
 
@@ -800,6 +819,15 @@ func (s *sched) othersHoldLocksLocked(pid uint32) bool {
 func (s *sched) returned(t *task, pid uint32, err error, endsTx bool) (blockers []uint32, cancelled bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if t.watched && !t.cancelled && !t.pgWait && !t.released && len(t.blockers) == 0 {
+		// An exponential moving average, 1/8 for the newest.
+		d := time.Since(t.sentAt)
+		if s.quick == 0 {
+			s.quick = d
+		} else {
+			s.quick += (d - s.quick) / 8
+		}
+	}
 	t.inflight = false
 	if t.pgWait {
 		// It waited inside PostgreSQL, suspended, and has its answer: it
@@ -969,6 +997,7 @@ func (s *sched) loop(ctx context.Context) {
 			}
 			var pid uint32
 			var sent time.Time
+			grace := s.graceLocked()
 			if watch {
 				pid, sent = r.pid, r.sentAt
 			}
@@ -986,8 +1015,8 @@ func (s *sched) loop(ctx context.Context) {
 				// Most watched statements wait for no lock and return
 				// within a round trip or two: asking PostgreSQL about
 				// them only slows them down. The first question comes
-				// pollGrace after the statement was sent.
-				if kicked, waited, gone := s.napUntil(ctx, sent.Add(pollGrace)); kicked {
+				// a grace after the statement was sent (graceLocked).
+				if kicked, waited, gone := s.napUntil(ctx, sent.Add(grace)); kicked {
 					pollDelay, polls, lastChange = firstPoll, 0, time.Now()
 					continue
 				} else if waited || gone {
