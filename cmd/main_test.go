@@ -436,6 +436,6 @@ func TestServeStopsAtOnceWithAConnectionThatSentNothing(t *testing.T) {
 		t.Fatalf("exit %d, want %d; stderr:\n%s", c, cmd.ExitInterrupted, r.errOut.String())
 	}
 	if !strings.Contains(r.out.String(), "SMS sent: 1\n") || !strings.Contains(r.out.String(), "Ada ₦47,500, Bola ₦7,500, Chidi ₦20,000 | total ₦75,000 | transfers 1") {
-		t.Errorf("the committed transfer's SMS or the final ledger is missing:\n%s", r.out.String())
+		t.Errorf("the committed transfer's SMS or the final ledger is missing:\n%s\nstderr:\n%s", r.out.String(), r.errOut.String())
 	}
 }

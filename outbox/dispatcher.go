@@ -97,6 +97,10 @@ type Dispatcher struct {
 	Hooks    DispatchHooks
 	// Note, when set, is told about each row's outcome.
 	Note func(format string, args ...any)
+
+	// last makes a claim wait for rows that another transaction has
+	// locked instead of skipping them: Final's, see there.
+	last bool
 }
 
 // Batch is one claim: its token and the rows it holds.
@@ -195,6 +199,9 @@ func (d *Dispatcher) Claim(ctx context.Context) (Batch, error) {
 // $3 the dispatcher's name, $4 the lease.
 func (d *Dispatcher) ClaimSQL() string {
 	lock := "FOR UPDATE SKIP LOCKED"
+	if d.last {
+		lock = "FOR UPDATE"
+	}
 	if d.Flaws.NoSkipLocked {
 		lock = "" // the mistake: a concurrent claim reads the same rows as unclaimed and takes them too
 	}
@@ -458,7 +465,15 @@ func (d *Dispatcher) Final(ctx context.Context) (Report, error) {
 	if err != nil {
 		return Report{}, fmt.Errorf("take back the outbox's claims for the last drain: %w", err)
 	}
-	rep, err := d.Drain(ctx)
+	// Its claims wait for a row another transaction has locked, where a
+	// running dispatcher's skip it: every dispatcher has stopped, so the
+	// holder is one whose claim was cut off by its stop, and whose backend
+	// still holds the row's lock until it sees its connection closed. At
+	// load 8, 3 stops in 30 skipped the one row such a claim held: its SMS
+	// was named unsent and dropped with the bank.
+	last := *d
+	last.last = true
+	rep, err := last.Drain(ctx)
 	if n > 0 {
 		if rep.Outcomes == nil {
 			rep.Outcomes = map[Outcome]int{}

@@ -135,3 +135,54 @@ func TestFinalSendsRowsStoppedDispatchersHold(t *testing.T) {
 	}
 	checkOnce(t, ctx, pool, p, rows)
 }
+
+// Final waits for a row whose lock a cut-off claim still holds, instead of
+// skipping it as a running dispatcher's claim does: serve's stop cancels
+// its dispatcher mid-claim, and that claim's backend keeps the row locked
+// until it sees its connection closed. Skipped, the row's SMS was named
+// unsent and dropped with the bank (3 stops in 30 at load 8).
+func TestFinalWaitsForARowACutOffClaimStillLocks(t *testing.T) {
+	t.Parallel()
+	const rows = 3
+	pool := pgtest.NewBank(t, 6)
+	addSMSRows(t, pool, rows)
+	p := outbox.NewProvider(1)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// The cut-off claim: a transaction that locked row 2, not yet ended.
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(ctx, "SELECT id FROM outbox WHERE id = 2 FOR UPDATE"); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		rep outbox.Report
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		rep, err := (&outbox.Dispatcher{DB: pool, Name: "last", SMS: p}).Final(ctx)
+		done <- result{rep, err}
+	}()
+	// Its backend goes: the lock with it.
+	time.Sleep(200 * time.Millisecond)
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var res result
+	select {
+	case res = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("waited 30s for Final to return after the lock was released")
+	}
+	if res.err != nil || res.rep.Outcomes[outbox.Sent] != rows {
+		t.Errorf("Final: %+v, %v; want %d sent, the locked row too", res.rep, res.err, rows)
+	}
+	if left, err := outbox.Unsent(ctx, pool); err != nil || len(left) != 0 {
+		t.Errorf("unsent after Final: %+v, %v", left, err)
+	}
+	checkOnce(t, ctx, pool, p, rows)
+}
