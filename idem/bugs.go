@@ -1,7 +1,6 @@
 package idem
 
 import (
-	"context"
 	"fmt"
 	"sort"
 	"strings"
@@ -252,16 +251,3 @@ func LookupBug(name string) (Bug, error) {
 	}
 	return Bug{}, fmt.Errorf("unknown bug %q; valid names: %s", name, strings.Join(BugNames(), ", "))
 }
-
-// CodeInternal is the error code of a 500.
-const CodeInternal = "internal_error"
-
-// ServerError is the 500 answer to an unexpected failure. A correct handler
-// never stores it: it says nothing about whether the transfer happened.
-func ServerError() bank.Response {
-	return bank.Reject(500, CodeInternal, "Something went wrong on our side; retry with the same Idempotency-Key")
-}
-
-// HooksFrom returns the hooks attached to ctx by WithHooks, so that a fault
-// can add its own to them instead of replacing them.
-func HooksFrom(ctx context.Context) Hooks { return hooksFrom(ctx) }

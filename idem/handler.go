@@ -15,6 +15,7 @@ const (
 	CodeKeyRequired = "idempotency_key_required"
 	CodeKeyReused   = "idempotency_key_reused"
 	CodeInProgress  = "request_in_progress"
+	CodeInternal    = "internal_error"
 )
 
 // InProgress is the 409 answer for a key whose holder is still working.
@@ -25,6 +26,12 @@ func InProgress() bank.Response {
 // KeyRequired is the 400 answer for a missing or malformed key.
 func KeyRequired() bank.Response {
 	return bank.Reject(400, CodeKeyRequired, "Send an Idempotency-Key header of 16 to 64 letters, digits, - or _")
+}
+
+// ServerError is the 500 answer to an unexpected failure. A correct handler
+// never stores it: it says nothing about whether the transfer happened.
+func ServerError() bank.Response {
+	return bank.Reject(500, CodeInternal, "Something went wrong on our side; retry with the same Idempotency-Key")
 }
 
 // Request is one delivery of POST /transfers as the handler sees it. UserID
@@ -104,6 +111,10 @@ type hooksKey struct{}
 func WithHooks(ctx context.Context, h Hooks) context.Context {
 	return context.WithValue(ctx, hooksKey{}, h)
 }
+
+// HooksFrom returns the hooks attached to ctx by WithHooks, so that a fault
+// can add its own to them instead of replacing them.
+func HooksFrom(ctx context.Context) Hooks { return hooksFrom(ctx) }
 
 func hooksFrom(ctx context.Context) Hooks {
 	h, _ := ctx.Value(hooksKey{}).(Hooks)
