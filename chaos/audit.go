@@ -6,7 +6,7 @@ import (
 	"sort"
 	"sync"
 
-	"github.com/banksim/bank-sim/idem"
+	"github.com/banksim/bank-sim/idem/mistakes"
 	"github.com/banksim/bank-sim/scenarios"
 )
 
@@ -115,7 +115,7 @@ const AuditCoverageRuns = 4
 // AuditRates, enough to take every defence path.
 const AuditIntents = 400
 
-// Audit runs the clean handler and every bug in idem.Bugs against the
+// Audit runs the clean handler and every bug in mistakes.All against the
 // protected phases of every scenario and a short chaos run.
 func Audit(ctx context.Context, dbs scenarios.Databases, cfg AuditConfig) (AuditReport, error) {
 	if cfg.Parallel <= 0 {
@@ -139,7 +139,7 @@ func Audit(ctx context.Context, dbs scenarios.Databases, cfg AuditConfig) (Audit
 	}
 	rep.Columns = append(rep.Columns, ChaosColumn)
 
-	bugs := idem.Bugs()
+	bugs := mistakes.All()
 	rows := make([]AuditRow, len(bugs)+1)
 	rows[0] = AuditRow{Bug: CleanRow, Caught: map[string]bool{}, Why: map[string]string{}}
 	for i, b := range bugs {
@@ -169,7 +169,7 @@ func Audit(ctx context.Context, dbs scenarios.Databases, cfg AuditConfig) (Audit
 	sem := make(chan struct{}, cfg.Parallel)
 	var wg sync.WaitGroup
 	for _, j := range jobs {
-		var bug *idem.Bug
+		var bug *mistakes.Bug
 		if j.row > 0 {
 			bug = &bugs[j.row-1]
 		}
@@ -219,7 +219,7 @@ func Audit(ctx context.Context, dbs scenarios.Databases, cfg AuditConfig) (Audit
 
 // cell runs one check with one bug (nil: the clean handler); for the chaos
 // column it also says what the runs never exercised, and their seeds.
-func cell(ctx context.Context, dbs scenarios.Databases, cfg AuditConfig, bug *idem.Bug, column string) (caught bool, why string, missing []string, seeds []Seed, err error) {
+func cell(ctx context.Context, dbs scenarios.Databases, cfg AuditConfig, bug *mistakes.Bug, column string) (caught bool, why string, missing []string, seeds []Seed, err error) {
 	if column == ChaosColumn {
 		run := func(seed uint64) (Result, error) {
 			c := cfg.Chaos

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/banksim/bank-sim/chaos"
-	"github.com/banksim/bank-sim/idem"
+	"github.com/banksim/bank-sim/idem/mistakes"
 	"github.com/banksim/bank-sim/postgres"
 	"github.com/banksim/bank-sim/postgres/pgtest"
 	"github.com/banksim/bank-sim/scenarios"
@@ -100,7 +100,7 @@ func TestDefaultRunCatchesTheMistakesChecksUsedToMiss(t *testing.T) {
 	for name, kind := range want {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			bug, err := idem.LookupBug(name)
+			bug, err := mistakes.Lookup(name)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -215,7 +215,7 @@ func TestHTTPRunCatchesBugs(t *testing.T) {
 	for _, name := range []string{"new-key-per-attempt", "memory-keys"} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			bug, err := idem.LookupBug(name)
+			bug, err := mistakes.Lookup(name)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -14,6 +14,7 @@ import (
 	"github.com/banksim/bank-sim/bank"
 	"github.com/banksim/bank-sim/faults"
 	"github.com/banksim/bank-sim/idem"
+	"github.com/banksim/bank-sim/idem/mistakes"
 	"github.com/banksim/bank-sim/postgres/pgtest"
 	"github.com/banksim/bank-sim/scenarios"
 )
@@ -238,7 +239,7 @@ func TestDisconnectCutsTheRequestAtItsSeededPoint(t *testing.T) {
 			for _, mistake := range []bool{false, true} {
 				e := realEngine(t)
 				if mistake {
-					bug, _ := idem.LookupBug("claim-on-request-context")
+					bug, _ := mistakes.Lookup("claim-on-request-context")
 					for _, h := range e.handlers {
 						bug.Apply(h)
 					}
@@ -275,7 +276,7 @@ func TestFreezeWaitsForTheTransfersRowLock(t *testing.T) {
 			t.Parallel()
 			e := realEngine(t)
 			if mistake {
-				bug, _ := idem.LookupBug("no-row-lock")
+				bug, _ := mistakes.Lookup("no-row-lock")
 				for _, h := range e.handlers {
 					bug.Apply(h)
 				}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/banksim/bank-sim/chaos"
 	"github.com/banksim/bank-sim/faults/netns"
-	"github.com/banksim/bank-sim/idem"
+	"github.com/banksim/bank-sim/idem/mistakes"
 	"github.com/banksim/bank-sim/postgres"
 	"github.com/banksim/bank-sim/postgres/pgtest"
 	"github.com/banksim/bank-sim/scenarios"
@@ -178,7 +178,7 @@ func TestPartitionCorrectHandlerStaysValid(t *testing.T) {
 // Without the partition the same run breaks nothing (no other fault), so
 // the partition is what broke it.
 func TestPartitionBreaksSecondTransaction(t *testing.T) {
-	bug, err := idem.LookupBug(partitionBug)
+	bug, err := mistakes.Lookup(partitionBug)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/banksim/bank-sim/bank"
 	"github.com/banksim/bank-sim/faults"
-	"github.com/banksim/bank-sim/idem"
+	"github.com/banksim/bank-sim/idem/mistakes"
 	"github.com/banksim/bank-sim/outbox"
 	"github.com/banksim/bank-sim/probe"
 )
@@ -200,7 +200,7 @@ type Config struct {
 	MaxAttempts int `json:"maxAttempts"`
 	// AuditEvery is how often the auditor reads every balance.
 	AuditEvery time.Duration `json:"auditEveryNs"`
-	Bug        *idem.Bug     `json:"bug,omitempty"`
+	Bug        *mistakes.Bug `json:"bug,omitempty"`
 	// HTTP carries every attempt over real sockets: the api server on
 	// 127.0.0.1 for each instance, a fault proxy in front of each, and the
 	// retrying client (api/client). Otherwise attempts call the handler in

@@ -12,7 +12,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/banksim/bank-sim/bank"
-	"github.com/banksim/bank-sim/idem"
+	"github.com/banksim/bank-sim/idem/mistakes"
 	"github.com/banksim/bank-sim/internal/userfile"
 	"github.com/banksim/bank-sim/outbox"
 	"github.com/banksim/bank-sim/scenarios"
@@ -68,9 +68,9 @@ type RecipeViolation struct {
 
 // Config is the deterministic run the recipe describes. bug, when set,
 // replaces the recipe's own mistake (nil: the recipe's).
-func (r *Recipe) Config(bug *idem.Bug) Config {
+func (r *Recipe) Config(bug *mistakes.Bug) Config {
 	if bug == nil && r.Bug != "" {
-		if b, err := idem.LookupBug(r.Bug); err == nil {
+		if b, err := mistakes.Lookup(r.Bug); err == nil {
 			bug = &b
 		}
 	}
@@ -170,7 +170,7 @@ func (r *Recipe) Validate() error {
 		return fmt.Errorf("unknown violation kind %q; known: %s", r.Violation.Kind, strings.Join(Kinds(), ", "))
 	}
 	if r.Bug != "" {
-		if _, err := idem.LookupBug(r.Bug); err != nil {
+		if _, err := mistakes.Lookup(r.Bug); err != nil {
 			return err
 		}
 	}
@@ -405,7 +405,7 @@ func (r *Recipe) Scenario(name, bug string) scenarios.Scenario {
 	s := scenarios.Scenario{Name: name,
 		Summary: fmt.Sprintf("a shrunk chaos run: %s, %s", plural(len(r.Script.Intents), "intent", "intents"), r.Violation.Kind)}
 	if r.Bug != "" {
-		bug, _ := idem.LookupBug(r.Bug)
+		bug, _ := mistakes.Lookup(r.Bug)
 		s.Phases = append(s.Phases, scenarios.Phase{
 			Title:   fmt.Sprintf("With the mistake %s, the recipe breaks “%s” again", r.Bug, CheckTitle(r.Violation.Kind)),
 			Control: true,
@@ -425,12 +425,12 @@ func (r *Recipe) Scenario(name, bug string) scenarios.Scenario {
 }
 
 // noBug is the correct handler, for Config: nil means the recipe's own.
-var noBug = &idem.Bug{Name: ""}
+var noBug = &mistakes.Bug{Name: ""}
 
 // replay runs the recipe on the phase's bank and tells it: each intent,
 // each attempt and what its client was told; then every chaos check is one
 // of the phase's invariants.
-func (r *Recipe) replay(ctx context.Context, run *scenarios.Run, bug *idem.Bug, control bool) error {
+func (r *Recipe) replay(ctx context.Context, run *scenarios.Run, bug *mistakes.Bug, control bool) error {
 	if bug == nil {
 		bug = noBug
 	}

@@ -7,7 +7,7 @@ import (
 	"sort"
 
 	"github.com/banksim/bank-sim/bank"
-	"github.com/banksim/bank-sim/idem"
+	"github.com/banksim/bank-sim/idem/mistakes"
 	"github.com/banksim/bank-sim/outbox"
 	"github.com/banksim/bank-sim/scenarios"
 )
@@ -131,7 +131,7 @@ type shrinker struct {
 	pools   *poolCache
 	kind    string
 	seed    uint64
-	bug     *idem.Bug
+	bug     *mistakes.Bug
 	runs    int
 	budget  int
 	log     func(string, ...any)

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/banksim/bank-sim/chaos"
-	"github.com/banksim/bank-sim/idem"
+	"github.com/banksim/bank-sim/idem/mistakes"
 	"github.com/banksim/bank-sim/postgres/pgtest"
 	"github.com/banksim/bank-sim/scenarios"
 )
@@ -78,7 +78,7 @@ func TestSeedsAreStringsInJSON(t *testing.T) {
 // and it keeps its history to be shrunk.
 func TestCampaignSeedsAreTheirOwnRuns(t *testing.T) {
 	t.Parallel()
-	b, _ := idem.LookupBug("read-compare-write")
+	b, _ := mistakes.Lookup("read-compare-write")
 	// Twenty intents: read-compare-write breaks a rule in each of these
 	// seeds already, so the first failing one is the first given (3), not
 	// the lowest.

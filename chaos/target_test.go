@@ -16,6 +16,7 @@ import (
 	"github.com/banksim/bank-sim/bank"
 	"github.com/banksim/bank-sim/chaos"
 	"github.com/banksim/bank-sim/idem"
+	"github.com/banksim/bank-sim/idem/mistakes"
 	"github.com/banksim/bank-sim/postgres/pgtest"
 	"github.com/banksim/bank-sim/probe"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -29,7 +30,7 @@ type served struct {
 	pool *pgxpool.Pool
 }
 
-func serve(t *testing.T, copies int, bug *idem.Bug, lockTTL time.Duration) *served {
+func serve(t *testing.T, copies int, bug *mistakes.Bug, lockTTL time.Duration) *served {
 	t.Helper()
 	s := &served{pool: pgtest.NewBank(t, 16)}
 	for range copies {
@@ -175,7 +176,7 @@ func TestTargetRunCatchesTheMistakesAClientCanSee(t *testing.T) {
 			if m.blind != "" {
 				pgtest.Exhaustive(t)
 			}
-			b, err := idem.LookupBug(name)
+			b, err := mistakes.Lookup(name)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -398,9 +399,9 @@ func TestTargetRunFindsTheFlawsOfAServerThatIsNotBankSim(t *testing.T) {
 func TestTargetRunAuditsWithASnapshotOfTheTargetsDatabase(t *testing.T) {
 	for _, bug := range []string{"", "read-compare-write"} {
 		t.Run("bug="+bug, func(t *testing.T) {
-			var b *idem.Bug
+			var b *mistakes.Bug
 			if bug != "" {
-				found, err := idem.LookupBug(bug)
+				found, err := mistakes.Lookup(bug)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/banksim/bank-sim/chaos"
-	"github.com/banksim/bank-sim/idem"
+	"github.com/banksim/bank-sim/idem/mistakes"
 	"github.com/banksim/bank-sim/internal/userfile"
 	"github.com/banksim/bank-sim/scenarios"
 	"github.com/spf13/cobra"
@@ -221,7 +221,7 @@ func mergeCampaign(paths []string, files []*campaignFile) (campaignRun, *chaos.R
 	cfg := f0.Config.WithDefaults()
 	if cfg.Bug != nil {
 		// The mistake by its name: what it switches on is this build's.
-		b, err := idem.LookupBug(cfg.Bug.Name)
+		b, err := mistakes.Lookup(cfg.Bug.Name)
 		if err != nil {
 			return campaignRun{}, nil, usageError("%s: --bug %v", p0, err)
 		}

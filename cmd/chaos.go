@@ -14,7 +14,7 @@ import (
 
 	"github.com/banksim/bank-sim/chaos"
 	"github.com/banksim/bank-sim/chaos/ha"
-	"github.com/banksim/bank-sim/idem"
+	"github.com/banksim/bank-sim/idem/mistakes"
 	"github.com/banksim/bank-sim/internal/htmlreport"
 	"github.com/banksim/bank-sim/postgres"
 	"github.com/banksim/bank-sim/scenarios"
@@ -285,18 +285,18 @@ some defence, else 0.`,
 	f.StringVar(&o.campaignOut, "campaign-out", "", "with --seeds: write the campaign's results as JSON to `FILE`, for 'bank-sim check --merge'")
 	addHTMLFlag(f, &o.html)
 	_ = c.RegisterFlagCompletionFunc("bug", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
-		return idem.BugNames(), cobra.ShellCompDirectiveNoFileComp
+		return mistakes.Names(), cobra.ShellCompDirectiveNoFileComp
 	})
 	return c
 }
 
-func parseBug(name string) (*idem.Bug, error) {
+func parseBug(name string) (*mistakes.Bug, error) {
 	if name == "" {
 		return nil, nil
 	}
-	b, err := idem.LookupBug(name)
+	b, err := mistakes.Lookup(name)
 	if err != nil {
-		return nil, usageError("--bug: %v", unknownName("bug", name, idem.BugNames(), "bank-sim list --bugs"))
+		return nil, usageError("--bug: %v", unknownName("bug", name, mistakes.Names(), "bank-sim list --bugs"))
 	}
 	return &b, nil
 }

@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/banksim/bank-sim/bank"
-	"github.com/banksim/bank-sim/idem"
+	"github.com/banksim/bank-sim/idem/mistakes"
 	"github.com/banksim/bank-sim/scenarios"
 	"github.com/spf13/cobra"
 )
@@ -170,7 +170,7 @@ func handout(w *paragraphs, list []scenarios.Scenario) {
 	w.line("## The known mistakes")
 	w.blank()
 	w.para("Each can be switched on in the protected runs with `bank-sim scenario --all --bug NAME`, which must then fail.")
-	for _, b := range idem.Bugs() {
+	for _, b := range mistakes.All() {
 		w.para("- **" + b.Name + "**: " + strings.TrimSuffix(b.Mistake, ".") + ". " + strings.TrimSuffix(b.Consequence, ".") + ".")
 	}
 }

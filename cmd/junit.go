@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/banksim/bank-sim/idem"
+	"github.com/banksim/bank-sim/idem/mistakes"
 	"github.com/banksim/bank-sim/scenarios"
 )
 
@@ -63,7 +63,7 @@ type junitFailure struct {
 // writeJUnit writes the reports as JUnit XML, through a temporary file and a
 // rename, so that an interrupted run never leaves half a report behind. The
 // file gets the mode a new file would (0666 less the umask).
-func writeJUnit(path string, reports []scenarios.Report, elapsed time.Duration, seed uint64, bug *idem.Bug) error {
+func writeJUnit(path string, reports []scenarios.Report, elapsed time.Duration, seed uint64, bug *mistakes.Bug) error {
 	suite := junitSuite{Name: "bank-sim scenarios", Time: elapsed.Seconds()}
 	suite.Properties = append(suite.Properties, junitProperty{"seed", strconv.FormatUint(seed, 10)}, junitProperty{"version", version()})
 	if bug != nil {

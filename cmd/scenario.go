@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/banksim/bank-sim/faults"
-	"github.com/banksim/bank-sim/idem"
+	"github.com/banksim/bank-sim/idem/mistakes"
 	"github.com/banksim/bank-sim/scenarios"
 	"github.com/spf13/cobra"
 )
@@ -122,7 +122,7 @@ reached, 130 when interrupted (Ctrl-C, or q under --step).`,
 	f.StringVar(&o.amount, "amount", "", "live experiment: the story's amount in naira instead of its own (e.g. 5000)")
 	_ = c.RegisterFlagCompletionFunc("bug", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 		var names []string
-		for _, b := range idem.Bugs() {
+		for _, b := range mistakes.All() {
 			names = append(names, b.Name+"\t"+b.Mistake)
 		}
 		return names, cobra.ShellCompDirectiveNoFileComp
@@ -257,7 +257,7 @@ type scenarioRun struct {
 	list   []scenarios.Scenario
 	recipe string // --recipe's file: the run is the recipe's, with its own seed
 	seed   uint64
-	bug    *idem.Bug
+	bug    *mistakes.Bug
 	opts   scenarios.Options
 	format string
 }
@@ -549,14 +549,14 @@ func changeList(o scenarios.Options) []string {
 	return out
 }
 
-func bugName(b *idem.Bug) string {
+func bugName(b *mistakes.Bug) string {
 	if b == nil {
 		return ""
 	}
 	return b.Name
 }
 
-func bugNote(b *idem.Bug) string {
+func bugNote(b *mistakes.Bug) string {
 	if b == nil {
 		return ""
 	}

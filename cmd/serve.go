@@ -16,6 +16,7 @@ import (
 	"github.com/banksim/bank-sim/api/client"
 	"github.com/banksim/bank-sim/bank"
 	"github.com/banksim/bank-sim/idem"
+	"github.com/banksim/bank-sim/idem/mistakes"
 	"github.com/banksim/bank-sim/outbox"
 	"github.com/banksim/bank-sim/scenarios"
 	"github.com/spf13/cobra"
@@ -93,7 +94,7 @@ mistake (new-key-per-attempt) is refused: serve runs only the server.`,
 	c.Flags().BoolVarP(&o.quiet, "quiet", "q", false, "do not show each request and the balances after each transfer")
 	_ = c.RegisterFlagCompletionFunc("bug", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 		var names []string
-		for _, b := range idem.Bugs() {
+		for _, b := range mistakes.All() {
 			if !b.NewKeyPerAttempt && !b.AsyncReplication {
 				names = append(names, b.Name)
 			}
@@ -106,7 +107,7 @@ mistake (new-key-per-attempt) is refused: serve runs only the server.`,
 // parseServeBug reads --bug for serve: any server-side bug. A client's
 // mistake cannot be switched on in a server, and pretending would serve the
 // correct handler under a bug's name.
-func parseServeBug(name string) (*idem.Bug, error) {
+func parseServeBug(name string) (*mistakes.Bug, error) {
 	bug, err := parseBug(name)
 	if err != nil || bug == nil {
 		return bug, err

@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/banksim/bank-sim/bank"
-	"github.com/banksim/bank-sim/idem"
+	"github.com/banksim/bank-sim/idem/mistakes"
 	"github.com/banksim/bank-sim/internal/htmlreport"
 	"github.com/banksim/bank-sim/scenarios"
 )
@@ -57,7 +57,7 @@ func laneName(l string) string {
 
 // storyDoc is the HTML report of a scenario run: one story, or (for more)
 // a summary table linking to each.
-func storyDoc(reports []scenarios.Report, seed uint64, bug *idem.Bug, changed []string, interrupted bool) *htmlreport.Doc {
+func storyDoc(reports []scenarios.Report, seed uint64, bug *mistakes.Bug, changed []string, interrupted bool) *htmlreport.Doc {
 	d := &htmlreport.Doc{Kind: "story"}
 	passed, failed := tally(reports)
 	sub := fmt.Sprintf("seed %d (repeat this run with --seed %d)", seed, seed)

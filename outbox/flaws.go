@@ -1,7 +1,7 @@
 package outbox
 
 // Flaws switches on the known mistakes of side effects, each one branch next
-// to the line it corrupts. The zero value is the correct code. idem.Bug
+// to the line it corrupts. The zero value is the correct code. mistakes.Bug
 // carries one, so that --bug and the audit reach these as they reach the
 // key store's.
 type Flaws struct {

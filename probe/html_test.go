@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/banksim/bank-sim/idem"
+	"github.com/banksim/bank-sim/idem/mistakes"
 	"github.com/banksim/bank-sim/internal/browsertest"
 	"github.com/banksim/bank-sim/internal/htmlreport"
 	"github.com/banksim/bank-sim/probe"
@@ -23,11 +23,11 @@ import (
 //     check, marked, its evidence open.
 func TestProbeHTMLReportInABrowser(t *testing.T) {
 	t.Parallel()
-	jsonb, err := idem.LookupBug("jsonb-replay")
+	jsonb, err := mistakes.Lookup("jsonb-replay")
 	if err != nil {
 		t.Fatal(err)
 	}
-	noFingerprint, err := idem.LookupBug("no-fingerprint")
+	noFingerprint, err := mistakes.Lookup("no-fingerprint")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/banksim/bank-sim/idem"
+	"github.com/banksim/bank-sim/idem/mistakes"
 	"github.com/banksim/bank-sim/probe"
 )
 
@@ -34,7 +35,7 @@ type mistake struct {
 	tries int
 }
 
-// mistakes maps every server-side mistake of idem.Bugs() to what the probe
+// probeTable maps every server-side mistake of mistakes.All() to what the probe
 // does with it, as measured. Each caught mistake is seen through what a
 // client can do from outside: a retry on another copy, a reused key, another
 // user's key, a client that hangs up mid-request, a concurrent drain, a
@@ -46,7 +47,7 @@ type mistake struct {
 // stalls (no-expiry, second-transaction, stored-5xx, no-fencing) are
 // therefore blind to a black-box client, and pinned as such: if the probe
 // ever fails against one of them, this test asks for the check to be named.
-var mistakes = map[string]mistake{
+var probeTable = map[string]mistake{
 	"memory-keys":        {check: "other-copy", explains: "made another transfer", copies: 2},
 	"no-fingerprint":     {check: "key-reused-amount", explains: "the request fingerprint is ignored"},
 	"unscoped-keys":      {check: "other-user-same-key", explains: "keys are shared by all users instead of scoped to each"},
@@ -104,14 +105,14 @@ const sideEffect = "a side effect beyond the database (an SMS, an event, its dis
 // Against each of the lesson's server-side mistakes, the probe fails on the
 // check that explains it.
 func TestEachServerSideMistakeFailsTheCheckThatExplainsIt(t *testing.T) {
-	for _, b := range idem.Bugs() {
+	for _, b := range mistakes.All() {
 		if b.NewKeyPerAttempt {
 			continue // the client's mistake: the probe is the client
 		}
-		m, ok := mistakes[b.Name]
+		m, ok := probeTable[b.Name]
 		if !ok {
-			t.Errorf("idem.Bugs() has a server-side mistake the probe's table does not map: %q (%s).\n"+
-				"Add it to mistakes in probe/mistakes_test.go: run the probe against bank-sim with it "+
+			t.Errorf("mistakes.All() has a server-side mistake the probe's table does not map: %q (%s).\n"+
+				"Add it to probeTable in probe/mistakes_test.go: run the probe against bank-sim with it "+
 				"(startBankSim with simOptions{bug: &bug}) and name the check that fails and explains it, "+
 				"or, if none can, say why a black-box client cannot see it (blind) — and update the table in docs/probe.md", b.Name, b.Mistake)
 			continue

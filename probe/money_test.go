@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/banksim/bank-sim/bank"
-	"github.com/banksim/bank-sim/idem"
+	"github.com/banksim/bank-sim/idem/mistakes"
 	"github.com/banksim/bank-sim/probe"
 )
 
@@ -69,7 +69,7 @@ func TestExactMoneyFromEachSource(t *testing.T) {
 // must pass), until one has lost a debit, within a bound.
 func TestExactReadsCatchWhatAnswersHide(t *testing.T) {
 	t.Parallel()
-	b, err := idem.LookupBug("read-compare-write")
+	b, err := mistakes.Lookup("read-compare-write")
 	if err != nil {
 		t.Fatal(err)
 	}

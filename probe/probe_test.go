@@ -18,6 +18,7 @@ import (
 	"github.com/banksim/bank-sim/api"
 	"github.com/banksim/bank-sim/bank"
 	"github.com/banksim/bank-sim/idem"
+	"github.com/banksim/bank-sim/idem/mistakes"
 	"github.com/banksim/bank-sim/postgres/pgtest"
 	"github.com/banksim/bank-sim/probe"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -39,7 +40,7 @@ type bankSim struct {
 
 type simOptions struct {
 	copies int
-	bug    *idem.Bug
+	bug    *mistakes.Bug
 	// lockTTL is the key store's lock; short, so that a key abandoned by a
 	// request whose client went away is taken over well within the probe's
 	// settle time (and the tests spend little time waiting for it).

@@ -8,7 +8,7 @@ import (
 
 	"github.com/banksim/bank-sim/bank"
 	"github.com/banksim/bank-sim/faults"
-	"github.com/banksim/bank-sim/idem"
+	"github.com/banksim/bank-sim/idem/mistakes"
 )
 
 // Options change how ExecuteWith runs a scenario.
@@ -16,7 +16,7 @@ type Options struct {
 	// Bug, when set, is switched on in every handler and client of the
 	// protected phases: a protected phase that still passes has missed it.
 	// Controls keep their own deliberate mistakes and are run unchanged.
-	Bug *idem.Bug
+	Bug *mistakes.Bug
 	// SkipControls runs only the protected phases (the audit needs no proof
 	// that the faults are real on every run).
 	SkipControls bool

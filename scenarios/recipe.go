@@ -2,7 +2,7 @@ package scenarios
 
 import (
 	"github.com/banksim/bank-sim/bank"
-	"github.com/banksim/bank-sim/idem"
+	"github.com/banksim/bank-sim/idem/mistakes"
 )
 
 // Open makes accounts the bank the phase's invariants are checked against,
@@ -15,4 +15,4 @@ func (r *Run) Open(accounts []bank.Account) {
 
 // Bug is the mistake switched on in the phase (nil: none), for a phase that
 // builds its own handlers.
-func (r *Run) Bug() *idem.Bug { return r.bug }
+func (r *Run) Bug() *mistakes.Bug { return r.bug }

@@ -12,6 +12,7 @@ import (
 	"github.com/banksim/bank-sim/bank"
 	"github.com/banksim/bank-sim/faults"
 	"github.com/banksim/bank-sim/idem"
+	"github.com/banksim/bank-sim/idem/mistakes"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -34,7 +35,7 @@ type Run struct {
 	cleanups     []func()
 	extra        []bank.Check    // the scenario's own invariants, judged with the five
 	done         <-chan struct{} // closed when the run is interrupted
-	bug          *idem.Bug       // switched on in every handler and client of the phase
+	bug          *mistakes.Bug   // switched on in every handler and client of the phase
 
 	amount     int64             // the story's amount, or the experiment's
 	faults     []FaultSpec       // a live experiment's faults, for every network and proxy

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/banksim/bank-sim/bank"
-	"github.com/banksim/bank-sim/idem"
+	"github.com/banksim/bank-sim/idem/mistakes"
 	"github.com/banksim/bank-sim/outbox"
 	"github.com/banksim/bank-sim/postgres/pgtest"
 	"github.com/banksim/bank-sim/scenarios"
@@ -84,7 +84,7 @@ func TestSideEffectBugsAreCaught(t *testing.T) {
 	for bugName, scenario := range want {
 		t.Run(bugName, func(t *testing.T) {
 			t.Parallel()
-			bug, err := idem.LookupBug(bugName)
+			bug, err := mistakes.Lookup(bugName)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/banksim/bank-sim/chaos/shrinktest"
-	"github.com/banksim/bank-sim/idem"
+	"github.com/banksim/bank-sim/idem/mistakes"
 	"github.com/banksim/bank-sim/outbox"
 	"github.com/banksim/bank-sim/postgres/pgtest"
 )
@@ -22,7 +22,7 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }
 // (GOMAXPROCS here); in the chaos package it ran alone, because beside the
 // audit it starved it.
 func TestShrinkHandlerMistakesToARecipe(t *testing.T) {
-	shrinktest.Each(t, func(b idem.Bug) bool {
+	shrinktest.Each(t, func(b mistakes.Bug) bool {
 		return b.Outbox == (outbox.Flaws{}) && !b.AsyncReplication && !shrinktest.IsPipelineMistake(b.Name)
 	})
 }

@@ -21,7 +21,7 @@ import (
 	"time"
 
 	"github.com/banksim/bank-sim/chaos"
-	"github.com/banksim/bank-sim/idem"
+	"github.com/banksim/bank-sim/idem/mistakes"
 	"github.com/banksim/bank-sim/outbox"
 	"github.com/banksim/bank-sim/postgres/pgtest"
 	"github.com/banksim/bank-sim/scenarios"
@@ -67,7 +67,7 @@ func storyText(r scenarios.Report) string {
 // and its recipe must need its side-effect faults or, with none, its
 // preemptions; read-compare-write's must need its preemptions. A
 // side-effect mistake that no chaos run reaches is skipped, and says so.
-func ToRecipe(t *testing.T, dbs scenarios.Databases, b idem.Bug) {
+func ToRecipe(t *testing.T, dbs scenarios.Databases, b mistakes.Bug) {
 	// 150 intents catch most mistakes, and shrink sooner; the
 	// audit's 400 the rest. The pipeline's start from 60, which catch
 	// most of them, sooner still.
@@ -160,10 +160,10 @@ func IsPipelineMistake(name string) bool { return pipelineMistakes[name] }
 // is exhaustive (pgtest.Exhaustive): a shrink is dozens of deterministic
 // runs, and the default suite keeps one shrink, through the command line
 // (testdata/script/recipe.txtar).
-func Each(t *testing.T, keep func(idem.Bug) bool) {
+func Each(t *testing.T, keep func(mistakes.Bug) bool) {
 	pgtest.Exhaustive(t)
 	dbs := scenarios.ServerBanks(pgtest.Server(t))
-	for _, b := range idem.Bugs() {
+	for _, b := range mistakes.All() {
 		if !keep(b) {
 			continue
 		}

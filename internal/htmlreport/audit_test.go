@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/banksim/bank-sim/chaos"
-	"github.com/banksim/bank-sim/idem"
+	"github.com/banksim/bank-sim/idem/mistakes"
 	"github.com/banksim/bank-sim/internal/browsertest"
 	"github.com/banksim/bank-sim/internal/htmlreport"
 	"github.com/banksim/bank-sim/scenarios"
@@ -29,7 +29,7 @@ func plantedAudit() (rep chaos.AuditReport, missedBug, holeBug, holeColumn, inco
 	for _, c := range rep.Columns {
 		rep.Clean.Caught[c] = false
 	}
-	bugs := idem.Bugs()
+	bugs := mistakes.All()
 	missedBug, holeBug, inconclusiveBug = bugs[2].Name, bugs[5].Name, bugs[7].Name
 	for i, b := range bugs {
 		row := chaos.AuditRow{Bug: b.Name, Mistake: b.Mistake, Caught: map[string]bool{}, Why: map[string]string{}, Seeds: []chaos.Seed{424242}}

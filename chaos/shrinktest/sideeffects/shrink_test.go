@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/banksim/bank-sim/chaos/shrinktest"
-	"github.com/banksim/bank-sim/idem"
+	"github.com/banksim/bank-sim/idem/mistakes"
 	"github.com/banksim/bank-sim/outbox"
 	"github.com/banksim/bank-sim/postgres/pgtest"
 )
@@ -26,7 +26,7 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }
 // other's last subtest with a slot idle.
 func TestShrinkSideEffectMistakesToARecipe(t *testing.T) {
 	t.Parallel()
-	shrinktest.Each(t, func(b idem.Bug) bool {
+	shrinktest.Each(t, func(b mistakes.Bug) bool {
 		return b.Outbox != (outbox.Flaws{}) && !shrinktest.IsPipelineMistake(b.Name)
 	})
 }
@@ -37,7 +37,7 @@ func TestShrinkSideEffectMistakesToARecipe(t *testing.T) {
 // must need its side-effect faults or, with none, its preemptions.
 func TestShrinkPipelineMistakesToARecipe(t *testing.T) {
 	t.Parallel()
-	shrinktest.Each(t, func(b idem.Bug) bool {
+	shrinktest.Each(t, func(b mistakes.Bug) bool {
 		return shrinktest.IsPipelineMistake(b.Name)
 	})
 }

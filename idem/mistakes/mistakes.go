@@ -1,4 +1,11 @@
-package idem
+// Package mistakes is the catalogue of the lesson's built-in mistakes: the
+// values of --bug, the rows of the audit, the entries of list --bugs.
+//
+// A mistake may switch on flaws in the key store and the handler (idem), the
+// transfer (bank) and the side effects (outbox), so the catalogue sits above
+// all three instead of inside idem: that way the idempotency handler does not
+// import the outbox just to name its mistakes.
+package mistakes
 
 import (
 	"fmt"
@@ -6,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/banksim/bank-sim/bank"
+	"github.com/banksim/bank-sim/idem"
 	"github.com/banksim/bank-sim/outbox"
 )
 
@@ -41,7 +49,7 @@ type Bug struct {
 	// request's context.
 	ClaimOnRequestContext bool `json:"claimOnRequestContext,omitempty"`
 	// Store switches on mistakes in the key store.
-	Store Flaws `json:"store,omitzero"`
+	Store idem.Flaws `json:"store,omitzero"`
 	// Bank switches on mistakes in the transfer.
 	Bank bank.Flaws `json:"bank,omitzero"`
 	// Outbox switches on mistakes in the side effects beyond the database:
@@ -54,9 +62,9 @@ type Bug struct {
 // Apply switches the bug on in h, on top of whatever h already has. It is
 // safe to call more than once. Each call with MemoryKeys gives h a map of its
 // own only if it has none yet: one map per server process.
-func (b Bug) Apply(h *Handler) {
+func (b Bug) Apply(h *idem.Handler) {
 	if h.Store == nil {
-		h.Store = &Store{}
+		h.Store = &idem.Store{}
 	}
 	f := &h.Store.Flaws
 	f.NoFingerprint = f.NoFingerprint || b.Store.NoFingerprint
@@ -71,12 +79,14 @@ func (b Bug) Apply(h *Handler) {
 	h.StoreServerErrors = h.StoreServerErrors || b.StoreServerErrors
 	h.ClaimOnRequestContext = h.ClaimOnRequestContext || b.ClaimOnRequestContext
 	if b.MemoryKeys && h.Memory == nil {
-		h.Memory = &MemoryStore{}
+		h.Memory = &idem.MemoryStore{}
 	}
 }
 
-// Bugs returns the catalogue, sorted by name.
-func Bugs() []Bug {
+// All returns the catalogue sorted by name, built afresh on every call: the
+// listings, the audit's rows and shell completion then come out in one order,
+// and a caller may change what it gets without changing anyone else's.
+func All() []Bug {
 	out := []Bug{
 		{
 			Name:             "new-key-per-attempt",
@@ -106,13 +116,13 @@ func Bugs() []Bug {
 			Name:        "unscoped-keys",
 			Mistake:     "Keys are not scoped to the user",
 			Consequence: "One user who sends another's key is told that user's stored response, and their own transfer never happens",
-			Store:       Flaws{Unscoped: true},
+			Store:       idem.Flaws{Unscoped: true},
 		},
 		{
 			Name:        "no-fingerprint",
 			Mistake:     "The request fingerprint is ignored",
 			Consequence: "A buggy client reuses a key for a different amount and is told it succeeded",
-			Store:       Flaws{NoFingerprint: true},
+			Store:       idem.Flaws{NoFingerprint: true},
 		},
 		{
 			Name:              "stored-5xx",
@@ -124,13 +134,13 @@ func Bugs() []Bug {
 			Name:        "no-expiry",
 			Mistake:     "The key's lock has no expiry",
 			Consequence: "One crash blocks that key forever: the user can never complete that transfer",
-			Store:       Flaws{NoExpiry: true},
+			Store:       idem.Flaws{NoExpiry: true},
 		},
 		{
 			Name:        "no-fencing",
 			Mistake:     "The lock expires, but completion does not check a fencing token",
 			Consequence: "A slow server and the retry that took over its key both commit their transfer",
-			Store:       Flaws{NoFencing: true},
+			Store:       idem.Flaws{NoFencing: true},
 		},
 		{
 			Name:        "read-compare-write",
@@ -154,13 +164,13 @@ func Bugs() []Bug {
 			Name:        "app-clock",
 			Mistake:     "Lock expiry and key ages are measured on each app server's own clock instead of the database's",
 			Consequence: "A server whose clock runs ahead takes over locks that are still valid; one whose clock runs behind writes keys that the cleanup job deletes while they are fresh, and their retry moves the money again",
-			Store:       Flaws{AppClock: true},
+			Store:       idem.Flaws{AppClock: true},
 		},
 		{
 			Name:        "jsonb-replay",
 			Mistake:     "The stored response is kept as jsonb, as in the lesson's table",
 			Consequence: "jsonb reorders the members, so a replay is not the original answer byte for byte: a client that compares or verifies a signature sees a different response",
-			Store:       Flaws{JSONBReplay: true},
+			Store:       idem.Flaws{JSONBReplay: true},
 		},
 		{
 			Name:        "sms-in-transaction",
@@ -233,21 +243,23 @@ func Bugs() []Bug {
 	return out
 }
 
-// BugNames returns every bug's name, sorted.
-func BugNames() []string {
+// Names returns every mistake's name, sorted, for shell completion and for
+// the errors that tell a user which names --bug accepts.
+func Names() []string {
 	var names []string
-	for _, b := range Bugs() {
+	for _, b := range All() {
 		names = append(names, b.Name)
 	}
 	return names
 }
 
-// LookupBug returns the bug called name, or an error listing the valid names.
-func LookupBug(name string) (Bug, error) {
-	for _, b := range Bugs() {
+// Lookup returns the mistake called name. The name comes from a user (a
+// --bug flag, a recipe or campaign file), so its error lists the valid names.
+func Lookup(name string) (Bug, error) {
+	for _, b := range All() {
 		if b.Name == name {
 			return b, nil
 		}
 	}
-	return Bug{}, fmt.Errorf("unknown bug %q; valid names: %s", name, strings.Join(BugNames(), ", "))
+	return Bug{}, fmt.Errorf("unknown bug %q; valid names: %s", name, strings.Join(Names(), ", "))
 }
