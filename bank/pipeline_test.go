@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/banksim/bank-sim/bank"
+	"github.com/banksim/bank-sim/postgres/banks"
 	"github.com/banksim/bank-sim/postgres/pgtest"
-	"github.com/banksim/bank-sim/scenarios"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -242,7 +242,7 @@ func TestPipelineFailureSkipsCommit(t *testing.T) {
 func TestTransferRoundTrips(t *testing.T) {
 	t.Parallel()
 	ctx := bounded(t, "counting round trips")
-	conn, counter := pgtest.CountedConn(ctx, t, scenarios.BankTemplate)
+	conn, counter := pgtest.CountedConn(ctx, t, banks.Template)
 	pay := bank.TransferRequest{From: 1, To: 2, AmountKobo: 100}
 	tooMuch := bank.TransferRequest{From: 2, To: 1, AmountKobo: 9_000_000}
 	for _, tt := range []struct {

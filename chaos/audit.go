@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/banksim/bank-sim/idem/mistakes"
+	"github.com/banksim/bank-sim/postgres/banks"
 	"github.com/banksim/bank-sim/scenarios"
 )
 
@@ -117,7 +118,7 @@ const AuditIntents = 400
 
 // Audit runs the clean handler and every bug in mistakes.All against the
 // protected phases of every scenario and a short chaos run.
-func Audit(ctx context.Context, dbs scenarios.Databases, cfg AuditConfig) (AuditReport, error) {
+func Audit(ctx context.Context, dbs banks.Databases, cfg AuditConfig) (AuditReport, error) {
 	if cfg.Parallel <= 0 {
 		cfg.Parallel = 4
 	}
@@ -130,7 +131,7 @@ func Audit(ctx context.Context, dbs scenarios.Databases, cfg AuditConfig) (Audit
 	if cfg.Chaos.Clients <= 0 {
 		cfg.Chaos.Clients = 8
 	}
-	dbs, closeDBs := scenarios.Recycled(dbs)
+	dbs, closeDBs := banks.Recycled(dbs)
 	defer closeDBs()
 	list := scenarios.List()
 	rep := AuditReport{Seed: cfg.Seed}
@@ -219,7 +220,7 @@ func Audit(ctx context.Context, dbs scenarios.Databases, cfg AuditConfig) (Audit
 
 // cell runs one check with one bug (nil: the clean handler); for the chaos
 // column it also says what the runs never exercised, and their seeds.
-func cell(ctx context.Context, dbs scenarios.Databases, cfg AuditConfig, bug *mistakes.Bug, column string) (caught bool, why string, missing []string, seeds []Seed, err error) {
+func cell(ctx context.Context, dbs banks.Databases, cfg AuditConfig, bug *mistakes.Bug, column string) (caught bool, why string, missing []string, seeds []Seed, err error) {
 	if column == ChaosColumn {
 		run := func(seed uint64) (Result, error) {
 			c := cfg.Chaos
@@ -280,12 +281,12 @@ func chaosCell(seed uint64, runs int, run func(seed uint64) (Result, error)) (ca
 
 // RunOn runs cfg on a fresh bank from dbs, with a pool sized for its
 // clients, and drops the bank afterwards.
-func RunOn(ctx context.Context, dbs scenarios.Databases, cfg Config, progress Progress) (*History, error) {
+func RunOn(ctx context.Context, dbs banks.Databases, cfg Config, progress Progress) (*History, error) {
 	return RunOnWith(ctx, dbs, cfg, Options{Progress: progress})
 }
 
 // RunOnWith is RunOn with options.
-func RunOnWith(ctx context.Context, dbs scenarios.Databases, cfg Config, opts Options) (*History, error) {
+func RunOnWith(ctx context.Context, dbs banks.Databases, cfg Config, opts Options) (*History, error) {
 	cfg = cfg.WithDefaults()
 	db, err := dbs.NewBank(ctx, "chaos")
 	if err != nil {

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/banksim/bank-sim/chaos"
+	"github.com/banksim/bank-sim/postgres/banks"
 	"github.com/banksim/bank-sim/postgres/pgtest"
-	"github.com/banksim/bank-sim/scenarios"
 )
 
 // The audit: every bug of the catalogue is caught by some check, and the
@@ -23,7 +23,7 @@ func TestAuditCatchesEveryBugAndNotTheCleanHandler(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	start := time.Now()
-	rep, err := chaos.Audit(ctx, scenarios.ServerBanks(pgtest.Server(t)), chaos.AuditConfig{Seed: 42, FirstCatch: !pgtest.IsExhaustive()})
+	rep, err := chaos.Audit(ctx, banks.OnServer(pgtest.Server(t), banks.Options{}), chaos.AuditConfig{Seed: 42, FirstCatch: !pgtest.IsExhaustive()})
 	if err != nil {
 		t.Fatal(err)
 	}

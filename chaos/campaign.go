@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/banksim/bank-sim/scenarios"
+	"github.com/banksim/bank-sim/postgres/banks"
 )
 
 // SeedResult is one seed of a campaign.
@@ -53,7 +53,7 @@ type CampaignOptions struct {
 // Campaign runs cfg deterministically once per seed, Parallel at a time,
 // each on a fresh bank, and returns the results in the order of seeds. A
 // seed whose run could not happen has Error set; the others go on.
-func Campaign(ctx context.Context, dbs scenarios.Databases, cfg Config, seeds []uint64, o CampaignOptions) []SeedResult {
+func Campaign(ctx context.Context, dbs banks.Databases, cfg Config, seeds []uint64, o CampaignOptions) []SeedResult {
 	if o.Parallel <= 0 {
 		o.Parallel = 2
 	}
@@ -61,7 +61,7 @@ func Campaign(ctx context.Context, dbs scenarios.Databases, cfg Config, seeds []
 	// Each seed's run gets a bank reset to the opening state (sequences
 	// too, so a seed's history is the one a fresh bank gives) and the
 	// connections the last run on that bank opened.
-	dbs, closeDBs := scenarios.Recycled(dbs)
+	dbs, closeDBs := banks.Recycled(dbs)
 	defer closeDBs()
 	pools := newPoolCache()
 	defer pools.close() // before the banks are dropped

@@ -12,8 +12,8 @@ import (
 	"github.com/banksim/bank-sim/chaos"
 	"github.com/banksim/bank-sim/idem/mistakes"
 	"github.com/banksim/bank-sim/postgres"
+	"github.com/banksim/bank-sim/postgres/banks"
 	"github.com/banksim/bank-sim/postgres/pgtest"
-	"github.com/banksim/bank-sim/scenarios"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }
@@ -23,7 +23,7 @@ func run(t testing.TB, cfg chaos.Config) *chaos.History {
 	t.Helper()
 	ctx, cancel := context.WithTimeoutCause(context.Background(), 2*time.Minute, errors.New("the chaos run did not finish within 2 minutes"))
 	defer cancel()
-	db, err := scenarios.ServerBanks(pgtest.Server(t)).NewBank(ctx, "chaos")
+	db, err := banks.OnServer(pgtest.Server(t), banks.Options{}).NewBank(ctx, "chaos")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,7 +251,7 @@ func TestKillPostgresRunIsValid(t *testing.T) {
 	// transfers completed on both sides of it.
 	for _, http := range []bool{false, true} {
 		cfg := chaos.Config{Seed: 5, Clients: 8, Intents: 150, KillPostgres: true, HTTP: http}
-		h, err := chaos.RunOnWith(ctx, scenarios.ServerBanks(srv), cfg, chaos.Options{CrashPostgres: srv.Crash})
+		h, err := chaos.RunOnWith(ctx, banks.OnServer(srv, banks.Options{}), cfg, chaos.Options{CrashPostgres: srv.Crash})
 		if err != nil {
 			t.Fatalf("http %v: %v", http, err)
 		}

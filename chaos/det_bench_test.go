@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/banksim/bank-sim/chaos"
+	"github.com/banksim/bank-sim/postgres/banks"
 	"github.com/banksim/bank-sim/postgres/pgtest"
-	"github.com/banksim/bank-sim/scenarios"
 )
 
 // BenchmarkDeterministic runs one seed's workload free and under the
@@ -33,7 +33,7 @@ func BenchmarkDeterministic(b *testing.B) {
 				// connections before the run) and the run; not the bank's
 				// creation, the same for both.
 				b.StopTimer()
-				db, err := scenarios.ServerBanks(pgtest.Server(b)).NewBank(ctx, "bench")
+				db, err := banks.OnServer(pgtest.Server(b), banks.Options{}).NewBank(ctx, "bench")
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -15,8 +15,8 @@ import (
 	"github.com/banksim/bank-sim/faults"
 	"github.com/banksim/bank-sim/idem"
 	"github.com/banksim/bank-sim/idem/mistakes"
+	"github.com/banksim/bank-sim/postgres/banks"
 	"github.com/banksim/bank-sim/postgres/pgtest"
-	"github.com/banksim/bank-sim/scenarios"
 )
 
 // What makes each of chaos's own faults that fault, tested on the engine
@@ -143,7 +143,7 @@ func realEngine(t *testing.T) *engine {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	db, err := scenarios.ServerBanks(pgtest.Server(t)).NewBank(ctx, "chaos-fault")
+	db, err := banks.OnServer(pgtest.Server(t), banks.Options{}).NewBank(ctx, "chaos-fault")
 	if err != nil {
 		t.Fatal(err)
 	}

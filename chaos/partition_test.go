@@ -13,8 +13,8 @@ import (
 	"github.com/banksim/bank-sim/faults/netns"
 	"github.com/banksim/bank-sim/idem/mistakes"
 	"github.com/banksim/bank-sim/postgres"
+	"github.com/banksim/bank-sim/postgres/banks"
 	"github.com/banksim/bank-sim/postgres/pgtest"
-	"github.com/banksim/bank-sim/scenarios"
 )
 
 // partitionRun is one partitioned chaos run and what it measured.
@@ -60,7 +60,7 @@ func runPartitioned(t *testing.T, cfg chaos.Config, cuts int, cutFor time.Durati
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Close() })
-	db, err := scenarios.ServerBanks(srv).NewBank(ctx, "partition")
+	db, err := banks.OnServer(srv, banks.Options{}).NewBank(ctx, "partition")
 	if err != nil {
 		t.Fatal(err)
 	}

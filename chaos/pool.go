@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/banksim/bank-sim/scenarios"
+	"github.com/banksim/bank-sim/postgres/banks"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -127,7 +127,7 @@ func newPoolCache() *poolCache { return &poolCache{m: map[string]*pgxpool.Pool{}
 
 // get returns db's pool for a run of cfg: the last one, when it is a pool
 // of the same kind with enough connections.
-func (c *poolCache) get(ctx context.Context, db *scenarios.Database, cfg Config) (*pgxpool.Pool, error) {
+func (c *poolCache) get(ctx context.Context, db *banks.Database, cfg Config) (*pgxpool.Pool, error) {
 	c.mu.Lock()
 	p := c.m[db.Name]
 	c.mu.Unlock()
@@ -148,7 +148,7 @@ func (c *poolCache) get(ctx context.Context, db *scenarios.Database, cfg Config)
 }
 
 // drop closes db's pool and forgets it.
-func (c *poolCache) drop(db *scenarios.Database) {
+func (c *poolCache) drop(db *banks.Database) {
 	c.mu.Lock()
 	p := c.m[db.Name]
 	delete(c.m, db.Name)

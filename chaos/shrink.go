@@ -9,7 +9,7 @@ import (
 	"github.com/banksim/bank-sim/bank"
 	"github.com/banksim/bank-sim/idem/mistakes"
 	"github.com/banksim/bank-sim/outbox"
-	"github.com/banksim/bank-sim/scenarios"
+	"github.com/banksim/bank-sim/postgres/banks"
 )
 
 // ShrinkOptions tune Shrink.
@@ -39,7 +39,7 @@ var ErrNotFailing = errors.New("chaos: nothing to shrink: the run broke no rule"
 // only the preemptions the failure needs, out of those the failing
 // interleaving made. Every run is deterministic, so each candidate is
 // tried once. The result is a Recipe.
-func Shrink(ctx context.Context, dbs scenarios.Databases, cfg Config, h *History, o ShrinkOptions) (*Recipe, error) {
+func Shrink(ctx context.Context, dbs banks.Databases, cfg Config, h *History, o ShrinkOptions) (*Recipe, error) {
 	cfg = cfg.WithDefaults()
 	cfg.Deterministic = true
 	res := Check(h)
@@ -55,7 +55,7 @@ func Shrink(ctx context.Context, dbs scenarios.Databases, cfg Config, h *History
 	if o.Budget <= 0 {
 		o.Budget = DefaultShrinkBudget
 	}
-	dbs, closeDBs := scenarios.Recycled(dbs)
+	dbs, closeDBs := banks.Recycled(dbs)
 	defer closeDBs()
 	pools := newPoolCache()
 	defer pools.close() // before the banks are dropped
@@ -127,7 +127,7 @@ func Shrink(ctx context.Context, dbs scenarios.Databases, cfg Config, h *History
 
 type shrinker struct {
 	ctx     context.Context
-	dbs     scenarios.Databases
+	dbs     banks.Databases
 	pools   *poolCache
 	kind    string
 	seed    uint64

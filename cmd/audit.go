@@ -8,7 +8,7 @@ import (
 
 	"github.com/banksim/bank-sim/chaos"
 	"github.com/banksim/bank-sim/internal/htmlreport"
-	"github.com/banksim/bank-sim/scenarios"
+	"github.com/banksim/bank-sim/postgres/banks"
 	"github.com/spf13/cobra"
 )
 
@@ -94,7 +94,7 @@ func runAudit(c *cobra.Command, app *App, o auditOptions) error {
 		Chaos: chaos.Config{Intents: o.intents, Clients: o.clients}}
 	bar := newProgress(app, "runs", "bank-sim audit:", o.asJSON)
 	cfg.Done = bar.update
-	rep, err := chaos.Audit(ctx, scenarios.ServerBanks(srv), cfg)
+	rep, err := chaos.Audit(ctx, banks.OnServer(srv, banks.Options{}), cfg)
 	bar.clear()
 	if err != nil {
 		if ctx.Err() != nil {

@@ -20,7 +20,7 @@ import (
 	"github.com/banksim/bank-sim/idem"
 	"github.com/banksim/bank-sim/outbox"
 	"github.com/banksim/bank-sim/postgres"
-	"github.com/banksim/bank-sim/scenarios"
+	"github.com/banksim/bank-sim/postgres/banks"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
@@ -299,7 +299,7 @@ func runBench(ctx context.Context, app *App, o benchOptions) error {
 		if !plan.drain {
 			break
 		}
-		db, err := scenarios.ServerBanks(srv).NewBank(ctx, "bench")
+		db, err := banks.OnServer(srv, banks.Options{}).NewBank(ctx, "bench")
 		if err != nil {
 			return &ExitError{Code: ExitDatabase, Err: err}
 		}
@@ -385,7 +385,7 @@ type bencher struct {
 // layout measures every row on one fresh bank of l's accounts, then checks
 // the bank's invariants (ok false, and said on stderr, if one broke).
 func (b *bencher) layout(ctx context.Context, l benchLayout) (results []benchResult, ok bool, err error) {
-	db, err := b.srv.CreateDatabase(ctx, scenarios.BankTemplate, "bench")
+	db, err := b.srv.CreateDatabase(ctx, banks.Template, "bench")
 	if err != nil {
 		return nil, false, &ExitError{Code: ExitDatabase, Err: err}
 	}
@@ -694,7 +694,7 @@ const drainBatch = 20
 // second, with each row's latency from its claim to its mark. A row sent
 // twice or a failed drain is an error: a benchmark that loses correctness
 // measures nothing.
-func measureDrain(ctx context.Context, db *scenarios.Database, n int, d time.Duration) (benchResult, error) {
+func measureDrain(ctx context.Context, db *banks.Database, n int, d time.Duration) (benchResult, error) {
 	res := benchResult{Workload: fmt.Sprintf("outbox drain, %d dispatcher", n), Clients: n}
 	if n > 1 {
 		res.Workload += "s"

@@ -11,7 +11,7 @@ import (
 
 	"github.com/banksim/bank-sim/chaos"
 	"github.com/banksim/bank-sim/internal/htmlreport"
-	"github.com/banksim/bank-sim/scenarios"
+	"github.com/banksim/bank-sim/postgres/banks"
 	"github.com/spf13/cobra"
 )
 
@@ -34,7 +34,7 @@ func seedPromise(cfg chaos.Config) string {
 // shrinkRun shrinks a failing deterministic run to a recipe, saving it to
 // --save-recipe. Progress lines go to stderr, so that stdout keeps the
 // report (and --json stays JSON).
-func shrinkRun(ctx context.Context, app *App, o chaosOptions, cfg chaos.Config, h *chaos.History, dbs scenarios.Databases, tell bool) (*chaos.Recipe, error) {
+func shrinkRun(ctx context.Context, app *App, o chaosOptions, cfg chaos.Config, h *chaos.History, dbs banks.Databases, tell bool) (*chaos.Recipe, error) {
 	errOut := app.Env.Stderr
 	if tell {
 		fmt.Fprintf(errOut, "shrinking the run (seed %d): every candidate is a deterministic run…\n", cfg.Seed)
@@ -116,7 +116,7 @@ func runCampaign(c *cobra.Command, app *App, o chaosOptions, cfg chaos.Config) e
 	if app.Env.Terminal && !o.asJSON {
 		prog.out, prog.terminal = out, true
 	}
-	dbs := scenarios.ServerBanks(srv)
+	dbs := banks.OnServer(srv, banks.Options{})
 	opts := chaos.CampaignOptions{Parallel: o.parallel, Done: prog.done}
 	results := chaos.Campaign(ctx, dbs, cfg, seeds, opts)
 	prog.clear()

@@ -17,7 +17,7 @@ import (
 	"github.com/banksim/bank-sim/chaos"
 	"github.com/banksim/bank-sim/idem/mistakes"
 	"github.com/banksim/bank-sim/internal/userfile"
-	"github.com/banksim/bank-sim/scenarios"
+	"github.com/banksim/bank-sim/postgres/banks"
 	"github.com/spf13/cobra"
 )
 
@@ -360,7 +360,7 @@ func runMerge(c *cobra.Command, app *App, paths []string, o mergeOptions) error 
 		}
 		fc := run.cfg
 		fc.Seed = uint64(run.first.Seed)
-		dbs := scenarios.ServerBanks(srv)
+		dbs := banks.OnServer(srv, banks.Options{})
 		h, err := chaos.RunOn(ctx, dbs, fc, nil)
 		if err != nil {
 			if ctx.Err() != nil {

@@ -17,7 +17,7 @@ import (
 	"github.com/banksim/bank-sim/idem/mistakes"
 	"github.com/banksim/bank-sim/internal/htmlreport"
 	"github.com/banksim/bank-sim/postgres"
-	"github.com/banksim/bank-sim/scenarios"
+	"github.com/banksim/bank-sim/postgres/banks"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/spf13/cobra"
 )
@@ -484,7 +484,7 @@ func runChaos(c *cobra.Command, app *App, o chaosOptions) error {
 		}
 		opts.CrashPostgres = srv.Crash
 	}
-	h, err := chaos.RunOnWith(ctx, scenarios.ServerBanks(srv), cfg, opts)
+	h, err := chaos.RunOnWith(ctx, banks.OnServer(srv, banks.Options{}), cfg, opts)
 	bar.clear()
 	if err != nil {
 		if ctx.Err() != nil {
@@ -493,7 +493,7 @@ func runChaos(c *cobra.Command, app *App, o chaosOptions) error {
 		return runFailed(fmt.Errorf("chaos run (seed %d): %w", cfg.Seed, err))
 	}
 	return o.verdict(app.Env, out, p, h, func(h *chaos.History) (*chaos.Recipe, error) {
-		return shrinkRun(ctx, app, o, cfg, h, scenarios.ServerBanks(srv), !o.asJSON)
+		return shrinkRun(ctx, app, o, cfg, h, banks.OnServer(srv, banks.Options{}), !o.asJSON)
 	})
 }
 

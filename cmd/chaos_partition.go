@@ -9,7 +9,7 @@ import (
 	"github.com/banksim/bank-sim/chaos"
 	"github.com/banksim/bank-sim/faults/netns"
 	"github.com/banksim/bank-sim/postgres"
-	"github.com/banksim/bank-sim/scenarios"
+	"github.com/banksim/bank-sim/postgres/banks"
 	"github.com/spf13/cobra"
 )
 
@@ -114,7 +114,7 @@ func runChaosPartition(c *cobra.Command, app *App, o chaosOptions, cfg chaos.Con
 			cfg.Instances, an.Net.ID(), an.Net.Subnet(), an.Setup.Round(time.Millisecond), (an.Setup/time.Duration(cfg.Instances)).Round(time.Millisecond)), app.Env.Width, p.dim)
 		fmt.Fprintf(out, "%s\n", describeConfig(cfg))
 	}
-	db, err := scenarios.ServerBanks(srv).NewBank(ctx, "chaos")
+	db, err := banks.OnServer(srv, banks.Options{}).NewBank(ctx, "chaos")
 	if err != nil {
 		return runFailed(fmt.Errorf("chaos run (seed %d): %w", cfg.Seed, err))
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/banksim/bank-sim/bank"
 	"github.com/banksim/bank-sim/internal/htmlreport"
+	"github.com/banksim/bank-sim/postgres/banks"
 	"github.com/banksim/bank-sim/scenarios"
 	"github.com/spf13/cobra"
 )
@@ -80,9 +81,9 @@ func runCompare(c *cobra.Command, app *App, s scenarios.Scenario, seed uint64, h
 		return err
 	}
 	printWrapped(out, app.describe(srv), app.Env.Width, p.dim)
-	dbs, wait := scenarios.AsyncBanks(srv)
+	dbs := banks.OnServer(srv, banks.Options{Async: true})
 	rep, err := scenarios.ExecuteWith(ctx, s, dbs, seed, nil, scenarios.Options{Snapshots: true})
-	wait()
+	dbs.Wait()
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}

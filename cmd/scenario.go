@@ -16,6 +16,7 @@ import (
 
 	"github.com/banksim/bank-sim/faults"
 	"github.com/banksim/bank-sim/idem/mistakes"
+	"github.com/banksim/bank-sim/postgres/banks"
 	"github.com/banksim/bank-sim/scenarios"
 	"github.com/spf13/cobra"
 )
@@ -438,13 +439,13 @@ func runScenarios(c *cobra.Command, app *App, o scenarioOptions, args []string) 
 	}
 
 	start := time.Now()
-	dbs, waitDrops := scenarios.AsyncBanks(srv)
+	made := banks.OnServer(srv, banks.Options{Async: true})
 	// One recycler for the whole run: a bank a scenario has finished with
 	// is reset for the next, connections and all, instead of dropped.
-	banks, closeBanks := scenarios.Recycled(dbs)
-	reports, finished, err := executeAll(runCtx, run.list, banks, run.seed, run.opts, parallel, out, newObserver)
+	shared, closeBanks := banks.Recycled(made)
+	reports, finished, err := executeAll(runCtx, run.list, shared, run.seed, run.opts, parallel, out, newObserver)
 	closeBanks()
-	waitDrops()
+	made.Wait()
 	elapsed := time.Since(start)
 	interrupted := runCtx.Err() != nil
 	if err != nil && !interrupted {
@@ -581,7 +582,7 @@ type jsonRun struct {
 // scenario writes straight to out, as it happens; the others write to
 // buffers that are flushed when their turn comes. finished says which ran
 // to the end; an interrupted run starts no more.
-func executeAll(ctx context.Context, list []scenarios.Scenario, dbs scenarios.Databases, seed uint64, opts scenarios.Options,
+func executeAll(ctx context.Context, list []scenarios.Scenario, dbs banks.Databases, seed uint64, opts scenarios.Options,
 	parallel int, out io.Writer, newObserver func(io.Writer) scenarios.Observer) ([]scenarios.Report, []bool, error) {
 	ordered := newOrderedOutput(out, len(list))
 	reports := make([]scenarios.Report, len(list))

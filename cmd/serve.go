@@ -18,6 +18,7 @@ import (
 	"github.com/banksim/bank-sim/idem"
 	"github.com/banksim/bank-sim/idem/mistakes"
 	"github.com/banksim/bank-sim/outbox"
+	"github.com/banksim/bank-sim/postgres/banks"
 	"github.com/banksim/bank-sim/scenarios"
 	"github.com/spf13/cobra"
 )
@@ -169,7 +170,7 @@ func runServe(ctx context.Context, app *App, o serveOptions) error {
 	if err != nil {
 		return err
 	}
-	db, err := scenarios.ServerBanks(srv).NewBank(ctx, "serve")
+	db, err := banks.OnServer(srv, banks.Options{}).NewBank(ctx, "serve")
 	if err != nil {
 		return &ExitError{Code: ExitDatabase, Err: err}
 	}

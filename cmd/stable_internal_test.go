@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/banksim/bank-sim/postgres"
+	"github.com/banksim/bank-sim/postgres/banks"
 	"github.com/banksim/bank-sim/postgres/pgtest"
 	"github.com/banksim/bank-sim/scenarios"
 )
@@ -51,10 +52,10 @@ func TestStagedStoriesTellTheSameStoryEveryRun(t *testing.T) {
 	var first string
 	for run := 1; run <= runs; run++ {
 		var out bytes.Buffer
-		dbs, wait := scenarios.AsyncBanks(srv)
+		dbs := banks.OnServer(srv, banks.Options{Async: true})
 		reports, _, err := executeAll(ctx, list, dbs, 11, scenarios.Options{}, len(list), &out,
 			func(w io.Writer) scenarios.Observer { return &storyObserver{out: w, p: p} })
-		wait()
+		dbs.Wait()
 		if err != nil {
 			t.Fatalf("run %d: %v", run, err)
 		}

@@ -12,8 +12,8 @@ import (
 
 	"github.com/banksim/bank-sim/bank"
 	"github.com/banksim/bank-sim/idem"
+	"github.com/banksim/bank-sim/postgres/banks"
 	"github.com/banksim/bank-sim/postgres/pgtest"
-	"github.com/banksim/bank-sim/scenarios"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -262,7 +262,7 @@ func TestPipelinedAnswerIsStoredByteForByte(t *testing.T) {
 func TestHandlerRoundTrips(t *testing.T) {
 	t.Parallel()
 	ctx := bounded(t, "counting round trips")
-	conn, counter := pgtest.CountedConn(ctx, t, scenarios.BankTemplate)
+	conn, counter := pgtest.CountedConn(ctx, t, banks.Template)
 	n := 0
 	for _, tt := range []struct {
 		name        string

@@ -168,7 +168,7 @@ func (s *Snapshot) read(ctx context.Context, tx pgx.Tx) error {
 	// was still valid and not yet settled: two dispatchers held the row.
 	// Ordered to the last column: a claim can overlap several earlier ones,
 	// and without a1.seq their order was the rows' order on disk, which
-	// differs in a bank reset for reuse (scenarios.Recycled) from a clone.
+	// differs in a bank reset for reuse (banks.Recycled) from a clone.
 	if s.Overlaps, err = collect[string](ctx, tx, `
 		SELECT format('row %s: %s claimed it while %s still held it', a2.outbox_id, a2.dispatcher, a1.dispatcher)
 		FROM outbox_attempts a1

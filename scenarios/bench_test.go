@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/banksim/bank-sim/postgres/banks"
 	"github.com/banksim/bank-sim/postgres/pgtest"
 	"github.com/banksim/bank-sim/scenarios"
 )
@@ -38,12 +39,12 @@ func BenchmarkLessonStories(b *testing.B) {
 }
 
 func benchSuite(b *testing.B, list []scenarios.Scenario) {
-	banks, closeBanks := scenarios.Recycled(scenarios.ServerBanks(pgtest.Server(b)))
+	shared, closeBanks := banks.Recycled(banks.OnServer(pgtest.Server(b), banks.Options{}))
 	defer closeBanks()
 	b.ReportMetric(float64(len(list)), "scenarios")
 	for b.Loop() {
 		for _, err := range runAtOnce(list, 4, func(ctx context.Context, s scenarios.Scenario) error {
-			rep, err := scenarios.Execute(ctx, s, banks, 42, nil)
+			rep, err := scenarios.Execute(ctx, s, shared, 42, nil)
 			if err == nil && !rep.Passed {
 				err = fmt.Errorf("%s", rep.Verdict)
 			}
@@ -58,16 +59,16 @@ func benchSuite(b *testing.B, list []scenarios.Scenario) {
 // a story of one phase that does nothing, on a shared bank, so one op is
 // the bank's reset, the ledger read and the invariants.
 func BenchmarkScenarioFixedCost(b *testing.B) {
-	banks, closeBanks := scenarios.Recycled(scenarios.ServerBanks(pgtest.Server(b)))
+	shared, closeBanks := banks.Recycled(banks.OnServer(pgtest.Server(b), banks.Options{}))
 	defer closeBanks()
 	empty := scenarios.Scenario{Name: "nothing", Summary: "a phase that does nothing",
 		Phases: []scenarios.Phase{{Title: "nothing", Run: func(context.Context, *scenarios.Run) error { return nil }}}}
 	ctx := context.Background()
-	if _, err := scenarios.Execute(ctx, empty, banks, 42, nil); err != nil { // the bank's clone, outside the timing
+	if _, err := scenarios.Execute(ctx, empty, shared, 42, nil); err != nil { // the bank's clone, outside the timing
 		b.Fatal(err)
 	}
 	for b.Loop() {
-		rep, err := scenarios.Execute(ctx, empty, banks, 42, nil)
+		rep, err := scenarios.Execute(ctx, empty, shared, 42, nil)
 		if err != nil || !rep.Passed {
 			b.Fatalf("%v %s", err, rep.Verdict)
 		}

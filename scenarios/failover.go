@@ -8,6 +8,7 @@ import (
 
 	"github.com/banksim/bank-sim/bank"
 	"github.com/banksim/bank-sim/postgres"
+	"github.com/banksim/bank-sim/postgres/banks"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -103,7 +104,7 @@ func failoverStory(ctx context.Context, r *Run, protected bool) error {
 		return err
 	}
 	const dbName = "bank"
-	if err := pair.CreateDatabase(pctx, dbName, BankTemplate); err != nil {
+	if err := pair.CreateDatabase(pctx, dbName, banks.Template); err != nil {
 		pair.Close()
 		return err
 	}
@@ -112,7 +113,7 @@ func failoverStory(ctx context.Context, r *Run, protected bool) error {
 		pair.Close()
 		return err
 	}
-	cfg.MaxConns = PoolSize
+	cfg.MaxConns = banks.PoolSize
 	pool, err := pgxpool.NewWithConfig(pctx, cfg)
 	if err != nil {
 		pair.Close()

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/banksim/bank-sim/postgres/banks"
 	"github.com/banksim/bank-sim/postgres/pgtest"
 	"github.com/banksim/bank-sim/scenarios"
 )
@@ -30,7 +31,7 @@ func TestFailoverStory(t *testing.T) {
 	if pgtest.IsExhaustive() {
 		runs = 5
 	}
-	dbs := scenarios.ServerBanks(pgtest.Server(t))
+	dbs := banks.OnServer(pgtest.Server(t), banks.Options{})
 	for i := 0; i < runs; i++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		rep, err := scenarios.Execute(ctx, s, dbs, uint64(42+i), nil)

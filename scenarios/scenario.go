@@ -16,7 +16,7 @@ import (
 
 	"github.com/banksim/bank-sim/bank"
 	"github.com/banksim/bank-sim/postgres"
-	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/banksim/bank-sim/postgres/banks"
 )
 
 // Scenario is one story. Name, Summary and Phases make it run; the other
@@ -186,23 +186,6 @@ func Get(name string) (Scenario, bool) {
 	return s, ok
 }
 
-// Database is a fresh bank for one phase.
-type Database struct {
-	Pool  *pgxpool.Pool
-	Name  string
-	Close func() // closes the pool and drops the database
-	// Keep, when set, closes the pool and keeps the database for a later
-	// run instead of dropping it (an embedded cluster's, see
-	// postgres.Database.Keep). Only a bank reset to the opening state may
-	// be kept.
-	Keep func()
-}
-
-// Databases makes fresh banks: a database cloned from the lesson's template.
-type Databases interface {
-	NewBank(ctx context.Context, label string) (*Database, error)
-}
-
 // Observer is told what happens as it happens, so the CLI can print the story
 // live. Every method may be a no-op.
 type Observer interface {
@@ -337,14 +320,14 @@ func SeedFor(seed uint64, name string) uint64 {
 // every invariant after each phase. It returns an error only when the
 // scenario could not run (no database); a scenario that ran and failed is a
 // Report with Passed false.
-func Execute(ctx context.Context, s Scenario, dbs Databases, seed uint64, obs Observer) (Report, error) {
+func Execute(ctx context.Context, s Scenario, dbs banks.Databases, seed uint64, obs Observer) (Report, error) {
 	return ExecuteWith(ctx, s, dbs, seed, obs, Options{})
 }
 
 // ExecuteWith is Execute with options: a bug switched on in the protected
 // phases, the controls skipped, or a live experiment (faults added, another
 // amount).
-func ExecuteWith(ctx context.Context, s Scenario, dbs Databases, seed uint64, obs Observer, o Options) (Report, error) {
+func ExecuteWith(ctx context.Context, s Scenario, dbs banks.Databases, seed uint64, obs Observer, o Options) (Report, error) {
 	start := time.Now()
 	if obs == nil {
 		obs = nopObserver{}
@@ -359,7 +342,7 @@ func ExecuteWith(ctx context.Context, s Scenario, dbs Databases, seed uint64, ob
 	// again, and keep the pool's connections: opening a backend costs more
 	// than the phase's own work. A caller that runs many scenarios passes
 	// one Recycled for all of them (scenario --all), and it is used as is.
-	dbs, closeDBs := Recycled(dbs)
+	dbs, closeDBs := banks.Recycled(dbs)
 	defer closeDBs()
 	obs.ScenarioStart(s, seed)
 	for i, p := range s.Phases {
@@ -404,7 +387,7 @@ func verdict(rep Report, changed bool) string {
 	return "the fault broke the unprotected bank, and the protected bank kept every invariant"
 }
 
-func runPhase(ctx context.Context, s Scenario, p Phase, index int, dbs Databases, seed uint64, start time.Time, obs Observer, o Options, fired map[string]int) (PhaseReport, error) {
+func runPhase(ctx context.Context, s Scenario, p Phase, index int, dbs banks.Databases, seed uint64, start time.Time, obs Observer, o Options, fired map[string]int) (PhaseReport, error) {
 	obs.PhaseStart(p, index)
 	db, err := dbs.NewBank(ctx, s.Name)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/banksim/bank-sim/bank"
+	"github.com/banksim/bank-sim/postgres/banks"
 	"github.com/banksim/bank-sim/postgres/pgtest"
 	"github.com/banksim/bank-sim/scenarios"
 )
@@ -109,7 +110,7 @@ var lessonBalances = map[string][]string{
 }
 
 func TestEveryScenarioPassesWithTheLessonsNumbers(t *testing.T) {
-	dbs := scenarios.ServerBanks(pgtest.Server(t))
+	dbs := banks.OnServer(pgtest.Server(t), banks.Options{})
 	if len(scenarios.List()) != len(lessonBalances) {
 		t.Fatalf("scenarios %v, but the test knows %d", scenarios.Names(), len(lessonBalances))
 	}
@@ -173,7 +174,7 @@ func TestControlsBreakTheRightInvariant(t *testing.T) {
 		"three-servers":      bank.InvOnce,
 		"retry-policy":       bank.InvOnce,
 	}
-	dbs := scenarios.ServerBanks(pgtest.Server(t))
+	dbs := banks.OnServer(pgtest.Server(t), banks.Options{})
 	for name, inv := range want {
 		s, ok := scenarios.Get(name)
 		if !ok {

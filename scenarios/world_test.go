@@ -9,6 +9,7 @@ import (
 	"github.com/banksim/bank-sim/bank"
 	"github.com/banksim/bank-sim/idem/mistakes"
 	"github.com/banksim/bank-sim/outbox"
+	"github.com/banksim/bank-sim/postgres/banks"
 	"github.com/banksim/bank-sim/postgres/pgtest"
 	"github.com/banksim/bank-sim/scenarios"
 )
@@ -26,7 +27,7 @@ func TestSideEffectControlsBreakTheRightInvariants(t *testing.T) {
 		"external-lock":         {{bank.InvOnce}},
 		"mark-shipped":          {{scenarios.InvCourierOnce}},
 	}
-	dbs := scenarios.ServerBanks(pgtest.Server(t))
+	dbs := banks.OnServer(pgtest.Server(t), banks.Options{})
 	for name, controls := range want {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -80,7 +81,7 @@ func TestSideEffectBugsAreCaught(t *testing.T) {
 		"lock-release-without-token":     "external-lock",
 		"ship-read-then-write":           "mark-shipped",
 	}
-	dbs := scenarios.ServerBanks(pgtest.Server(t))
+	dbs := banks.OnServer(pgtest.Server(t), banks.Options{})
 	for bugName, scenario := range want {
 		t.Run(bugName, func(t *testing.T) {
 			t.Parallel()

@@ -20,8 +20,8 @@ import (
 
 	"github.com/banksim/bank-sim/chaos"
 	"github.com/banksim/bank-sim/postgres"
+	"github.com/banksim/bank-sim/postgres/banks"
 	"github.com/banksim/bank-sim/postgres/hacluster"
-	"github.com/banksim/bank-sim/scenarios"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -127,7 +127,7 @@ func (r *Report) String() string {
 // (cfg.KillPostgres is set for it). The error is for a run that could not
 // happen; what the failover lost is in the Report.
 func Run(ctx context.Context, srv *postgres.Server, cfg chaos.Config, leader Leader) (*Report, error) {
-	db, err := scenarios.ServerBanks(srv).NewBank(ctx, "ha")
+	db, err := banks.OnServer(srv, banks.Options{}).NewBank(ctx, "ha")
 	if err != nil {
 		return nil, err
 	}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/banksim/bank-sim/chaos"
 	"github.com/banksim/bank-sim/postgres"
-	"github.com/banksim/bank-sim/scenarios"
+	"github.com/banksim/bank-sim/postgres/banks"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -75,7 +75,7 @@ func RunPair(ctx context.Context, cfg chaos.Config, o PairOptions) (*Report, err
 	if o.Started != nil {
 		o.Started(pair)
 	}
-	if err := pair.CreateDatabase(ctx, pairDB, scenarios.BankTemplate); err != nil {
+	if err := pair.CreateDatabase(ctx, pairDB, banks.Template); err != nil {
 		return nil, err
 	}
 	pcfg, err := pgxpool.ParseConfig(pair.URL(pairDB))

@@ -23,6 +23,7 @@ import (
 	"github.com/banksim/bank-sim/chaos"
 	"github.com/banksim/bank-sim/idem/mistakes"
 	"github.com/banksim/bank-sim/outbox"
+	"github.com/banksim/bank-sim/postgres/banks"
 	"github.com/banksim/bank-sim/postgres/pgtest"
 	"github.com/banksim/bank-sim/scenarios"
 )
@@ -34,7 +35,7 @@ func detRun(t testing.TB, cfg chaos.Config) *chaos.History {
 	cfg.Deterministic = true
 	ctx, cancel := context.WithTimeoutCause(context.Background(), 5*time.Minute, errors.New("the deterministic run did not finish within 5 minutes"))
 	defer cancel()
-	h, err := chaos.RunOn(ctx, scenarios.ServerBanks(pgtest.Server(t)), cfg, nil)
+	h, err := chaos.RunOn(ctx, banks.OnServer(pgtest.Server(t), banks.Options{}), cfg, nil)
 	if err != nil {
 		t.Fatalf("seed %d, %d clients: %v", cfg.Seed, cfg.Clients, err)
 	}
@@ -67,7 +68,7 @@ func storyText(r scenarios.Report) string {
 // and its recipe must need its side-effect faults or, with none, its
 // preemptions; read-compare-write's must need its preemptions. A
 // side-effect mistake that no chaos run reaches is skipped, and says so.
-func ToRecipe(t *testing.T, dbs scenarios.Databases, b mistakes.Bug) {
+func ToRecipe(t *testing.T, dbs banks.Databases, b mistakes.Bug) {
 	// 150 intents catch most mistakes, and shrink sooner; the
 	// audit's 400 the rest. The pipeline's start from 60, which catch
 	// most of them, sooner still.
@@ -162,7 +163,7 @@ func IsPipelineMistake(name string) bool { return pipelineMistakes[name] }
 // (testdata/script/recipe.txtar).
 func Each(t *testing.T, keep func(mistakes.Bug) bool) {
 	pgtest.Exhaustive(t)
-	dbs := scenarios.ServerBanks(pgtest.Server(t))
+	dbs := banks.OnServer(pgtest.Server(t), banks.Options{})
 	for _, b := range mistakes.All() {
 		if !keep(b) {
 			continue
@@ -187,7 +188,7 @@ var pipelineMistakes = map[string]bool{
 // lost answer), or, when it has none, without its preemptions (two
 // dispatchers claiming at once), the mistake breaks no rule. The recipe's
 // faults and schedule really reach the dispatchers and the consumer.
-func needsItsPipeline(t *testing.T, dbs scenarios.Databases, r *chaos.Recipe) {
+func needsItsPipeline(t *testing.T, dbs banks.Databases, r *chaos.Recipe) {
 	t.Helper()
 	what := "its side-effect faults"
 	res := runWithout(t, dbs, r, func(c *chaos.Config) {
@@ -210,7 +211,7 @@ func needsItsPipeline(t *testing.T, dbs scenarios.Databases, r *chaos.Recipe) {
 // preemptions: without them, the default policy runs one transfer after the
 // other, and no debit is lost. The schedule is what breaks the rule, and the
 // scheduler really orders the clients.
-func needsItsPreemptions(t *testing.T, dbs scenarios.Databases, r *chaos.Recipe) {
+func needsItsPreemptions(t *testing.T, dbs banks.Databases, r *chaos.Recipe) {
 	t.Helper()
 	if len(r.Interleaving.Preemptions) == 0 {
 		t.Fatalf("a lost debit with no preemption:\n%s", r.Text())
@@ -227,7 +228,7 @@ func needsItsPreemptions(t *testing.T, dbs scenarios.Databases, r *chaos.Recipe)
 // was shrunk for, then runs it again with remove applied to its config and
 // returns that run's check: what needsItsPipeline and needsItsPreemptions
 // judge.
-func runWithout(t *testing.T, dbs scenarios.Databases, r *chaos.Recipe, remove func(*chaos.Config)) chaos.Result {
+func runWithout(t *testing.T, dbs banks.Databases, r *chaos.Recipe, remove func(*chaos.Config)) chaos.Result {
 	t.Helper()
 	run := func(rc chaos.Config) chaos.Result {
 		h, err := chaos.RunOn(context.Background(), dbs, rc, nil)

@@ -9,7 +9,7 @@ import (
 
 	"github.com/banksim/bank-sim/bank"
 	"github.com/banksim/bank-sim/postgres"
-	"github.com/banksim/bank-sim/scenarios"
+	"github.com/banksim/bank-sim/postgres/banks"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -55,7 +55,7 @@ const MixedTotal = 9_900_000
 
 // NewBankWith is NewBank shaped by o. A bank without Params is lent: one a
 // finished test gave back is reset to the state of a fresh clone
-// (scenarios.Recycled: the opening rows, every sequence at its start, every
+// (banks.Recycled: the opening rows, every sequence at its start, every
 // session DISCARDed) and lent again with its pool and connections, instead of
 // a CREATE DATABASE, a DROP DATABASE and a new backend for each connection of
 // every test. On this 2-core VM a new connection costs ~25 ms of CPU (fork and
@@ -79,7 +79,7 @@ func NewBankWith(t testing.TB, o BankOptions) *pgxpool.Pool {
 		t.Cleanup(db.Close)
 		pool = db.Pool
 	} else {
-		db := NewDatabase(t, scenarios.BankTemplate)
+		db := NewDatabase(t, banks.Template)
 		cfg, err := pgxpool.ParseConfig(db.URL)
 		if err != nil {
 			t.Fatal(err)
@@ -104,7 +104,7 @@ func NewBankWith(t testing.TB, o BankOptions) *pgxpool.Pool {
 
 var (
 	lendersMu sync.Mutex
-	lenders   = map[int32]scenarios.Databases{}
+	lenders   = map[int32]banks.Databases{}
 	// closeLenders drop every lent bank; closeServer calls them before it
 	// stops the server.
 	closeLenders []func()
@@ -112,14 +112,14 @@ var (
 
 // lender is the recycler of the banks whose pools hold maxConns
 // connections: a test that asked for 4 never gets a pool of 16.
-func lender(t testing.TB, maxConns int32) scenarios.Databases {
+func lender(t testing.TB, maxConns int32) banks.Databases {
 	srv := Server(t)
 	lendersMu.Lock()
 	defer lendersMu.Unlock()
 	if d, ok := lenders[maxConns]; ok {
 		return d
 	}
-	d, closeFn := scenarios.Recycled(sizedBanks{srv: srv, maxConns: maxConns})
+	d, closeFn := banks.Recycled(sizedBanks{srv: srv, maxConns: maxConns})
 	lenders[maxConns] = d
 	closeLenders = append(closeLenders, closeFn)
 	return d
@@ -131,8 +131,8 @@ type sizedBanks struct {
 	maxConns int32
 }
 
-func (s sizedBanks) NewBank(ctx context.Context, label string) (*scenarios.Database, error) {
-	db, err := s.srv.CreateDatabase(ctx, scenarios.BankTemplate, label)
+func (s sizedBanks) NewBank(ctx context.Context, label string) (*banks.Database, error) {
+	db, err := s.srv.CreateDatabase(ctx, banks.Template, label)
 	if err != nil {
 		return nil, err
 	}
@@ -152,7 +152,7 @@ func (s sizedBanks) NewBank(ctx context.Context, label string) (*scenarios.Datab
 		drop()
 		return nil, err
 	}
-	return &scenarios.Database{Pool: pool, Name: db.Name, Close: func() { pool.Close(); drop() }}, nil
+	return &banks.Database{Pool: pool, Name: db.Name, Close: func() { pool.Close(); drop() }}, nil
 }
 
 // ReplaceAccounts empties the bank and opens accounts instead, in one

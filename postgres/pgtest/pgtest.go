@@ -24,7 +24,7 @@ import (
 	"time"
 
 	"github.com/banksim/bank-sim/postgres"
-	"github.com/banksim/bank-sim/scenarios"
+	"github.com/banksim/bank-sim/postgres/banks"
 )
 
 var (
@@ -52,7 +52,7 @@ func closeServer() {
 	for _, c := range closeLenders {
 		c()
 	}
-	closeLenders, lenders = nil, map[int32]scenarios.Databases{}
+	closeLenders, lenders = nil, map[int32]banks.Databases{}
 	lendersMu.Unlock()
 	mu.Lock()
 	defer mu.Unlock()

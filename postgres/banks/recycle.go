@@ -1,4 +1,4 @@
-package scenarios
+package banks
 
 import (
 	"context"
@@ -25,7 +25,7 @@ import (
 //
 // Recycled of a Databases that Recycled made is that same Databases, with a
 // close that does nothing: a run that shares one recycler between its
-// scenarios (scenario --all) keeps it when ExecuteWith asks for one.
+// scenarios (scenario --all) keeps it when scenarios.ExecuteWith asks for one.
 // close drops every database it made, or keeps them reset for a later run
 // where the server keeps databases (Database.Keep); call it once nothing
 // uses them.

@@ -1,28 +1,29 @@
-package scenarios_test
+package banks_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/banksim/bank-sim/postgres/banks"
 	"github.com/banksim/bank-sim/postgres/pgtest"
-	"github.com/banksim/bank-sim/scenarios"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
+func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }
+
 // countedBanks counts the databases it clones.
 type countedBanks struct {
-	scenarios.Databases
+	banks.Databases
 	made atomic.Int32
 }
 
-func (c *countedBanks) NewBank(ctx context.Context, label string) (*scenarios.Database, error) {
+func (c *countedBanks) NewBank(ctx context.Context, label string) (*banks.Database, error) {
 	c.made.Add(1)
 	return c.Databases.NewBank(ctx, label)
 }
@@ -34,11 +35,11 @@ func (c *countedBanks) NewBank(ctx context.Context, label string) (*scenarios.Da
 func TestARecycledBankIsAFreshClone(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	counted := &countedBanks{Databases: scenarios.ServerBanks(pgtest.Server(t))}
-	banks, closeBanks := scenarios.Recycled(counted)
+	counted := &countedBanks{Databases: banks.OnServer(pgtest.Server(t), banks.Options{})}
+	recycled, closeBanks := banks.Recycled(counted)
 	defer closeBanks()
 
-	used, err := banks.NewBank(ctx, "recycled")
+	used, err := recycled.NewBank(ctx, "recycled")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +47,7 @@ func TestARecycledBankIsAFreshClone(t *testing.T) {
 	dirty(ctx, t, used.Pool)
 	used.Close()
 
-	again, err := banks.NewBank(ctx, "recycled")
+	again, err := recycled.NewBank(ctx, "recycled")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,8 +88,8 @@ func TestARecycledBankIsAFreshClone(t *testing.T) {
 		c.Release()
 	}
 
-	// A clone, not a bank an earlier run kept (ServerBanks would take one).
-	fresh, err := pgxpool.New(ctx, pgtest.NewDatabase(t, scenarios.BankTemplate).URL)
+	// A clone, not a bank an earlier run kept (OnServer would take one).
+	fresh, err := pgxpool.New(ctx, pgtest.NewDatabase(t, banks.Template).URL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,8 +185,8 @@ func TestABankStillInUseIsNotLentAgain(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	srv := pgtest.Server(t)
-	banks, closeBanks := scenarios.Recycled(scenarios.ServerBanks(srv))
-	first, err := banks.NewBank(ctx, "in-use")
+	recycled, closeBanks := banks.Recycled(banks.OnServer(srv, banks.Options{}))
+	first, err := recycled.NewBank(ctx, "in-use")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +195,7 @@ func TestABankStillInUseIsNotLentAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	first.Close()
-	second, err := banks.NewBank(ctx, "in-use")
+	second, err := recycled.NewBank(ctx, "in-use")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,81 +222,4 @@ func TestABankStillInUseIsNotLentAgain(t *testing.T) {
 	if len(left) > 0 {
 		t.Errorf("databases left after close: %v", left)
 	}
-}
-
-// The whole suite, four scenarios at a time, on banks shared between them
-// (as scenario --all runs it): each tells its story with the lesson's
-// numbers, transfer ids included, as on a bank of its own, and only as many
-// databases are cloned as run at once.
-func TestScenariosShareBanksAsOnTheirOwn(t *testing.T) {
-	counted := &countedBanks{Databases: scenarios.ServerBanks(pgtest.Server(t))}
-	banks, closeBanks := scenarios.Recycled(counted)
-	defer closeBanks()
-	const parallel = 4
-	var list []scenarios.Scenario
-	for _, s := range scenarios.List() {
-		// failover runs on a primary and a standby of its own, not on
-		// these banks; TestFailoverStory runs it.
-		if s.Name != "failover" {
-			list = append(list, s)
-		}
-	}
-	for _, err := range runAtOnce(list, parallel, func(ctx context.Context, s scenarios.Scenario) error {
-		return checkLessonNumbers(ctx, s, banks)
-	}) {
-		t.Error(err)
-	}
-	if n := counted.made.Load(); n > parallel {
-		t.Errorf("%d databases cloned for %d scenarios run %d at a time", n, len(list), parallel)
-	}
-}
-
-// runAtOnce runs fn for every scenario of list, up to parallel at once,
-// each bounded by a minute, and returns the errors, each naming its
-// scenario.
-func runAtOnce(list []scenarios.Scenario, parallel int, fn func(context.Context, scenarios.Scenario) error) []error {
-	sem := make(chan struct{}, parallel)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var failures []error
-	for _, s := range list {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			if err := fn(ctx, s); err != nil {
-				mu.Lock()
-				failures = append(failures, fmt.Errorf("%s: %w", s.Name, err))
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	return failures
-}
-
-// checkLessonNumbers runs s and says what differs from the lesson.
-func checkLessonNumbers(ctx context.Context, s scenarios.Scenario, dbs scenarios.Databases) error {
-	rep, err := scenarios.Execute(ctx, s, dbs, 42, nil)
-	if err != nil {
-		return err
-	}
-	var errs []error
-	for i, p := range rep.Phases {
-		for _, e := range p.Expectations {
-			if !e.OK {
-				errs = append(errs, fmt.Errorf("%s: expectation failed: %s", p.Title, e.Text))
-			}
-		}
-		if want := lessonBalances[s.Name][i]; want != "" && p.Balances != want {
-			errs = append(errs, fmt.Errorf("%s: balances %s, want %s", p.Title, p.Balances, want))
-		}
-	}
-	if !rep.Passed {
-		errs = append(errs, errors.New("verdict: "+rep.Verdict))
-	}
-	return errors.Join(errs...)
 }
