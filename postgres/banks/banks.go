@@ -64,6 +64,14 @@ const PoolSize = 8
 // Options shape the banks OnServer makes; the zero value suits one run of
 // the CLI.
 type Options struct {
+	// MaxConns bounds each bank's pool; PoolSize when zero.
+	MaxConns int32
+	// Fresh makes every bank a new clone of Template, dropped when closed:
+	// no database an earlier run kept is taken, and the banks have no Keep,
+	// so none is kept for a later run. pgtest lends fresh banks: each test
+	// binary clones its own and drops them when it ends, leaving the
+	// cluster's kept databases to the runs that keep them.
+	Fresh bool
 	// Async hands each bank's DROP DATABASE (or the rename that keeps it)
 	// to the background, where Close would otherwise wait for the closed
 	// pool's backends to exit (up to ~100 ms): time a run of many phases
@@ -79,9 +87,10 @@ type Maker struct {
 }
 
 // OnServer makes fresh banks on srv: a database an earlier run kept
-// (postgres.Server.TakeKept), else a clone of Template. Closing one drops
-// its database (before Close returns, unless o.Async); Keep gives it back
-// to the cluster for a later run instead (its caller must have reset it).
+// (postgres.Server.TakeKept), else a clone of Template (always a clone
+// when o.Fresh). Closing one drops its database (before Close returns,
+// unless o.Async); Keep gives it back to the cluster for a later run
+// instead (its caller must have reset it).
 func OnServer(srv *postgres.Server, o Options) *Maker { return &Maker{srv: srv, o: o} }
 
 // Wait blocks until every drop handed to the background (Options.Async)
@@ -90,11 +99,14 @@ func (m *Maker) Wait() { m.drops.Wait() }
 
 // NewBank makes a fresh bank named after label.
 func (m *Maker) NewBank(ctx context.Context, label string) (*Database, error) {
-	// A database an earlier run kept (an embedded cluster only) saves a
-	// clone; it is in the state its last user reset it to.
-	db, err := m.srv.TakeKept(ctx, Template, label)
-	if err != nil {
-		return nil, err
+	var db *postgres.Database
+	var err error
+	if !m.o.Fresh {
+		// A database an earlier run kept (an embedded cluster only) saves
+		// a clone; it is in the state its last user reset it to.
+		if db, err = m.srv.TakeKept(ctx, Template, label); err != nil {
+			return nil, err
+		}
 	}
 	if db == nil {
 		if db, err = m.srv.CreateDatabase(ctx, Template, label); err != nil {
@@ -107,6 +119,9 @@ func (m *Maker) NewBank(ctx context.Context, label string) (*Database, error) {
 		return nil, fmt.Errorf("%w: %v", postgres.ErrUnavailable, err)
 	}
 	cfg.MaxConns = PoolSize
+	if m.o.MaxConns > 0 {
+		cfg.MaxConns = m.o.MaxConns
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		_ = db.Drop(context.WithoutCancel(ctx))
@@ -137,5 +152,9 @@ func (m *Maker) NewBank(ctx context.Context, label string) (*Database, error) {
 			}()
 		}
 	}
-	return &Database{Pool: pool, Name: db.Name, Close: closer(false), Keep: closer(true)}, nil
+	b := &Database{Pool: pool, Name: db.Name, Close: closer(false)}
+	if !m.o.Fresh {
+		b.Keep = closer(true)
+	}
+	return b, nil
 }

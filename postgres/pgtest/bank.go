@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/banksim/bank-sim/bank"
-	"github.com/banksim/bank-sim/postgres"
 	"github.com/banksim/bank-sim/postgres/banks"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -119,40 +118,10 @@ func lender(t testing.TB, maxConns int32) banks.Databases {
 	if d, ok := lenders[maxConns]; ok {
 		return d
 	}
-	d, closeFn := banks.Recycled(sizedBanks{srv: srv, maxConns: maxConns})
+	d, closeFn := banks.Recycled(banks.OnServer(srv, banks.Options{MaxConns: maxConns, Fresh: true}))
 	lenders[maxConns] = d
 	closeLenders = append(closeLenders, closeFn)
 	return d
-}
-
-// sizedBanks makes fresh clones of the bank with pools of maxConns.
-type sizedBanks struct {
-	srv      *postgres.Server
-	maxConns int32
-}
-
-func (s sizedBanks) NewBank(ctx context.Context, label string) (*banks.Database, error) {
-	db, err := s.srv.CreateDatabase(ctx, banks.Template, label)
-	if err != nil {
-		return nil, err
-	}
-	drop := func() {
-		dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_ = db.Drop(dctx)
-	}
-	cfg, err := pgxpool.ParseConfig(db.URL)
-	if err != nil {
-		drop()
-		return nil, err
-	}
-	cfg.MaxConns = s.maxConns
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		drop()
-		return nil, err
-	}
-	return &banks.Database{Pool: pool, Name: db.Name, Close: func() { pool.Close(); drop() }}, nil
 }
 
 // ReplaceAccounts empties the bank and opens accounts instead, in one
