@@ -79,11 +79,11 @@ func TestSeedsAreStringsInJSON(t *testing.T) {
 func TestCampaignSeedsAreTheirOwnRuns(t *testing.T) {
 	t.Parallel()
 	b, _ := mistakes.Lookup("read-compare-write")
-	// Twenty intents: read-compare-write breaks a rule in each of these
-	// seeds already, so the first failing one is the first given (3), not
-	// the lowest.
+	// Twenty intents: read-compare-write breaks a rule in both seeds
+	// already, so the first failing one is the first given (3), not the
+	// lowest.
 	cfg := chaos.Config{Clients: 4, Intents: 20, Bug: &b}
-	seeds := []uint64{3, 1, 2}
+	seeds := []uint64{3, 1}
 	var done []uint64
 	results := chaos.Campaign(context.Background(), banks.OnServer(pgtest.Server(t), banks.Options{}), cfg, seeds,
 		chaos.CampaignOptions{Parallel: 2, Done: func(r chaos.SeedResult, n, total int) {

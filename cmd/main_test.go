@@ -20,6 +20,7 @@ import (
 
 	"github.com/banksim/bank-sim/cmd"
 	"github.com/banksim/bank-sim/postgres"
+	"github.com/banksim/bank-sim/postgres/pgtest"
 	"github.com/banksim/bank-sim/scenarios"
 )
 
@@ -136,8 +137,12 @@ func TestUnreachableDatabaseExitsThree(t *testing.T) {
 	}
 }
 
+// Exhaustive only: scenarios' TestEveryScenarioPassesWithTheLessonsNumbers
+// runs every story, and .ci/run runs `scenario --all` through the built
+// binary; this is the same run through cmd.Main.
 func TestAllScenariosPassAndSayHowMany(t *testing.T) {
 	t.Parallel()
+	pgtest.Exhaustive(t)
 	r := run(t, context.Background(), postgres.Start, "scenario", "--all", "--seed", "3")
 	if r.code != cmd.ExitOK {
 		t.Fatalf("exit %d; stdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)

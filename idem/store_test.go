@@ -3,6 +3,7 @@ package idem_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -141,8 +142,12 @@ func TestStore(t *testing.T) {
 					pool, 1, key, hashTenK, time.Time{})
 				done <- result{c, err}
 			}()
-			// Wait until the claim's INSERT waits on the holder's row.
-			for count(t, pool, "SELECT count(*) FROM pg_locks WHERE NOT granted AND locktype = 'transactionid'") == 0 {
+			// Wait until the claim's INSERT waits on the holder's row. The
+			// holder's own pid, not any ungranted lock: pg_locks is the whole
+			// server's, and another test's bank on it had a lock waiting
+			// (the holder then committed before the claim was sent).
+			waiting := fmt.Sprintf("SELECT count(*) FROM pg_stat_activity WHERE %d = ANY (pg_blocking_pids(pid))", holder.Conn().PgConn().PID())
+			for count(t, pool, waiting) == 0 {
 				select {
 				case r := <-done:
 					t.Fatalf("the claim returned (%v %s, %v) before the holder ended", r.c.Action, r.c.Response.Summary(), r.err)

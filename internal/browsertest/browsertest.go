@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/banksim/bank-sim/postgres/pgtest"
 	"github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/runtime"
@@ -78,11 +79,16 @@ var shared struct {
 }
 
 // New returns the process's browser for t, starting it on first use, and
-// skips t when no browser is found. A package whose tests use it calls
+// skips t when no browser is found, or when the exhaustive tests were not
+// asked for: a browser costs its test binary about 10 s of CPU, a tenth of
+// what the default suite may spend, so the default suite keeps each browser
+// test's checks of the report's file and the browser's run behind
+// BANK_SIM_EXHAUSTIVE=1 (pgtest.Exhaustive), as .ci/run does. A package whose tests use it calls
 // Close from TestMain; should the process die first, Chromium dies with it
 // (chromedp starts it with a parent-death signal).
 func New(t testing.TB) *Browser {
 	t.Helper()
+	pgtest.Exhaustive(t)
 	path := Find()
 	if path == "" {
 		t.Skip("browser: no chromium found (apt-get install chromium, or set BANK_SIM_BROWSER)")
