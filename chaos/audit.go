@@ -133,6 +133,10 @@ func Audit(ctx context.Context, dbs banks.Databases, cfg AuditConfig) (AuditRepo
 	}
 	dbs, closeDBs := banks.Recycled(dbs)
 	defer closeDBs()
+	// The chaos cells' pools outlive their runs, as a campaign's do: a run
+	// on a pool of its own forked a backend for each of its connections.
+	pools := newPoolCache()
+	defer pools.close()
 	list := scenarios.List()
 	rep := AuditReport{Seed: cfg.Seed}
 	for _, s := range list {
@@ -180,7 +184,7 @@ func Audit(ctx context.Context, dbs banks.Databases, cfg AuditConfig) (AuditRepo
 			defer wg.Done()
 			defer func() { <-sem }()
 			for i, column := range j.columns {
-				caught, why, missing, seeds, err := cell(ctx, dbs, cfg, bug, column)
+				caught, why, missing, seeds, err := cell(ctx, dbs, pools, cfg, bug, column)
 				mu.Lock()
 				if err != nil {
 					if firstErr == nil {
@@ -220,12 +224,12 @@ func Audit(ctx context.Context, dbs banks.Databases, cfg AuditConfig) (AuditRepo
 
 // cell runs one check with one bug (nil: the clean handler); for the chaos
 // column it also says what the runs never exercised, and their seeds.
-func cell(ctx context.Context, dbs banks.Databases, cfg AuditConfig, bug *mistakes.Bug, column string) (caught bool, why string, missing []string, seeds []Seed, err error) {
+func cell(ctx context.Context, dbs banks.Databases, pools *poolCache, cfg AuditConfig, bug *mistakes.Bug, column string) (caught bool, why string, missing []string, seeds []Seed, err error) {
 	if column == ChaosColumn {
 		run := func(seed uint64) (Result, error) {
 			c := cfg.Chaos
 			c.Seed, c.Bug = seed, bug
-			h, err := RunOn(ctx, dbs, c, nil)
+			h, err := RunOnWith(ctx, dbs, c, Options{pools: pools})
 			if err != nil {
 				return Result{}, err
 			}

@@ -398,6 +398,11 @@ func baseParams(major int) map[string]string {
 		"shared_buffers":    "64MB",
 		"log_min_messages":  "warning",
 		"logging_collector": "off",
+		// bank-sim replicates physically or not at all. Without logical
+		// replication workers PostgreSQL forks no launcher for them: a
+		// fork costs 40-70 ms of CPU on a virtual machine (measured), and
+		// the tests start about a hundred clusters.
+		"max_logical_replication_workers": "0",
 	}
 	if major >= 12 {
 		// Same reasoning as fsync: a new WAL segment need not be 16 MB of
