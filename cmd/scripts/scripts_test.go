@@ -269,9 +269,7 @@ var unstable = []struct {
 	{regexp.MustCompile(`\(\d+(\.\d+)? (ms|s|min)( \d+ s)?\)`), "(<dur>)"},
 	{regexp.MustCompile(`(?m)\bin \d+(\.\d+)? (ms|s|min)( \d+ s)?$`), "in <dur>"},
 	{regexp.MustCompile(`(?m)^\d+(\.\d+)? (ms|s) +`), timeColumn},
-	// The database a run used: the embedded cluster, or the server of
-	// DATABASE_URL or --database-url (the scripts that share one server).
-	{regexp.MustCompile(`(?m)^embedded PostgreSQL .*$|^PostgreSQL at .*$|^PostgreSQL \S+ at \S+ \((DATABASE_URL|--database-url)\)$`), "<database>"},
+	{regexp.MustCompile(`(?m)^embedded PostgreSQL .*$|^PostgreSQL at .*$`), "<database>"},
 	{regexp.MustCompile(`bank-sim \S+ · (seed|recipe)`), "bank-sim <version> · $1"},
 	{regexp.MustCompile(`bank-sim \S+, seed`), "bank-sim <version>, seed"},
 	{regexp.MustCompile(`(?m)^PostgreSQL \S+ at \S+`), "PostgreSQL <version> at <host:port>"},
