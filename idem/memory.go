@@ -61,6 +61,13 @@ func (h *Handler) handleInMemory(ctx context.Context, m *MemoryStore, req Reques
 	m.keys[k] = e
 	m.mu.Unlock()
 
+	// The map's entry is this mistake's claim: a story that holds a request
+	// once it has claimed its key holds it here too (double-tap waited 10 s
+	// per phase for a claim in PostgreSQL that never came, then could not
+	// finish).
+	if hook := hooksFrom(ctx).AfterClaim; hook != nil {
+		hook(ctx, Claim{Action: Proceed})
+	}
 	resp, err := h.transfer(ctx, req, nil)
 
 	m.mu.Lock()

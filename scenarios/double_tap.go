@@ -43,10 +43,20 @@ func init() {
 			defer close(done2)
 			answers[1], _ = r.Send(ctx2, net, in, 1, "copy 2")
 		}()
-		if copy2There == nil {
-			copy2There = done2
-		}
-		if err := await(ctx, copy2There, "copy 2 to reach copy 1's key or rows"); err != nil {
+		// Copy 2's answer ends the wait too: a mistake may answer it before
+		// it gets where the story holds it (keys in memory answer 409 at
+		// once, whatever the policy), and the story then says what it got
+		// instead of waiting out the stage's bound.
+		reached := make(chan struct{})
+		go func() {
+			defer close(reached)
+			select {
+			case <-copy2There: // nil: never
+			case <-done2:
+			case <-ctx.Done():
+			}
+		}()
+		if err := await(ctx, reached, "copy 2 to reach copy 1's key or rows"); err != nil {
 			return answers, err
 		}
 		free()

@@ -20,23 +20,33 @@ const stageTimeout = 10 * time.Second
 // database are waiting for a lock held by another: the moment a request has
 // reached a row another holds.
 func waitForLockWaiters(ctx context.Context, r *Run, n int) error {
+	_, err := waitForLockWaitersOr(ctx, r, n, nil)
+	return err
+}
+
+// waitForLockWaitersOr is waitForLockWaiters that also ends, reporting
+// false, when instead closes: a request that should have queued for a row
+// may, under a mistake, have gone past it without waiting.
+func waitForLockWaitersOr(ctx context.Context, r *Run, n int, instead <-chan struct{}) (bool, error) {
 	deadline := time.Now().Add(stageTimeout)
 	for {
 		var waiting int
 		if err := r.DB.QueryRow(ctx, `
 			SELECT count(*) FROM pg_stat_activity
 			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting); err != nil {
-			return err
+			return false, err
 		}
 		if waiting >= n {
-			return nil
+			return true, nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("staging: %d of %d requests waited for a row lock within %s", waiting, n, stageTimeout)
+			return false, fmt.Errorf("staging: %d of %d requests waited for a row lock within %s", waiting, n, stageTimeout)
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return false, ctx.Err()
+		case <-instead: // nil: never
+			return false, nil
 		case <-time.After(2 * time.Millisecond):
 		}
 	}

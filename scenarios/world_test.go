@@ -3,6 +3,7 @@ package scenarios_test
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -98,6 +99,54 @@ func TestSideEffectBugsAreCaught(t *testing.T) {
 			}
 			if !rep.Caught() {
 				t.Errorf("%s with --bug %s passed: %s", scenario, bugName, rep.Verdict)
+			}
+		})
+	}
+}
+
+// A mistake that answers a staged request before it reaches where its story
+// holds it (keys in memory answer copy 2 at once; without a row lock the
+// laptop's transfer never queues for Bola's row) is caught by what it did:
+// an expectation with the answers it got, not the stage's bound ("could not
+// finish", after 10 s a phase).
+func TestStagedStoriesJudgeAnEarlyAnswerInsteadOfWaitingItOut(t *testing.T) {
+	dbs := banks.OnServer(pgtest.Server(t), banks.Options{})
+	// What the story must say happened, in a protected phase's events.
+	said := map[string]string{
+		"memory-keys": "copy 2: 409 request_in_progress",
+		"no-row-lock": "went on without waiting for the row",
+	}
+	for bugName, scenario := range map[string]string{"memory-keys": "double-tap", "no-row-lock": "double-spend"} {
+		t.Run(bugName, func(t *testing.T) {
+			t.Parallel()
+			bug, err := mistakes.Lookup(bugName)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, _ := scenarios.Get(scenario)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			rep, err := scenarios.ExecuteWith(ctx, s, dbs, 5, nil, scenarios.Options{Bug: &bug, SkipControls: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !rep.Caught() {
+				t.Fatalf("%s with --bug %s passed: %s", scenario, bugName, rep.Verdict)
+			}
+			if strings.Contains(rep.Verdict, "could not finish") || strings.Contains(rep.Verdict, "staging") {
+				t.Errorf("%s with --bug %s waited out a stage: %s", scenario, bugName, rep.Verdict)
+			}
+			if !strings.Contains(rep.Verdict, "expected") {
+				t.Errorf("%s with --bug %s: verdict %q names no expectation", scenario, bugName, rep.Verdict)
+			}
+			var events []string
+			for _, ph := range rep.Phases {
+				for _, ev := range ph.Events {
+					events = append(events, ev.Text)
+				}
+			}
+			if !slices.ContainsFunc(events, func(e string) bool { return strings.Contains(e, said[bugName]) }) {
+				t.Errorf("%s with --bug %s never says %q; it said:\n%s", scenario, bugName, said[bugName], strings.Join(events, "\n"))
 			}
 		})
 	}
