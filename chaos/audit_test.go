@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/banksim/bank-sim/chaos"
-	"github.com/banksim/bank-sim/postgres/banks"
 	"github.com/banksim/bank-sim/postgres/pgtest"
 )
 
@@ -23,7 +22,7 @@ func TestAuditCatchesEveryBugAndNotTheCleanHandler(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	start := time.Now()
-	rep, err := chaos.Audit(ctx, banks.OnServer(pgtest.Server(t), banks.Options{}), chaos.AuditConfig{Seed: 42, FirstCatch: !pgtest.IsExhaustive()})
+	rep, err := chaos.Audit(ctx, pgtest.Banks(t), chaos.AuditConfig{Seed: 42, FirstCatch: !pgtest.IsExhaustive()})
 	if err != nil {
 		t.Fatal(err)
 	}

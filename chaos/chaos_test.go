@@ -16,24 +16,14 @@ import (
 	"github.com/banksim/bank-sim/postgres/pgtest"
 )
 
-func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }
+func TestMain(m *testing.M) { os.Exit(pgtest.Run(m, chaos.CloseTestPools)) }
 
 // run makes a fresh bank and runs cfg on it.
 func run(t testing.TB, cfg chaos.Config) *chaos.History {
 	t.Helper()
 	ctx, cancel := context.WithTimeoutCause(context.Background(), 2*time.Minute, errors.New("the chaos run did not finish within 2 minutes"))
 	defer cancel()
-	db, err := banks.OnServer(pgtest.Server(t), banks.Options{}).NewBank(ctx, "chaos")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	pool, err := chaos.Pool(ctx, db.Pool, cfg.WithDefaults().Clients)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	h, err := chaos.Run(ctx, pool, cfg, nil)
+	h, err := chaos.RunOnLent(ctx, pgtest.Banks(t), cfg, chaos.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

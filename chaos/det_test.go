@@ -10,7 +10,6 @@ import (
 
 	"github.com/banksim/bank-sim/chaos"
 	"github.com/banksim/bank-sim/outbox"
-	"github.com/banksim/bank-sim/postgres/banks"
 	"github.com/banksim/bank-sim/postgres/pgtest"
 )
 
@@ -22,7 +21,7 @@ func detRun(t testing.TB, cfg chaos.Config) (*chaos.History, []chaos.Decision) {
 	ctx, cancel := context.WithTimeoutCause(context.Background(), 5*time.Minute, errors.New("the deterministic run did not finish within 5 minutes"))
 	defer cancel()
 	var ds []chaos.Decision
-	h, err := chaos.RunOnWith(ctx, banks.OnServer(pgtest.Server(t), banks.Options{}), cfg, chaos.Options{Decisions: func(d chaos.Decision) { ds = append(ds, d) }})
+	h, err := chaos.RunOnLent(ctx, pgtest.Banks(t), cfg, chaos.Options{Decisions: func(d chaos.Decision) { ds = append(ds, d) }})
 	if err != nil {
 		t.Fatalf("seed %d, %d clients: %v", cfg.Seed, cfg.Clients, err)
 	}

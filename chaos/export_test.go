@@ -1,5 +1,27 @@
 package chaos
 
+import (
+	"context"
+
+	"github.com/banksim/bank-sim/postgres/banks"
+)
+
+// testPools keeps the tests' run pools between runs on lent banks, as a
+// campaign keeps its own: a run on a pool of its own forked a backend for
+// each of its connections.
+var testPools = newPoolCache()
+
+// RunOnLent is RunOnWith with the run's pool kept for the next run on the
+// same bank (dbs: pgtest.Banks).
+func RunOnLent(ctx context.Context, dbs banks.Databases, cfg Config, opts Options) (*History, error) {
+	opts.pools = testPools
+	return RunOnWith(ctx, dbs, cfg, opts)
+}
+
+// CloseTestPools closes the kept pools; TestMain calls it before pgtest
+// drops the banks.
+func CloseTestPools() { testPools.close() }
+
 // Ddmin is ddmin, for the tests.
 var Ddmin = ddmin
 

@@ -9,7 +9,6 @@ import (
 
 	"github.com/banksim/bank-sim/chaos"
 	"github.com/banksim/bank-sim/idem/mistakes"
-	"github.com/banksim/bank-sim/postgres/banks"
 	"github.com/banksim/bank-sim/postgres/pgtest"
 )
 
@@ -85,7 +84,7 @@ func TestCampaignSeedsAreTheirOwnRuns(t *testing.T) {
 	cfg := chaos.Config{Clients: 4, Intents: 20, Bug: &b}
 	seeds := []uint64{3, 1}
 	var done []uint64
-	results := chaos.Campaign(context.Background(), banks.OnServer(pgtest.Server(t), banks.Options{}), cfg, seeds,
+	results := chaos.Campaign(context.Background(), pgtest.Banks(t), cfg, seeds,
 		chaos.CampaignOptions{Parallel: 2, Done: func(r chaos.SeedResult, n, total int) {
 			done = append(done, uint64(r.Seed))
 			if total != len(seeds) || n != len(done) {

@@ -109,6 +109,15 @@ var (
 	closeLenders []func()
 )
 
+// Banks returns the test binary's lent banks as a maker: each NewBank is a
+// bank another test (or run) used and gave back, reset to its opening
+// state, with its pool's connections still open; Close gives it back. A
+// run on a bank of its own cloned the template and forked a backend for
+// each connection again.
+func Banks(t testing.TB) banks.Databases {
+	return lender(t, banks.PoolSize)
+}
+
 // lender is the recycler of the banks whose pools hold maxConns
 // connections: a test that asked for 4 never gets a pool of 16.
 func lender(t testing.TB, maxConns int32) banks.Databases {

@@ -38,12 +38,19 @@ var (
 // Run is the body of TestMain: it lets the binary act as the PostgreSQL
 // supervisor when re-executed, runs the tests, and stops the server (also
 // if a test panics; a crash or SIGKILL is handled by the supervisor).
-func Run(m *testing.M) int {
+// before runs after the tests, before the lent banks are dropped: what
+// still holds connections to them closes there.
+func Run(m *testing.M, before ...func()) int {
 	postgres.MaybeSupervise()
 	mu.Lock()
 	ran = true
 	mu.Unlock()
 	defer closeServer()
+	defer func() {
+		for _, f := range before {
+			f()
+		}
+	}()
 	return m.Run()
 }
 
