@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -18,8 +19,13 @@ func fakeBinaries(t *testing.T, version string) string {
 		t.Fatal(err)
 	}
 	script := "#!/bin/sh\necho 'pg_ctl (PostgreSQL) " + version + "'\n"
-	if err := os.WriteFile(filepath.Join(dir, "bin", "pg_ctl"), []byte(script), 0o755); err != nil {
-		t.Fatal(err)
+	// Written by a child process, not by os.WriteFile: a test running beside
+	// this one may fork while this process holds the file open for writing,
+	// and its child keeps that descriptor until it execs; running pg_ctl in
+	// that moment failed with "text file busy" (ETXTBSY).
+	cmd := exec.Command("sh", "-c", `printf '%s' "$1" > "$2" && chmod 755 "$2"`, "sh", script, filepath.Join(dir, "bin", "pg_ctl"))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("writing a fake pg_ctl: %v: %s", err, out)
 	}
 	return dir
 }
