@@ -86,22 +86,28 @@ func TestSideEffectBugsAreCaught(t *testing.T) {
 	for bugName, scenario := range want {
 		t.Run(bugName, func(t *testing.T) {
 			t.Parallel()
-			bug, err := mistakes.Lookup(bugName)
-			if err != nil {
-				t.Fatal(err)
-			}
-			s, _ := scenarios.Get(scenario)
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			rep, err := scenarios.ExecuteWith(ctx, s, dbs, 5, nil, scenarios.Options{Bug: &bug, SkipControls: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !rep.Caught() {
+			if rep := withBug(t, dbs, scenario, bugName); !rep.Caught() {
 				t.Errorf("%s with --bug %s passed: %s", scenario, bugName, rep.Verdict)
 			}
 		})
 	}
+}
+
+// withBug runs scenario's protected phases with the mistake bugName on, seed 5.
+func withBug(t *testing.T, dbs banks.Databases, scenario, bugName string) scenarios.Report {
+	t.Helper()
+	bug, err := mistakes.Lookup(bugName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := scenarios.Get(scenario)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rep, err := scenarios.ExecuteWith(ctx, s, dbs, 5, nil, scenarios.Options{Bug: &bug, SkipControls: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
 }
 
 // A mistake that answers a staged request before it reaches where its story
@@ -119,17 +125,7 @@ func TestStagedStoriesJudgeAnEarlyAnswerInsteadOfWaitingItOut(t *testing.T) {
 	for bugName, scenario := range map[string]string{"memory-keys": "double-tap", "no-row-lock": "double-spend"} {
 		t.Run(bugName, func(t *testing.T) {
 			t.Parallel()
-			bug, err := mistakes.Lookup(bugName)
-			if err != nil {
-				t.Fatal(err)
-			}
-			s, _ := scenarios.Get(scenario)
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			rep, err := scenarios.ExecuteWith(ctx, s, dbs, 5, nil, scenarios.Options{Bug: &bug, SkipControls: true})
-			if err != nil {
-				t.Fatal(err)
-			}
+			rep := withBug(t, dbs, scenario, bugName)
 			if !rep.Caught() {
 				t.Fatalf("%s with --bug %s passed: %s", scenario, bugName, rep.Verdict)
 			}
