@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,23 +13,12 @@ import (
 	"github.com/banksim/bank-sim/scenarios"
 )
 
-// countedBanks counts the databases it clones.
-type countedBanks struct {
-	banks.Databases
-	made atomic.Int32
-}
-
-func (c *countedBanks) NewBank(ctx context.Context, label string) (*banks.Database, error) {
-	c.made.Add(1)
-	return c.Databases.NewBank(ctx, label)
-}
-
 // The whole suite, four scenarios at a time, on banks shared between them
 // (as scenario --all runs it): each tells its story with the lesson's
 // numbers, transfer ids included, as on a bank of its own, and only as many
 // databases are cloned as run at once.
 func TestScenariosShareBanksAsOnTheirOwn(t *testing.T) {
-	counted := &countedBanks{Databases: banks.OnServer(pgtest.Server(t), banks.Options{})}
+	counted := &pgtest.CountedBanks{Databases: banks.OnServer(pgtest.Server(t), banks.Options{})}
 	shared, closeBanks := banks.Recycled(counted)
 	defer closeBanks()
 	const parallel = 4
@@ -47,7 +35,7 @@ func TestScenariosShareBanksAsOnTheirOwn(t *testing.T) {
 	}) {
 		t.Error(err)
 	}
-	if n := counted.made.Load(); n > parallel {
+	if n := counted.Made.Load(); n > parallel {
 		t.Errorf("%d databases cloned for %d scenarios run %d at a time", n, len(list), parallel)
 	}
 }

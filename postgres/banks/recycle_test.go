@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,17 +16,6 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }
 
-// countedBanks counts the databases it clones.
-type countedBanks struct {
-	banks.Databases
-	made atomic.Int32
-}
-
-func (c *countedBanks) NewBank(ctx context.Context, label string) (*banks.Database, error) {
-	c.made.Add(1)
-	return c.Databases.NewBank(ctx, label)
-}
-
 // A bank handed out again is, row for row and sequence for sequence, a
 // fresh clone of the template, and its connections keep nothing of the
 // phase before: no prepared statement, advisory lock, setting or temporary
@@ -35,7 +23,7 @@ func (c *countedBanks) NewBank(ctx context.Context, label string) (*banks.Databa
 func TestARecycledBankIsAFreshClone(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	counted := &countedBanks{Databases: banks.OnServer(pgtest.Server(t), banks.Options{})}
+	counted := &pgtest.CountedBanks{Databases: banks.OnServer(pgtest.Server(t), banks.Options{})}
 	recycled, closeBanks := banks.Recycled(counted)
 	defer closeBanks()
 
@@ -52,8 +40,8 @@ func TestARecycledBankIsAFreshClone(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer again.Close()
-	if again.Name != name || counted.made.Load() != 1 {
-		t.Fatalf("the second bank is %s (%d clones made), want %s reused", again.Name, counted.made.Load(), name)
+	if again.Name != name || counted.Made.Load() != 1 {
+		t.Fatalf("the second bank is %s (%d clones made), want %s reused", again.Name, counted.Made.Load(), name)
 	}
 
 	// Every connection the pool kept: hold them all at once.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -183,4 +184,17 @@ func Deadlocks(ctx context.Context, cfg *pgx.ConnConfig) (int64, error) {
 	var n int64
 	err = c.QueryRow(ctx, "SELECT coalesce(deadlocks, 0) FROM pg_stat_database WHERE datname = current_database()").Scan(&n)
 	return n, err
+}
+
+// CountedBanks is a maker that counts the banks it makes: a test of a
+// recycler checks with it how many databases were cloned.
+type CountedBanks struct {
+	banks.Databases
+	Made atomic.Int32
+}
+
+// NewBank counts the bank and makes it.
+func (c *CountedBanks) NewBank(ctx context.Context, label string) (*banks.Database, error) {
+	c.Made.Add(1)
+	return c.Databases.NewBank(ctx, label)
 }
