@@ -69,6 +69,11 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// schedStats is what a deterministic run's scheduler asked PostgreSQL
+// about locks (Polls), the statements it cancelled for one (Cancels), and
+// the waits its model of row locks saw coming, unsent (Predicted).
+type schedStats struct{ Polls, Cancels, Predicted int64 }
+
 // runDeterministic is RunWith for Config.Deterministic.
 func runDeterministic(ctx context.Context, db bank.DB, cfg Config, opts Options) (*History, error) {
 	if err := cfg.Validate(); err != nil {
@@ -88,6 +93,7 @@ func runDeterministic(ctx context.Context, db bank.DB, cfg Config, opts Options)
 	defer stop(nil)
 	s := newSched(cfg.Seed, cfg.Interleaving, poll, opts.Decisions)
 	s.stop = stop
+	s.noLockModel = opts.noLockModel
 	e := newEngineOn(newSchedDB(pool, s), cfg, s)
 	tctx := s.adopt(runCtx)
 	h, runErr := func() (*History, error) {
@@ -106,10 +112,13 @@ func runDeterministic(ctx context.Context, db bank.DB, cfg Config, opts Options)
 		return nil, runErr
 	}
 	steps, digest := s.summary()
+	if opts.stats != nil {
+		*opts.stats = schedStats{Polls: s.polls.Load(), Cancels: s.cancels.Load(), Predicted: s.predicted.Load()}
+	}
 	h.Deterministic = &Determinism{Steps: steps, Schedule: digest}
 	h.Duration, h.Wall = 0, time.Since(started)
 	if schedDebug {
-		fmt.Fprintf(os.Stderr, "deterministic run: %d steps, %d polls, %d cancels, %s\n", steps, s.polls.Load(), s.cancels.Load(), h.Wall)
+		fmt.Fprintf(os.Stderr, "deterministic run: %d steps, %d polls, %d cancels, %d waits predicted, %s\n", steps, s.polls.Load(), s.cancels.Load(), s.predicted.Load(), h.Wall)
 	}
 	return h, nil
 }

@@ -103,6 +103,11 @@ type Options struct {
 	// pools, when set, keeps RunOnWith's pool on each bank for the next
 	// run on it (a shrink's or a campaign's banks, recycled).
 	pools *poolCache
+	// noLockModel turns the scheduler's model of row locks off (the tests
+	// compare a run with it and without); stats, when set, is told what
+	// the scheduler asked PostgreSQL and what it predicted.
+	noLockModel bool
+	stats       *schedStats
 }
 
 // ErrNoCrash is returned for a run with Config.KillPostgres but no

@@ -27,3 +27,15 @@ var Ddmin = ddmin
 
 // ChaosCell is chaosCell, for the tests.
 var ChaosCell = chaosCell
+
+// SchedStats is what a deterministic run's scheduler asked PostgreSQL about
+// locks, cancelled, and predicted.
+type SchedStats = schedStats
+
+// RunCounted is RunOnLent for a deterministic run, with the scheduler's
+// model of row locks on or off, saying what the scheduler did.
+func RunCounted(ctx context.Context, dbs banks.Databases, cfg Config, lockModel bool) (*History, SchedStats, error) {
+	var st schedStats
+	h, err := RunOnLent(ctx, dbs, cfg, Options{noLockModel: !lockModel, stats: &st})
+	return h, st, err
+}

@@ -234,6 +234,11 @@ type dbConn struct {
 	// gen moves on each time a transaction on it ends: a task waiting for
 	// one of its locks may try again.
 	gen int
+	// rows are the account rows its transaction has locked, as far as the
+	// model knows (schedlocks.go); opaque: it sent a statement on accounts
+	// the model does not read.
+	rows   map[int64]bool
+	opaque bool
 }
 
 type sched struct {
@@ -264,6 +269,10 @@ type sched struct {
 	// polls and cancels count the questions to PostgreSQL about locks and
 	// the statements cancelled for one.
 	polls, cancels atomic.Int64
+	// predicted counts the waits the model of row locks saw coming
+	// (schedlocks.go); noLockModel turns it off.
+	predicted   atomic.Int64
+	noLockModel bool
 	// quick is a moving average of how long watched statements that
 	// waited for no lock took from send to answer; see graceLocked.
 	quick time.Duration
@@ -762,6 +771,7 @@ func (s *sched) txEndedLocked(pid uint32) {
 	}
 	c.gen++
 	c.timed, c.locks = false, false
+	c.rows, c.opaque = nil, false
 	for _, t := range s.tasks {
 		if t.pgWait && slicesContains(t.blockers, pid) {
 			t.released = true

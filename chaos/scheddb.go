@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -96,14 +97,25 @@ type result struct {
 // sends it (through run), and, each time the scheduler cancels it for a
 // lock, undoes it (undo), waits for the lock's holders, and sends it again.
 // locks says whether it takes row locks (canWait), and so may wait for one.
+//
+// lockIDs are the account rows a SELECT … FOR UPDATE locks, in order: when
+// the scheduler's model of the rows open transactions hold says it would
+// wait (predictWait), it is not sent, and t waits for the holder at once.
 func (d *schedDB) send(ctx context.Context, t *task, pid uint32, label string, endsTx, locks, inPG bool,
-	run func() (result, error), undo func() error) (result, error) {
+	lockIDs []int64, run func() (result, error), undo func() error) (result, error) {
 	d.s.park(t, label)
 	for {
+		if blockers := d.s.predictWait(t, pid, lockIDs); blockers != nil {
+			if d.s.waitLock(t, blockers, statementName(label)) {
+				return result{}, deadlockVictim()
+			}
+			continue
+		}
 		d.s.inflight(t, pid, locks, inPG)
+		sent := time.Now()
 		res, err := run()
 		if schedDebug {
-			fmt.Fprintf(os.Stderr, "dbg %d %s | %s | %s err=%v\n", d.s.now(), t.name, label, res.tag, err)
+			fmt.Fprintf(os.Stderr, "dbg %d %s | %s | %s err=%v | %dµs\n", d.s.now(), t.name, label, res.tag, err, time.Since(sent).Microseconds())
 		}
 		blockers, cancelled := d.s.returned(t, pid, err, endsTx)
 		if !cancelled {
@@ -115,10 +127,15 @@ func (d *schedDB) send(ctx context.Context, t *task, pid uint32, label string, e
 			}
 		}
 		if d.s.waitLock(t, blockers, statementName(label)) {
-			return result{}, &pgconn.PgError{Severity: "ERROR", Code: "40P01", Message: "deadlock detected",
-				Detail: ErrDeadlockVictim.Error()}
+			return result{}, deadlockVictim()
 		}
 	}
+}
+
+// deadlockVictim is the error of a statement the scheduler made a
+// deadlock's victim, as PostgreSQL reports one.
+func deadlockVictim() error {
+	return &pgconn.PgError{Severity: "ERROR", Code: "40P01", Message: "deadlock detected", Detail: ErrDeadlockVictim.Error()}
 }
 
 // Exec implements bank.Querier.
@@ -147,17 +164,17 @@ func (d *schedDB) Exec(ctx context.Context, sql string, args ...any) (pgconn.Com
 func (d *schedDB) sendNow(ctx context.Context, t *task, pid uint32, label string, locks bool, run func() (result, error)) (result, error) {
 	for {
 		d.s.inflight(t, pid, locks, false)
+		sent := time.Now()
 		res, err := run()
 		if schedDebug {
-			fmt.Fprintf(os.Stderr, "dbg %d %s | %s | %s err=%v\n", d.s.now(), t.name, label, res.tag, err)
+			fmt.Fprintf(os.Stderr, "dbg %d %s | %s | %s err=%v | %dµs\n", d.s.now(), t.name, label, res.tag, err, time.Since(sent).Microseconds())
 		}
 		blockers, cancelled := d.s.returned(t, pid, err, false)
 		if !cancelled {
 			return res, err
 		}
 		if d.s.waitLock(t, blockers, statementName(label)) {
-			return result{}, &pgconn.PgError{Severity: "ERROR", Code: "40P01", Message: "deadlock detected",
-				Detail: ErrDeadlockVictim.Error()}
+			return result{}, deadlockVictim()
 		}
 	}
 }
@@ -262,7 +279,7 @@ func (x *schedTx) end(ctx context.Context, what string, f func(context.Context) 
 		return pgx.ErrTxClosed
 	}
 	t := x.task(ctx)
-	_, err := x.d.send(ctx, t, x.pid, stepName(t, what), true, false, false, func() (result, error) {
+	_, err := x.d.send(ctx, t, x.pid, stepName(t, what), true, false, false, nil, func() (result, error) {
 		return result{}, f(ctx)
 	}, nil)
 	x.closed = true
@@ -324,8 +341,16 @@ func (x *schedTx) stmt(ctx context.Context, sql string, args []any, rows bool) (
 	}
 	t := x.task(ctx)
 	label := stepName(t, sql)
+	res, err := x.send(ctx, t, label, sql, args, rows)
+	if err == nil {
+		x.d.s.noteRowLocks(x.pid, sql, args, res)
+	}
+	return res, err
+}
+
+func (x *schedTx) send(ctx context.Context, t *task, label, sql string, args []any, rows bool) (result, error) {
 	if !mayWait(sql) {
-		return x.d.send(ctx, t, x.pid, label, false, canWait(sql), false, func() (result, error) {
+		return x.d.send(ctx, t, x.pid, label, false, canWait(sql), false, nil, func() (result, error) {
 			if rows {
 				r, err := x.tx.Query(ctx, sql, args...)
 				if err != nil {
@@ -338,7 +363,8 @@ func (x *schedTx) stmt(ctx context.Context, sql string, args []any, rows bool) (
 			return result{tag: tag}, err
 		}, nil)
 	}
-	return x.d.send(ctx, t, x.pid, label, false, true, waitsInPG(sql), func() (result, error) {
+	lockIDs, _ := rowLocksFor(sql, args)
+	return x.d.send(ctx, t, x.pid, label, false, true, waitsInPG(sql), lockIDs, func() (result, error) {
 		b := &pgx.Batch{}
 		b.Queue("SAVEPOINT " + savepoint)
 		b.Queue(sql, args...)
