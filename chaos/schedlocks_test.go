@@ -68,4 +68,3 @@ func TestTheLockModelChangesNoChoice(t *testing.T) {
 		})
 	}
 }
-
