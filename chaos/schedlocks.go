@@ -36,6 +36,9 @@ import (
 // $m)) FOR UPDATE, which waits for any lock another transaction holds on
 // one of its rows. ok is false for any other statement.
 func rowLocksFor(sql string, args []any) (ids []int64, ok bool) {
+	if !strings.Contains(sql, "accounts") {
+		return nil, false // most statements: before normalSQL's copy
+	}
 	q := normalSQL(sql)
 	if !strings.HasPrefix(q, "SELECT ") || !strings.HasSuffix(q, " FOR UPDATE") ||
 		strings.Count(q, " FROM ") != 1 || !strings.Contains(q, " FROM accounts WHERE ") {
@@ -101,10 +104,10 @@ func argID(args []any, n string) (int64, bool) {
 // a way the model does not follow. A statement that locks no account row
 // (the keys, the outbox, a plain read) returns nothing.
 func rowsLocked(sql string, args []any, res result) (ids []int64, opaque bool) {
-	q := normalSQL(sql)
-	if !strings.Contains(q, "accounts") && !strings.Contains(q, "transfers") {
+	if !strings.Contains(sql, "accounts") && !strings.Contains(sql, "transfers") {
 		return nil, false
 	}
+	q := normalSQL(sql)
 	if want, ok := rowLocksFor(sql, args); ok {
 		// The rows it read are the rows it locked.
 		if res.rows != nil && len(res.rows.fields) > 0 && res.rows.fields[0].Name == "id" {
@@ -211,8 +214,8 @@ func (s *sched) predictWait(t *task, pid uint32, ids []int64) []uint32 {
 			return nil // it would wait for them one at a time: ask PostgreSQL
 		}
 		c := s.conns[holders[0]]
-		if c.owner == t || c.busy || c.owner.state == taskRunning {
-			return nil // it may end by itself
+		if c.owner == t || c.busy {
+			return nil // t's own other connection, or a statement in flight: it may end by itself
 		}
 		s.predicted.Add(1)
 		return holders
