@@ -6,8 +6,10 @@ import (
 	"io"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
+	"unicode"
 
 	"github.com/banksim/bank-sim/faults/netns"
 	"github.com/banksim/bank-sim/postgres"
@@ -28,8 +30,10 @@ job) left behind, and say how much space that freed:
   bank-sim holds, about 60 MB each, with its templates of any schema version.
   The next run builds a new cluster in about a second.
 - in the temporary directory: the pg_auto_failover clusters of killed HA
-  test runs (bank-sim-ha-*), stopping whatever still runs in them; listed
-  only when there are some.
+  test runs (bank-sim-ha-*), killing the processes bank-sim recorded when it
+  started them there (by pid and start time) that still run; a directory
+  without the mark bank-sim wrote when it made it (a look-alike, a copy) is
+  kept, with its processes. Listed only when there are some.
 - on the server at --database-url / DATABASE_URL, if one is given: every
   database bank-sim created whose bank-sim run has ended. bank-sim writes a
   marker in the comment of each database it creates (bound to that
@@ -227,6 +231,10 @@ func pruneHA(app *App, p *palette, dryRun bool, verb string, t *pruneTally) {
 		fmt.Fprintf(tw, "  %s\t%v\n", p.bad.Sprint("failed"), err)
 	}
 	for _, l := range found {
+		if l.Kept != nil {
+			fmt.Fprintf(tw, "  %s\t%s\t%s\tnot provably bank-sim's (%s): remove it yourself if it is\n", p.dim.Sprint("kept"), visible(l.Dir), size(l.Bytes), visible(l.Kept.Error()))
+			continue
+		}
 		why := "its run has ended"
 		if l.Killed > 0 {
 			why += fmt.Sprintf("; %d %s still running in it, killed", l.Killed, plural(l.Killed, "process was", "processes were"))
@@ -303,4 +311,14 @@ func (t *pruneTally) networks(out io.Writer, p *palette, dir, verb string, dryRu
 			fmt.Fprintf(tw, "  %s\t%s %s\t%s\n", "kept", l.Kind, l.Name, "not the namespace or link its run made (another inode or index): left alone")
 		}
 	}
+}
+
+// visible is s, quoted when it holds a control character: the name of a
+// directory bank-sim did not make is anyone's, and must not reach the
+// terminal as escape sequences.
+func visible(s string) string {
+	if strings.IndexFunc(s, unicode.IsControl) >= 0 {
+		return strconv.Quote(s)
+	}
+	return s
 }

@@ -41,8 +41,9 @@
 // process keeps locked. Every process is started with a parent-death
 // signal (SIGTERM to pg_autoctl, which then stops its PostgreSQL), so a
 // killed test leaves no server running, only the directory; Prune removes
-// the directories whose lock nobody holds, and stops any process still
-// running in them.
+// the directories whose lock nobody holds and that carry bank-sim's mark,
+// and kills the processes still running that bank-sim recorded when it
+// started them (record.go), with their descendants.
 package hacluster
 
 import (
@@ -107,6 +108,7 @@ type Cluster struct {
 	bin     string
 	dir     string
 	lock    *os.File
+	rec     *recorder // what it started, for prune
 	cred    *syscall.Credential
 	env     []string
 	monitor *node
@@ -181,7 +183,7 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 	defer cancel()
 
 	c := &Cluster{opts: o, bin: bin}
-	if err := c.makeDir(); err != nil {
+	if err := c.makeDir(""); err != nil {
 		return nil, err
 	}
 	defer func() {
@@ -271,6 +273,15 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 		return (names != "") == o.Sync, nil
 	}); err != nil {
 		return nil, err
+	}
+	// pg_autoctl starts them, so they are its descendants while it runs;
+	// recorded too, for prune to find one that outlived it.
+	for _, n := range c.all() {
+		if pm := procfs.PIDFile(n.data); pm > 0 && procfs.IsPostmasterOf(pm, n.data) {
+			if err := c.rec.record(pm, strings.Fields(procfs.Cmdline(pm))); err != nil {
+				return nil, fmt.Errorf("recording %s's postmaster in %s: %v", n.Name, procsName, err)
+			}
+		}
 	}
 	c.Startup = time.Since(began)
 	return c, nil
@@ -725,11 +736,12 @@ func (c *Cluster) queryRow(ctx context.Context, url, q string, dst ...any) error
 	return conn.QueryRow(ctx, q).Scan(dst...)
 }
 
-// makeDir creates the cluster's directory, takes its lock, and hands it
+// makeDir creates the cluster's directory in parent ("" for $TMPDIR),
+// takes its lock, marks it as bank-sim's, and hands it
 // to the unprivileged user when we are root: initdb, pg_autoctl and
 // postgres refuse to run as root.
-func (c *Cluster) makeDir() error {
-	dir, err := os.MkdirTemp("", dirPrefix)
+func (c *Cluster) makeDir(parent string) error {
+	dir, err := os.MkdirTemp(parent, dirPrefix)
 	if err != nil {
 		return fmt.Errorf("creating the cluster's directory: %v", err)
 	}
@@ -746,6 +758,10 @@ func (c *Cluster) makeDir() error {
 	}
 	c.lock = f
 	fmt.Fprintf(f, "a pg_auto_failover cluster of bank-sim (pid %d); bank-sim prune removes it once this lock is free\n", os.Getpid())
+	if err := writeMark(dir); err != nil {
+		return fmt.Errorf("marking %s as bank-sim's: %v", dir, err)
+	}
+	c.rec = &recorder{dir: dir}
 	run := filepath.Join(dir, "run")
 	if err := os.Mkdir(run, 0o700); err != nil {
 		return err
@@ -807,6 +823,14 @@ func (c *Cluster) start(label, name string, args ...string) (*proc, error) {
 			return
 		}
 		p.pid = cmd.Process.Pid
+		// Recorded before it can be reaped: a killed run's leftovers are
+		// what prune may kill, and only those.
+		if err := c.rec.record(p.pid, cmd.Args); err != nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+			started <- fmt.Errorf("recording it in %s: %v", procsName, err)
+			return
+		}
 		started <- nil
 		p.err = cmd.Wait()
 		close(p.done)

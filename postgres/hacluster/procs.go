@@ -138,6 +138,9 @@ func (p *prefixWriter) Write(b []byte) (int, error) {
 type Leftover struct {
 	Dir   string
 	Bytes int64
+	// Kept says why the directory is left alone, though its lock is
+	// free: it is not provably one bank-sim made (record.go).
+	Kept error
 	// Killed counts the processes still running in it that Prune killed.
 	Killed  int
 	Removed bool
@@ -145,9 +148,11 @@ type Leftover struct {
 }
 
 // Prune finds the clusters in tmp ("" for os.TempDir()) that no running
-// process holds (their lock is free) and, unless dryRun, kills whatever
-// still runs in them and removes them. A cluster in use is never touched:
-// its lock is taken first, and kept until its directory is gone.
+// process holds (their lock is free) and, unless dryRun, kills what
+// bank-sim started there and still runs, and removes them. A cluster in use
+// is never touched: its lock is taken first, and kept until its directory
+// is gone. Nor is a directory bank-sim cannot prove it made, or a process
+// it cannot prove it started (record.go): those are listed with Kept.
 func Prune(tmp string, dryRun bool) ([]Leftover, error) {
 	if tmp == "" {
 		tmp = os.TempDir()
@@ -158,7 +163,7 @@ func Prune(tmp string, dryRun bool) ([]Leftover, error) {
 	}
 	var found []Leftover
 	for _, dir := range matches {
-		f, err := os.OpenFile(filepath.Join(dir, lockName), os.O_RDWR, 0)
+		f, err := os.OpenFile(filepath.Join(dir, lockName), os.O_RDWR|syscall.O_NOFOLLOW, 0)
 		if err != nil {
 			continue // not a cluster's (or not ours to open)
 		}
@@ -166,9 +171,9 @@ func Prune(tmp string, dryRun bool) ([]Leftover, error) {
 			f.Close()
 			continue // in use
 		}
-		l := Leftover{Dir: dir, Bytes: sizeOf(dir)}
-		if !dryRun {
-			l.Killed, l.Err = killLeft(dir)
+		l := Leftover{Dir: dir, Bytes: sizeOf(dir), Kept: proven(dir)}
+		if !dryRun && l.Kept == nil {
+			l.Killed, l.Err = killRecorded(dir)
 			if l.Err == nil {
 				l.Err = os.RemoveAll(dir)
 			}
@@ -180,31 +185,19 @@ func Prune(tmp string, dryRun bool) ([]Leftover, error) {
 	return found, nil
 }
 
-// killLeft kills the processes still running in a dead run's cluster:
-// those working in its directory or whose command line names it (a
-// postmaster's backends do neither, but are its children).
-func killLeft(dir string) (int, error) {
-	var pids []int
-	var postmasters []int
-	for _, p := range scanProcs() {
-		// pg_autoctl's services retitle themselves ("pg_autoctl: start/stop
-		// postgres"), but work in the cluster's directory.
-		cwd, _ := os.Readlink(fmt.Sprintf("/proc/%d/cwd", p.pid))
-		inDir := cwd == dir || strings.HasPrefix(cwd, dir+string(filepath.Separator))
-		if p.state != 'Z' && p.cmdline != "" && (inDir || strings.Contains(p.cmdline, dir+string(filepath.Separator))) {
-			pids = append(pids, p.pid)
-			if strings.Contains(p.cmdline, "postgres -D") || strings.HasSuffix(strings.Fields(p.cmdline)[0], "/postgres") {
-				postmasters = append(postmasters, p.pid)
-			}
-		}
+// killRecorded kills the processes recorded in a dead run's cluster that
+// still run, and their descendants: frozen first, so that none forks
+// between the list and the kill.
+func killRecorded(dir string) (int, error) {
+	rs, err := readRecord(dir)
+	if err != nil {
+		return 0, fmt.Errorf("its record of processes cannot be read, so it is kept: %v", err)
 	}
-	for _, p := range scanProcs() {
-		for _, pm := range postmasters {
-			if p.ppid == pm && p.state != 'Z' {
-				pids = append(pids, p.pid)
-			}
-		}
+	pids := recordedProcs(rs)
+	for _, pid := range pids {
+		syscall.Kill(pid, syscall.SIGSTOP)
 	}
+	pids = recordedProcs(rs)
 	for _, pid := range pids {
 		syscall.Kill(pid, syscall.SIGKILL)
 	}

@@ -19,6 +19,10 @@ import (
 type Proc struct {
 	PID, PPID, PGID int
 	State           byte
+	// StartTime is when the process started, in clock ticks since boot
+	// (field 22): with the pid, it names one process for the machine's
+	// uptime, where a pid alone is reused.
+	StartTime uint64
 }
 
 // Scan reads every process in /proc; one that exits meanwhile is left out.
@@ -30,26 +34,34 @@ func Scan() []Proc {
 		if err != nil {
 			continue
 		}
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			continue
+		if p, ok := Stat(pid); ok {
+			ps = append(ps, p)
 		}
-		// pid (comm) state ppid pgrp …; comm may hold spaces and parens.
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 || i+2 >= len(s) {
-			continue
-		}
-		f := strings.Fields(s[i+2:])
-		if len(f) < 3 {
-			continue
-		}
-		p := Proc{PID: pid, State: f[0][0]}
-		p.PPID, _ = strconv.Atoi(f[1])
-		p.PGID, _ = strconv.Atoi(f[2])
-		ps = append(ps, p)
 	}
 	return ps
+}
+
+// Stat reads one process's /proc/PID/stat; false when it is gone.
+func Stat(pid int) (Proc, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return Proc{}, false
+	}
+	// pid (comm) state ppid pgrp …; comm may hold spaces and parens.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 || i+2 >= len(s) {
+		return Proc{}, false
+	}
+	f := strings.Fields(s[i+2:])
+	if len(f) < 20 {
+		return Proc{}, false
+	}
+	p := Proc{PID: pid, State: f[0][0]}
+	p.PPID, _ = strconv.Atoi(f[1])
+	p.PGID, _ = strconv.Atoi(f[2])
+	p.StartTime, _ = strconv.ParseUint(f[19], 10, 64)
+	return p, true
 }
 
 // Children lists the processes whose parent is pid.
