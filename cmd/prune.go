@@ -197,7 +197,11 @@ func printLeftovers(out io.Writer, p *palette, found []postgres.Leftover, verb s
 		case l.State == postgres.Orphan:
 			t.databases++
 			t.bytes += max(l.Bytes, 0)
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", p.ok.Sprint(verb), l.Name, size(l.Bytes), what+"its bank-sim run has ended")
+			why := "its bank-sim run has ended"
+			if l.Pending {
+				why = "its bank-sim run was killed during its CREATE DATABASE, before its marker (its template named it)"
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", p.ok.Sprint(verb), l.Name, size(l.Bytes), what+why)
 		case l.State == postgres.OrphanInUse:
 			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", "kept", l.Name, size(l.Bytes),
 				fmt.Sprintf("%sits bank-sim run has ended, but %d %s connected to it", what, l.Sessions, plural(l.Sessions, "session is", "sessions are")))

@@ -32,9 +32,10 @@ import (
 // and refuses a database without the marker (errNotOurs). Listings
 // (leftovers, kept databases, templates) use the same test, marked.
 //
-// The price: a run killed between its CREATE DATABASE and the COMMENT (a
-// few milliseconds) leaves a database without the marker, which bank-sim
-// then never drops; bank-sim prune lists it, with the SQL to drop it.
+// The price: a run killed between its CREATE DATABASE and the COMMENT
+// leaves a database without the marker. On a server bank-sim does not own,
+// its template names it (pending.go); otherwise bank-sim never drops it,
+// and bank-sim prune lists it, with the SQL to drop it.
 
 // markerTag starts the marker in a database's comment.
 const markerTag = "bank-sim-marker:v1:"

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"sort"
 	"strconv"
 	"sync"
 	"time"
@@ -37,8 +38,9 @@ import (
 // host name to guess. An orphan is dropped without FORCE, so one that anyone
 // is still connected to stays; databases without the marker (a user's own
 // bank_sim_foo or bank_sim_0123456789abcdef_prod, one left by an older
-// bank-sim, or one whose run was killed between CREATE DATABASE and its
-// COMMENT) are never dropped by bank-sim.
+// bank-sim) are never dropped by bank-sim, but for one whose run was killed
+// between its CREATE DATABASE and its COMMENT, which the run's template
+// names (pending.go).
 
 // owner is a Server's advisory lock.
 type owner struct {
@@ -183,51 +185,97 @@ type Leftover struct {
 	Bytes    int64 // -1 when the server would not say
 	Sessions int   // other sessions connected to it
 	State    LeftoverState
+	// Pending: it has no marker, but the template of its ended run named
+	// it as being created (pending.go): the run was killed during its
+	// CREATE DATABASE.
+	Pending bool
 	// Dropped is set once it has been dropped; Err when dropping failed.
 	Dropped bool
 	Err     error
 }
 
-// listLeftovers reads every bank_sim_* database and decides what it is.
-func listLeftovers(ctx context.Context, conn *pgx.Conn) ([]Leftover, error) {
+// leftoverRow is a Leftover as read, with what decides its state.
+type leftoverRow struct {
+	Leftover
+	marked  bool
+	comment string
+}
+
+// readLeftovers reads the databases that cond (on pg_database d, with
+// args) selects, in name order.
+func readLeftovers(ctx context.Context, conn *pgx.Conn, cond string, args ...any) ([]leftoverRow, error) {
 	rows, err := conn.Query(ctx, `
 		SELECT d.datname, d.datistemplate AND d.datconnlimit <> -2, -- an invalid one is only dropped
 		       CASE WHEN has_database_privilege(d.datname, 'CONNECT') THEN pg_database_size(d.oid) ELSE -1 END,
 		       (SELECT count(*) FROM pg_stat_activity a WHERE a.datid = d.oid AND a.pid <> pg_backend_pid()),
 		       d.oid, coalesce(shobj_description(d.oid, 'pg_database'), '')
 		FROM pg_database d
-		WHERE d.datname LIKE 'bank\_sim\_%'
-		ORDER BY d.datname`)
+		WHERE `+cond+`
+		ORDER BY d.datname`, args...)
 	if err != nil {
 		return nil, err
 	}
-	var found []Leftover
-	var ourFlags []bool
+	var found []leftoverRow
 	for rows.Next() {
-		var l Leftover
+		var l leftoverRow
 		var sessions int64
 		var oid uint32
-		var comment string
-		if err := rows.Scan(&l.Name, &l.Template, &l.Bytes, &sessions, &oid, &comment); err != nil {
+		if err := rows.Scan(&l.Name, &l.Template, &l.Bytes, &sessions, &oid, &l.comment); err != nil {
 			rows.Close()
 			return nil, err
 		}
 		l.Sessions = int(sessions)
+		l.marked = marked(oid, l.comment)
 		found = append(found, l)
-		ourFlags = append(ourFlags, marked(oid, comment))
 	}
-	if err := rows.Err(); err != nil {
-		return nil, err
+	return found, rows.Err()
+}
+
+// listLeftoversNamed reads the database name, if there is one.
+func listLeftoversNamed(ctx context.Context, conn *pgx.Conn, name string) ([]leftoverRow, error) {
+	return readLeftovers(ctx, conn, "d.datname = $1", name)
+}
+
+// listLeftovers reads every bank_sim_* database and decides what it is. It
+// also returns the names that the templates of ended runs list as being
+// created (pending.go), each with its template, whether or not a database
+// of that name exists yet.
+func listLeftovers(ctx context.Context, conn *pgx.Conn) ([]Leftover, map[string]string, error) {
+	rows, err := readLeftovers(ctx, conn, `d.datname LIKE 'bank\_sim\_%'`)
+	if err != nil {
+		return nil, nil, err
 	}
 	held, err := heldKeys(ctx, conn)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	for i := range found {
-		l := &found[i]
+	pending := map[string]string{}
+	for _, r := range rows {
+		key, named := ownerOf(r.Name)
+		if !r.marked || !named || held[key] || !r.Template {
+			continue
+		}
+		for _, n := range pendingIn(r.comment) {
+			// Only names under the template's own key: a run creates
+			// nothing under another's.
+			if k, ok := ownerOf(n); ok && k == key {
+				pending[n] = r.Name
+			}
+		}
+	}
+	found := make([]Leftover, len(rows))
+	for i, r := range rows {
+		l := r.Leftover
 		key, named := ownerOf(l.Name)
+		_, isPending := pending[l.Name]
 		switch {
-		case !ourFlags[i] || !named:
+		case !r.marked && isPending:
+			l.Pending = true
+			l.State = Orphan
+			if l.Sessions > 0 {
+				l.State = OrphanInUse
+			}
+		case !r.marked || !named:
 			l.State = Unmarked
 		case held[key]:
 			l.State = Live
@@ -236,8 +284,41 @@ func listLeftovers(ctx context.Context, conn *pgx.Conn) ([]Leftover, error) {
 		default:
 			l.State = Orphan
 		}
+		found[i] = l
 	}
-	return found, nil
+	return found, pending, nil
+}
+
+// dropOrphans drops the orphans among found, and then the databases that
+// the templates of ended runs named as being created (pending.go), once
+// their templates are gone; it returns found, with what was done.
+func dropOrphans(ctx context.Context, conn *pgx.Conn, found []Leftover, pending map[string]string, dryRun bool) []Leftover {
+	dropped := map[string]bool{}
+	for i := range found {
+		if !dryRun && found[i].State == Orphan && !found[i].Pending {
+			dropOrphan(ctx, conn, &found[i])
+			dropped[found[i].Name] = found[i].Dropped
+		}
+	}
+	at := map[string]int{}
+	for i, l := range found {
+		at[l.Name] = i
+	}
+	for _, l := range dropPending(ctx, conn, pending, dropped, dryRun) {
+		if i, ok := at[l.Name]; ok {
+			found[i] = l
+		} else {
+			found = append(found, l)
+		}
+	}
+	for i := range found {
+		l := &found[i]
+		if !dryRun && l.Pending && l.State == Orphan && !l.Dropped && l.Err == nil {
+			l.Err = fmt.Errorf("kept until the template %s, which names it, can be dropped", pending[l.Name])
+		}
+	}
+	sort.SliceStable(found, func(i, j int) bool { return found[i].Name < found[j].Name })
+	return found
 }
 
 // heldKeys returns the keys of every granted single-bigint advisory lock
@@ -291,17 +372,14 @@ func isCode(err error, code string) bool {
 // dropped. Errors are not fatal to a run: what cannot be dropped now is
 // tried again next time, and bank-sim prune reports it.
 func sweepOrphans(ctx context.Context, conn *pgx.Conn) int {
-	found, err := listLeftovers(ctx, conn)
+	found, pending, err := listLeftovers(ctx, conn)
 	if err != nil {
 		return 0
 	}
 	n := 0
-	for i := range found {
-		if found[i].State == Orphan {
-			dropOrphan(ctx, conn, &found[i])
-			if found[i].Dropped {
-				n++
-			}
+	for _, l := range dropOrphans(ctx, conn, found, pending, false) {
+		if l.Dropped {
+			n++
 		}
 	}
 	return n

@@ -141,6 +141,11 @@ type Server struct {
 	tplMu sync.Mutex
 	tpls  map[string]*tplEntry
 
+	// pending lists, by template, the databases being created from it
+	// (pending.go).
+	pendMu  sync.Mutex
+	pending map[string][]string
+
 	keptMu sync.Mutex // one TakeKept at a time (kept.go)
 
 	// What the supervisor said on its own (events.go).

@@ -41,18 +41,11 @@ func PruneServer(ctx context.Context, url string, dryRun bool) (string, []Leftov
 		version = f[0]
 	}
 	desc := fmt.Sprintf("PostgreSQL %s at %s", version, where)
-	found, err := listLeftovers(ctx, conn)
+	found, pending, err := listLeftovers(ctx, conn)
 	if err != nil {
 		return desc, nil, fmt.Errorf("listing the databases on %s: %w", desc, err)
 	}
-	if !dryRun {
-		for i := range found {
-			if found[i].State == Orphan {
-				dropOrphan(ctx, conn, &found[i])
-			}
-		}
-	}
-	return desc, found, nil
+	return desc, dropOrphans(ctx, conn, found, pending, dryRun), nil
 }
 
 // CacheSlot is one embedded cluster slot in the cache directory.

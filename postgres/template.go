@@ -73,7 +73,20 @@ func (s *Server) CreateDatabase(ctx context.Context, tpl Template, label string)
 	if s.major >= 15 && cloneStrategy != "" {
 		q += " STRATEGY " + cloneStrategy
 	}
+	if !s.embedded {
+		// Named in its template before it exists, so that a killed run's
+		// unmarked database is still provably bank-sim's (pending.go).
+		if err := s.pend(ctx, conn, tplName, name, true); err != nil {
+			s.release(conn, err)
+			return nil, fmt.Errorf("postgres: naming %s in the comment of its template %s: %w", name, tplName, explain(err))
+		}
+	}
 	err = s.create(ctx, conn, q, name)
+	if !s.embedded && settled(context.WithoutCancel(ctx), conn, name, err) {
+		// Left listed on failure: the name of a database that does not
+		// exist costs nothing.
+		s.pend(context.WithoutCancel(ctx), conn, tplName, name, false)
+	}
 	s.release(conn, err)
 	if err != nil {
 		if ctx.Err() != nil {

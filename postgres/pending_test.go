@@ -1,0 +1,168 @@
+package postgres
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// killedMidCreate stands in for a run on a server it does not own,
+// killed during a CREATE DATABASE: it reaches the server through a proxy
+// that passes on its CREATE DATABASE of a database labelled doomed and
+// then cuts the run off, as a SIGKILL does; the server finishes the CREATE
+// for a client that has gone, and the marker is never written. The run
+// also leaves, under its owner key, a database without the marker that it
+// never meant to create: a look-alike, which no one may drop. It returns
+// the two names; the run's owner lock is released, as a kill releases it.
+func killedMidCreate(t *testing.T, url string, admin *pgx.Conn) (killed, lookalike string) {
+	t.Helper()
+	ctx := context.Background()
+	s, err := Start(ctx, Options{URL: cuttingProxy(t, url, "doomed")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if _, err := s.CreateDatabase(ctx, testTemplate, "first"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateDatabase(ctx, testTemplate, "doomed"); err == nil {
+		t.Fatal("the CREATE DATABASE of the doomed database succeeded through a proxy that cut it off")
+	}
+	waitFor(t, admin, "the server to finish the CREATE DATABASE of the doomed database",
+		"SELECT count(*) FROM pg_database WHERE starts_with(datname, '"+s.owner.name("doomed_")+"')", 1)
+	for _, n := range databases(t, admin) {
+		if strings.HasPrefix(n, s.owner.name("doomed_")) {
+			killed = n
+		}
+	}
+	if c := commentOf(t, admin, killed); c != "" {
+		t.Fatalf("the database of the cut-off CREATE has a comment: %q", c)
+	}
+	lookalike = s.owner.name("lookalike_" + randHex(4))
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+quote(lookalike)); err != nil {
+		t.Fatal(err)
+	}
+	s.owner.release()
+	return killed, lookalike
+}
+
+// cuttingProxy forwards connections to the server at url and returns a URL
+// that goes through it, dropping cancel requests; once a client sends a CREATE DATABASE naming
+// trigger, the proxy passes it on and closes the client's side only: the
+// server goes on with the CREATE, the client sees its connection lost.
+func cuttingProxy(t *testing.T, url, trigger string) string {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port)))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var servers []net.Conn
+	var mu sync.Mutex
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, s := range servers {
+			s.Close()
+		}
+	})
+	handle := func(c net.Conn) {
+		defer c.Close()
+		// A killed client sends no cancel request: pgx's, sent when it
+		// sees its connection lost, would stop the CREATE.
+		var first [8]byte
+		if _, err := io.ReadFull(c, first[:]); err != nil || binary.BigEndian.Uint32(first[:4]) == 16 && binary.BigEndian.Uint32(first[4:]) == 80877102 {
+			return
+		}
+		s, err := net.Dial("tcp", target)
+		if err != nil {
+			return
+		}
+		mu.Lock()
+		servers = append(servers, s)
+		mu.Unlock()
+		go io.Copy(c, s)
+		s.Write(first[:])
+		buf := make([]byte, 64<<10)
+		for {
+			n, err := c.Read(buf)
+			if n > 0 {
+				if _, werr := s.Write(buf[:n]); werr != nil {
+					return
+				}
+				if bytes.Contains(buf[:n], []byte("CREATE DATABASE")) && bytes.Contains(buf[:n], []byte(trigger)) {
+					return // the client is gone; the server keeps its session
+				}
+			}
+			if err != nil {
+				s.Close()
+				return
+			}
+		}
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go handle(c)
+		}
+	}()
+	return strings.Replace(url, target, ln.Addr().String(), 1)
+}
+
+// A run killed between its CREATE DATABASE and the marker leaves a
+// database without the marker, which its template names: prune, and the
+// next run on the server, drop it; a database without the marker that no
+// template names stays, though its name has the same dead owner's key.
+func TestADatabaseKilledBeforeItsMarkerIsDroppedByItsTemplatesWord(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url, admin, unmarked := userServer(t)
+
+	killed, lookalike := killedMidCreate(t, url, admin)
+	requirePresent(t, databases(t, admin), []string{killed, lookalike}, "right after the kill")
+	for _, dry := range []bool{true, false} {
+		_, found, err := PruneServer(ctx, url, dry)
+		if err != nil {
+			t.Fatal(err)
+		}
+		states := map[string]Leftover{}
+		for _, l := range found {
+			states[l.Name] = l
+		}
+		if l := states[killed]; l.State != Orphan || !l.Pending || l.Dropped == dry || l.Err != nil {
+			t.Errorf("dryRun=%v: the killed run's unmarked database is %+v; want a pending orphan, dropped unless dry", dry, l)
+		}
+		if l := states[lookalike]; l.State != Unmarked || l.Pending || l.Dropped {
+			t.Errorf("dryRun=%v: the look-alike is %+v; want unmarked, kept", dry, l)
+		}
+	}
+	have := databases(t, admin)
+	requireAbsent(t, have, []string{killed}, "after prune")
+	requirePresent(t, have, append([]string{lookalike}, unmarked...), "after prune")
+
+	killed2, lookalike2 := killedMidCreate(t, url, admin)
+	next, err := Start(ctx, Options{URL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Close()
+	have = databases(t, admin)
+	requireAbsent(t, have, []string{killed2}, "after the next run started")
+	requirePresent(t, have, append([]string{lookalike, lookalike2}, unmarked...), "after the next run started")
+}
