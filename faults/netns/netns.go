@@ -260,7 +260,9 @@ func (n *Net) Node(name string) (*Node, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), cmdTimeout)
 	defer cancel()
 	if _, err := run(ctx, "ip", "netns", "add", full); err != nil {
-		return nil, err
+		// Nothing made: a namespace of that name is someone else's.
+		n.st.Namespaces = n.st.Namespaces[:len(n.st.Namespaces)-1]
+		return nil, errors.Join(err, n.save())
 	}
 	ino, err := nsInode(full)
 	if err != nil {
@@ -284,6 +286,17 @@ func (n *Net) Node(name string) (*Node, error) {
 
 // Name is the namespace's name ("" for the root namespace).
 func (nd *Node) Name() string { return nd.name }
+
+// nsIdentity is the identity of the namespace now named name: the inode of
+// /run/netns/<name>. A variable so that a test can replace a namespace by
+// a same-named one without root.
+var nsIdentity = nsInode
+
+// nsDelete deletes the namespace named name (ip netns del goes by name).
+var nsDelete = func(ctx context.Context, name string) error {
+	_, err := run(ctx, "ip", "netns", "del", name)
+	return err
+}
 
 func nsInode(name string) (uint64, error) {
 	var st unix.Stat_t
@@ -631,19 +644,19 @@ func (n *Net) Close() error {
 }
 
 // removeNamespace deletes r if it is still the namespace the run made
-// (same name, same inode): gone already is not an error.
+// (same name, same inode, read just before the delete): gone already is
+// not an error. One whose inode was never recorded proves nothing.
 func removeNamespace(r nsRecord) error {
-	ino, err := nsInode(r.Name)
+	ino, err := nsIdentity(r.Name)
 	if err != nil {
 		return nil // gone
 	}
-	if r.Inode != 0 && ino != r.Inode || !strings.HasPrefix(r.Name, nsPrefix) {
+	if r.Inode == 0 || ino != r.Inode || !strings.HasPrefix(r.Name, nsPrefix) {
 		return fmt.Errorf("%s: %w", r.Name, errNotOurs)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), cmdTimeout)
 	defer cancel()
-	_, err = run(ctx, "ip", "netns", "del", r.Name)
-	return err
+	return nsDelete(ctx, r.Name)
 }
 
 // removeLink deletes r if it is still the root-side interface the run made
@@ -672,7 +685,7 @@ func removeLink(r ifaceRecord) error {
 }
 
 // errNotOurs refuses to remove what the run's record does not prove is its.
-var errNotOurs = errors.New("its inode or index is not the one the run recorded: someone else's now, left alone")
+var errNotOurs = errors.New("its inode or index is not the one the run recorded (or none was): someone else's now, left alone")
 
 // run runs an ip or tc command and returns its output; an error says the
 // command and what it printed.

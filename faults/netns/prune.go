@@ -87,7 +87,7 @@ func pruneRun(path string, dryRun bool, recorded map[string]bool) []Leftover {
 	for _, r := range st.Namespaces {
 		recorded[r.Name] = true
 		l := Leftover{Run: id, Kind: "namespace", Name: r.Name}
-		ino, err := nsInode(r.Name)
+		ino, err := nsIdentity(r.Name)
 		switch {
 		case err != nil:
 			l.State = Gone
