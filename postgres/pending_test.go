@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"net"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -55,9 +57,10 @@ func killedMidCreate(t *testing.T, url string, admin *pgx.Conn) (killed, lookali
 }
 
 // cuttingProxy forwards connections to the server at url and returns a URL
-// that goes through it, dropping cancel requests; once a client sends a CREATE DATABASE naming
-// trigger, the proxy passes it on and closes the client's side only: the
-// server goes on with the CREATE, the client sees its connection lost.
+// that goes through it, dropping cancel requests; once a client sends a
+// CREATE DATABASE naming trigger, the proxy passes it on and closes the
+// client's side only: the server goes on with the CREATE, the client sees
+// its connection lost.
 func cuttingProxy(t *testing.T, url, trigger string) string {
 	t.Helper()
 	cfg, err := pgx.ParseConfig(url)
@@ -165,4 +168,83 @@ func TestADatabaseKilledBeforeItsMarkerIsDroppedByItsTemplatesWord(t *testing.T)
 	have = databases(t, admin)
 	requireAbsent(t, have, []string{killed2}, "after the next run started")
 	requirePresent(t, have, append([]string{lookalike, lookalike2}, unmarked...), "after the next run started")
+}
+
+// prune may come while a killed run's CREATE DATABASE still runs on the
+// server (under load it takes seconds): the database is not there yet when
+// prune lists the databases. prune drops the run's template first, which
+// waits for the CREATE from it to finish, and only then looks for the
+// databases the template names: the new one is dropped. The CREATE is held
+// by a lock on pg_database, which prune's own drops wait for too.
+func TestPruneDuringAKilledRunsCreateDropsWhatItCreates(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url, admin, _ := userServer(t)
+	s, err := Start(ctx, Options{URL: cuttingProxy(t, url, "doomed")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if _, err := s.CreateDatabase(ctx, testTemplate, "first"); err != nil {
+		t.Fatal(err)
+	}
+	blockConn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer blockConn.Close(ctx)
+	blocker, err := blockConn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer blocker.Rollback(ctx)
+	if _, err := blocker.Exec(ctx, "LOCK TABLE pg_catalog.pg_database IN SHARE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateDatabase(ctx, testTemplate, "doomed"); err == nil {
+		t.Fatal("the CREATE DATABASE of the doomed database succeeded through a proxy that cut it off")
+	}
+	waitFor(t, admin, "the doomed CREATE DATABASE to wait for pg_database",
+		"SELECT least(count(*), 1) FROM pg_stat_activity WHERE query LIKE 'CREATE DATABASE%doomed%' AND wait_event_type = 'Lock'", 1)
+	key, _ := ownerOf(s.owner.name(""))
+	s.owner.release()
+	waitFor(t, admin, "the server to release the killed run's owner lock",
+		fmt.Sprintf("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1 AND granted AND classid::bigint = %d AND objid::bigint = %d", key>>32, key&0xffffffff), 0)
+
+	type result struct {
+		found []Leftover
+		err   error
+	}
+	pruned := make(chan result, 1)
+	go func() {
+		_, found, err := PruneServer(ctx, url, false)
+		pruned <- result{found, err}
+	}()
+	waitFor(t, admin, "prune to wait for pg_database too",
+		"SELECT least(count(*), 1) FROM pg_stat_activity WHERE (query LIKE 'DROP DATABASE%' OR query LIKE 'ALTER DATABASE%') AND wait_event_type = 'Lock'", 1)
+	if err := blocker.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var r result
+	select {
+	case r = <-pruned:
+	case <-time.After(time.Minute):
+		t.Fatal("prune did not finish within a minute of the lock's release")
+	}
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	doomed := s.owner.name("doomed_")
+	for _, n := range databases(t, admin) {
+		if strings.HasPrefix(n, s.owner.name("")) {
+			t.Errorf("after prune, the killed run's %s is still there", n)
+		}
+	}
+	dropped := false
+	for _, l := range r.found {
+		dropped = dropped || strings.HasPrefix(l.Name, doomed) && l.Pending && l.Dropped
+	}
+	if !dropped {
+		t.Errorf("prune did not report the doomed database as dropped: %+v", r.found)
+	}
 }
