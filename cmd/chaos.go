@@ -16,6 +16,7 @@ import (
 	"github.com/banksim/bank-sim/chaos/ha"
 	"github.com/banksim/bank-sim/idem/mistakes"
 	"github.com/banksim/bank-sim/internal/htmlreport"
+	"github.com/banksim/bank-sim/internal/termtext"
 	"github.com/banksim/bank-sim/postgres"
 	"github.com/banksim/bank-sim/postgres/banks"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -894,7 +895,7 @@ func (b *progressBar) update(done, total int) {
 			return
 		}
 		b.last, b.drawn = done, true
-		fmt.Fprintf(b.out, "\r  %d %s", done, b.noun)
+		fmt.Fprintf(termtext.Raw(b.out), "\r  %d %s", done, b.noun)
 		return
 	}
 	pct := done * 100 / total
@@ -903,14 +904,14 @@ func (b *progressBar) update(done, total int) {
 	}
 	b.last, b.drawn = pct, true
 	filled := done * width / total
-	fmt.Fprintf(b.out, "\r  [%s%s] %3d%% %d/%d %s", strings.Repeat("█", filled), strings.Repeat("·", width-filled), pct, done, total, b.noun)
+	fmt.Fprintf(termtext.Raw(b.out), "\r  [%s%s] %3d%% %d/%d %s", strings.Repeat("█", filled), strings.Repeat("·", width-filled), pct, done, total, b.noun)
 }
 
 func (b *progressBar) clear() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.drawn {
-		fmt.Fprintf(b.out, "\r%s\r", strings.Repeat(" ", 60))
+		fmt.Fprintf(termtext.Raw(b.out), "\r%s\r", strings.Repeat(" ", 60))
 		b.drawn = false
 	}
 }
