@@ -777,9 +777,11 @@ func printChaosResult(out io.Writer, p *palette, h *chaos.History, res chaos.Res
 		return
 	}
 	show := func(label string, v *chaos.Violation) {
-		fmt.Fprintf(out, "\n%s %s %s\n", p.bad.Sprint(label+":"), p.bold.Sprint(v.Kind), v.Detail)
+		// A violation quotes what it saw (a target's ids, a history's
+		// labels): their newlines are not bank-sim's.
+		fmt.Fprintf(out, "\n%s %s %s\n", p.bad.Sprint(label+":"), p.bold.Sprint(v.Kind), termtext.Escape(v.Detail))
 		for _, line := range chaos.Timeline(h, v.Intent) {
-			fmt.Fprintf(out, "   %s\n", line)
+			fmt.Fprintf(out, "   %s\n", termtext.Escape(line))
 		}
 	}
 	show("first violation", res.First)

@@ -8,7 +8,9 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,7 +20,7 @@ import (
 
 // hostileText sets the terminal's title, rings, clears the screen and
 // returns to the start of the line to overwrite a failure with a pass.
-const hostileText = "boom\x1b]0;X\x07\x1b[2J\rfake: PASS\x7f\u009b"
+const hostileText = "boom\x1b]0;X\x07\x1b[2J\rfake: PASS\x7f\u009b\nVALID seed 1"
 
 // controlByte names the first control character in s that is not
 // bank-sim's own newline, or "".
@@ -37,6 +39,10 @@ func assertNoControl(t *testing.T, what string, r result) {
 		if c := controlByte(s); c != "" {
 			t.Errorf("%s: %s carries the raw control character %s from outside:\n%q", what, name, c, s)
 		}
+		// A newline from outside would start a line of the target's.
+		if regexp.MustCompile(`(?m)^VALID seed 1`).MatchString(s) {
+			t.Errorf("%s: %s has a line the outside text began:\n%s", what, name, s)
+		}
 	}
 }
 
@@ -45,8 +51,20 @@ func assertNoControl(t *testing.T, what string, r result) {
 // target said, escaped, also with colour off and no terminal.
 func TestATargetsControlCharactersNeverReachTheTerminal(t *testing.T) {
 	t.Parallel()
+	var mu sync.Mutex
+	seen := map[string]bool{}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
+		mu.Lock()
+		key := r.Header.Get("Idempotency-Key")
+		again := seen[key]
+		seen[key] = true
+		mu.Unlock()
+		if r.Method == "POST" && again {
+			w.WriteHeader(422) // a key's second request: refused, in the server's words
+			answer(w, map[string]string{"code": hostileText})
+			return
+		}
 		// Raw, not JSON's escapes: a hostile server need not write JSON.
 		if r.Method == "POST" && strings.Contains(r.URL.Path, "transfers") {
 			w.WriteHeader(201) // one transfer, told to every intent
