@@ -301,7 +301,7 @@ func TestMergeRefusesShardsThatTheirOwnEvidenceDenies(t *testing.T) {
 			`field "verdict" is "PASS", not a verdict bank-sim writes`},
 		{"VALID beside a violation", []string{edit(1, "v1.json", verdicts(func(string) string { return "VALID" })), at("s2.json")},
 			at("v1.json") + `: seed 1: field "verdict" is VALID, but it records a violation (`},
-		{"a config its hash was not taken of", []string{at("s1.json"), edit(2, "c2.json", func(f map[string]any) { f["config"].(map[string]any)["intents"] = 4000 })},
+		{"a config its hash was not taken of", []string{at("s1.json"), edit(2, "c2.json", func(f map[string]any) { f["config"].(map[string]any)["auditSteps"] = 12345 })}, // not among the flags: only the hash tells
 			at("c2.json") + ": its configSha256 is not the hash of its config"},
 		{"two different files claiming one shard, more files than shards", []string{at("s1.json"), at("s2.json"), edit(1, "d1.json", func(f map[string]any) { f["durationNs"] = 1 })},
 			"are both shard 1/2: their seeds overlap"},
