@@ -11,6 +11,7 @@ import (
 
 	"github.com/banksim/bank-sim/chaos"
 	"github.com/banksim/bank-sim/internal/htmlreport"
+	"github.com/banksim/bank-sim/internal/termtext"
 	"github.com/banksim/bank-sim/postgres/banks"
 	"github.com/spf13/cobra"
 )
@@ -371,7 +372,7 @@ func (c *campaignProgress) done(r chaos.SeedResult, done, total int) {
 	if c.terminal {
 		const width = 30
 		filled := done * width / total
-		fmt.Fprintf(c.out, "\r  [%s%s] %d/%d seeds · %d failing · %s ", strings.Repeat("█", filled), strings.Repeat("·", width-filled), done, total, c.failed, elapsed)
+		fmt.Fprintf(termtext.Raw(c.out), "\r  [%s%s] %d/%d seeds · %d failing · %s ", strings.Repeat("█", filled), strings.Repeat("·", width-filled), done, total, c.failed, elapsed)
 		c.drawn = true
 		return
 	}
@@ -386,7 +387,7 @@ func (c *campaignProgress) clear() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.drawn {
-		fmt.Fprintf(c.out, "\r%s\r", strings.Repeat(" ", 72))
+		fmt.Fprintf(termtext.Raw(c.out), "\r%s\r", strings.Repeat(" ", 72))
 		c.drawn = false
 	}
 }

@@ -193,6 +193,12 @@ func mergeCampaign(paths []string, files []*campaignFile) (campaignRun, *chaos.R
 			return campaignRun{}, nil, usageError("%s is shard %s, %s shard %s: give the files of one campaign's shards, every one with the same N", p0, f0.Shard, p, f.Shard)
 		case f.Shard.K < 1 || f.Shard.K > f.Shard.N:
 			return campaignRun{}, nil, usageError("%s: shard %s does not exist", p, f.Shard)
+		case configHash(f.Config) != f.ConfigSHA256:
+			// The hash is of the config the file carries, not a label it
+			// chose: a file edited after chaos wrote it is not that run.
+			return campaignRun{}, nil, usageError("%s: its configSha256 is not the hash of its config (%s): the file was changed after chaos wrote it; merge the files chaos --campaign-out wrote", p, configHash(f.Config))
+		case strings.TrimSpace(campaignFlags(f.Config)) != f.Flags:
+			return campaignRun{}, nil, usageError("%s: its flags %q are not its config's (%q): the file was changed after chaos wrote it; merge the files chaos --campaign-out wrote", p, f.Flags, strings.TrimSpace(campaignFlags(f.Config)))
 		}
 		if j, ok := byShard[f.Shard.K]; ok {
 			return campaignRun{}, nil, usageError("%s and %s are both shard %s: their seeds overlap; give each shard's file once", paths[j], p, f.Shard)
@@ -228,6 +234,13 @@ func mergeCampaign(paths []string, files []*campaignFile) (campaignRun, *chaos.R
 		cfg.Bug = &b
 	}
 	cfg.Deterministic = true
+	for i, f := range files {
+		for _, r := range f.Results {
+			if err := checkVerdict(r, cfg.Faults); err != nil {
+				return campaignRun{}, nil, usageError("%s: seed %d: %v: the file was changed after chaos wrote it; merge the files chaos --campaign-out wrote", paths[i], uint64(r.Seed), err)
+			}
+		}
+	}
 	run := campaignRun{cfg: cfg, seeds: f0.Seeds, shard: shard{1, 1}, merged: len(files)}
 	result := map[uint64]chaos.SeedResult{}
 	recipes := map[uint64]*chaos.Recipe{}
@@ -252,6 +265,43 @@ func mergeCampaign(paths []string, files []*campaignFile) (campaignRun, *chaos.R
 		recipe = recipes[uint64(run.first.Seed)]
 	}
 	return run, recipe, nil
+}
+
+// checkVerdict says what is wrong when a seed's verdict is not one
+// bank-sim writes, or not the one its own record gives: the exit code, the
+// table and JUnit all read the verdict, so it must be the evidence's.
+func checkVerdict(r chaos.SeedResult, faults chaos.Rates) error {
+	var want string
+	switch {
+	case r.Error != "":
+		want = "ERROR"
+	case r.First != nil:
+		want = chaos.Invalid
+	case r.Coverage == nil:
+		return fmt.Errorf("field \"coverage\" is missing (every seed that ran records what it exercised)")
+	case len(r.Coverage.Coverage(faults).Missing()) > 0:
+		want = chaos.Inconclusive
+	default:
+		want = chaos.Valid
+	}
+	switch r.Verdict {
+	case chaos.Valid, chaos.Invalid, chaos.Inconclusive, "ERROR":
+	default:
+		return fmt.Errorf("field \"verdict\" is %q, not a verdict bank-sim writes (%s, %s, %s or ERROR)", r.Verdict, chaos.Valid, chaos.Invalid, chaos.Inconclusive)
+	}
+	if r.Verdict != want {
+		why := "it records no violation, no error and full coverage"
+		switch want {
+		case "ERROR":
+			why = "it records an error"
+		case chaos.Invalid:
+			why = fmt.Sprintf("it records a violation (%s)", r.First.Kind)
+		case chaos.Inconclusive:
+			why = "it records a defence or fault it never reached"
+		}
+		return fmt.Errorf("field \"verdict\" is %s, but %s: its verdict is %s", r.Verdict, why, want)
+	}
+	return nil
 }
 
 // flagsDiffer says how two campaigns' flags differ: "a.json ran --intents

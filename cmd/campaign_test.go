@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"encoding/xml"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -222,5 +223,92 @@ func TestCampaignOfTheCorrectHandlerIsValidTogether(t *testing.T) {
 	d := readJUnit(t, xmlPath)
 	if d.Failures != 0 || d.Skipped != 1 || d.Tests != 6 {
 		t.Errorf("JUnit: %d tests, %d failures, %d skipped; want 6 (5 seeds and the coverage), 0, 1", d.Tests, d.Failures, d.Skipped)
+	}
+}
+
+// Issue 29, item 9, and issue 30, kind 5: check --merge believes nothing a
+// shard's file says that its own record denies. A failing campaign (every
+// seed INVALID) merges to exit 1 with the table and JUnit agreeing; the
+// same files with their verdicts lower-cased, emptied, made "PASS", or
+// VALID beside the violation they record, or with a config that is not
+// the one their hash was taken of, are refused (exit 2) naming the file
+// and the field, never merged to exit 0; and a second, different file
+// claiming a shard is refused even when there are more files than shards.
+func TestMergeRefusesShardsThatTheirOwnEvidenceDenies(t *testing.T) {
+	t.Parallel()
+	url := sharedServer(t)
+	dir := t.TempDir()
+	at := func(name string) string { return filepath.Join(dir, name) }
+	flags := []string{"chaos", "--seeds", "1-4", "--bug", "new-key-per-attempt", "--intents", "40", "--clients", "2", "--database-url", url, "--no-color"}
+	var wg sync.WaitGroup
+	shards := make([]result, 2)
+	for k := range shards {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			shards[k] = run(t, context.Background(), postgres.Start, append(slices.Clone(flags), "--shard", fmt.Sprintf("%d/2", k+1), "--campaign-out", at(fmt.Sprintf("s%d.json", k+1)))...)
+		}()
+	}
+	wg.Wait()
+	for k, s := range shards {
+		if s.code != cmd.ExitFailed {
+			t.Fatalf("shard %d/2 of a campaign with --bug new-key-per-attempt: exit %d, want %d\n%s\n%s", k+1, s.code, cmd.ExitFailed, s.stdout, s.stderr)
+		}
+	}
+	merged := run(t, context.Background(), mustNotStart(t), "check", "--merge", at("s1.json"), at("s2.json"), "--junit", at("m.xml"), "--no-color")
+	if merged.code != cmd.ExitFailed || len(regexp.MustCompile(`(?m)^\d+ .* INVALID \(`).FindAllString(campaignTable(merged.stdout), -1)) != 4 {
+		t.Fatalf("the failing campaign merged: exit %d, want %d, and 4 INVALID seeds in the table:\n%s\n%s", merged.code, cmd.ExitFailed, merged.stdout, merged.stderr)
+	}
+	if j := readJUnit(t, at("m.xml")); j.Failures < 4 {
+		t.Errorf("JUnit: %d failures, the table 4 INVALID seeds", j.Failures)
+	}
+
+	// edit writes a copy of shard k's file, changed.
+	edit := func(k int, name string, change func(f map[string]any)) string {
+		data, err := os.ReadFile(at(fmt.Sprintf("s%d.json", k)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var f map[string]any
+		if err := json.Unmarshal(data, &f); err != nil {
+			t.Fatal(err)
+		}
+		change(f)
+		data, _ = json.Marshal(f)
+		if err := os.WriteFile(at(name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return at(name)
+	}
+	verdicts := func(to func(string) string) func(map[string]any) {
+		return func(f map[string]any) {
+			for _, r := range f["results"].([]any) {
+				r := r.(map[string]any)
+				r["verdict"] = to(r["verdict"].(string))
+			}
+		}
+	}
+	for _, c := range []struct {
+		name  string
+		files []string
+		want  string
+	}{
+		{"lower-cased verdicts", []string{edit(1, "l1.json", verdicts(strings.ToLower)), edit(2, "l2.json", verdicts(strings.ToLower))},
+			at("l1.json") + `: seed 1: field "verdict" is "invalid", not a verdict bank-sim writes`},
+		{"an empty verdict", []string{at("s1.json"), edit(2, "e2.json", verdicts(func(string) string { return "" }))},
+			at("e2.json") + `: seed 2: field "verdict" is "", not a verdict bank-sim writes`},
+		{"PASS", []string{at("s1.json"), edit(2, "p2.json", verdicts(func(string) string { return "PASS" }))},
+			`field "verdict" is "PASS", not a verdict bank-sim writes`},
+		{"VALID beside a violation", []string{edit(1, "v1.json", verdicts(func(string) string { return "VALID" })), at("s2.json")},
+			at("v1.json") + `: seed 1: field "verdict" is VALID, but it records a violation (`},
+		{"a config its hash was not taken of", []string{at("s1.json"), edit(2, "c2.json", func(f map[string]any) { f["config"].(map[string]any)["auditSteps"] = 12345 })}, // not among the flags: only the hash tells
+			at("c2.json") + ": its configSha256 is not the hash of its config"},
+		{"two different files claiming one shard, more files than shards", []string{at("s1.json"), at("s2.json"), edit(1, "d1.json", func(f map[string]any) { f["durationNs"] = 1 })},
+			"are both shard 1/2: their seeds overlap"},
+	} {
+		r := run(t, context.Background(), mustNotStart(t), append([]string{"check", "--merge", "--no-color"}, c.files...)...)
+		if r.code != cmd.ExitUsage || !strings.Contains(r.stderr, c.want) || r.stdout != "" {
+			t.Errorf("%s: exit %d, want %d with %q; stdout %q, stderr %q", c.name, r.code, cmd.ExitUsage, c.want, r.stdout, r.stderr)
+		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/banksim/bank-sim/chaos/ha"
 	"github.com/banksim/bank-sim/idem/mistakes"
 	"github.com/banksim/bank-sim/internal/htmlreport"
+	"github.com/banksim/bank-sim/internal/termtext"
 	"github.com/banksim/bank-sim/postgres"
 	"github.com/banksim/bank-sim/postgres/banks"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -776,9 +777,11 @@ func printChaosResult(out io.Writer, p *palette, h *chaos.History, res chaos.Res
 		return
 	}
 	show := func(label string, v *chaos.Violation) {
-		fmt.Fprintf(out, "\n%s %s %s\n", p.bad.Sprint(label+":"), p.bold.Sprint(v.Kind), v.Detail)
+		// A violation quotes what it saw (a target's ids, a history's
+		// labels): their newlines are not bank-sim's.
+		fmt.Fprintf(out, "\n%s %s %s\n", p.bad.Sprint(label+":"), p.bold.Sprint(v.Kind), termtext.Escape(v.Detail))
 		for _, line := range chaos.Timeline(h, v.Intent) {
-			fmt.Fprintf(out, "   %s\n", line)
+			fmt.Fprintf(out, "   %s\n", termtext.Escape(line))
 		}
 	}
 	show("first violation", res.First)
@@ -894,7 +897,7 @@ func (b *progressBar) update(done, total int) {
 			return
 		}
 		b.last, b.drawn = done, true
-		fmt.Fprintf(b.out, "\r  %d %s", done, b.noun)
+		fmt.Fprintf(termtext.Raw(b.out), "\r  %d %s", done, b.noun)
 		return
 	}
 	pct := done * 100 / total
@@ -903,14 +906,14 @@ func (b *progressBar) update(done, total int) {
 	}
 	b.last, b.drawn = pct, true
 	filled := done * width / total
-	fmt.Fprintf(b.out, "\r  [%s%s] %3d%% %d/%d %s", strings.Repeat("█", filled), strings.Repeat("·", width-filled), pct, done, total, b.noun)
+	fmt.Fprintf(termtext.Raw(b.out), "\r  [%s%s] %3d%% %d/%d %s", strings.Repeat("█", filled), strings.Repeat("·", width-filled), pct, done, total, b.noun)
 }
 
 func (b *progressBar) clear() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.drawn {
-		fmt.Fprintf(b.out, "\r%s\r", strings.Repeat(" ", 60))
+		fmt.Fprintf(termtext.Raw(b.out), "\r%s\r", strings.Repeat(" ", 60))
 		b.drawn = false
 	}
 }

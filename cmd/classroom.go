@@ -29,6 +29,11 @@ import (
 const (
 	classroomHold     = 20 * time.Second // a page's request for news is held this long at most
 	classroomFarewell = 3 * time.Second  // at the end, how long the page gets to fetch the last state
+	// classroomPolls is how many requests for news are held at once: a
+	// classroom projects one page, maybe a few tabs; a script that opens
+	// thousands would hold a goroutine and a connection each, so the
+	// ones over the cap are told at once to come back later.
+	classroomPolls = 8
 )
 
 type classroom struct {
@@ -111,14 +116,21 @@ func (c *classroom) serveIndex(w http.ResponseWriter, r *http.Request) {
 }
 
 // serveState answers ?after=VERSION with the first state newer than it,
-// holding the request (at most classroomHold) until there is one.
+// holding the request (at most classroomHold) until there is one; beyond
+// classroomPolls held at once, it answers 503 at once.
 func (c *classroom) serveState(w http.ResponseWriter, r *http.Request) {
 	after, _ := strconv.Atoi(r.URL.Query().Get("after"))
-	hold := time.NewTimer(classroomHold)
-	defer hold.Stop()
 	c.mu.Lock()
+	if c.active >= classroomPolls {
+		c.mu.Unlock()
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, fmt.Sprintf("%d pages are already waiting for news: close some", classroomPolls), http.StatusServiceUnavailable)
+		return
+	}
 	c.active++
 	c.mu.Unlock()
+	hold := time.NewTimer(classroomHold)
+	defer hold.Stop()
 	defer func() {
 		c.mu.Lock()
 		c.active--

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/banksim/bank-sim/internal/termtext"
 	"github.com/banksim/bank-sim/postgres"
 )
 
@@ -45,7 +46,7 @@ func (a *App) startingNote() (done func()) {
 		defer mu.Unlock()
 		over = true
 		if shown && a.Env.StderrTerminal {
-			fmt.Fprint(a.Env.Stderr, "\r\033[K")
+			fmt.Fprint(termtext.Raw(a.Env.Stderr), "\r\033[K")
 		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/banksim/bank-sim/internal/termtext"
 	"github.com/banksim/bank-sim/postgres"
 	"github.com/mattn/go-isatty"
 	"github.com/spf13/cobra"
@@ -225,7 +226,15 @@ func Main() int {
 // Run runs one command line in env and returns the exit code. It never
 // panics and never leaves PostgreSQL running.
 func Run(ctx context.Context, env *Env, args []string) (code int) {
-	app := &App{Env: env}
+	// Whatever a command prints may carry outside text (a target's
+	// answer, a file's strings): none of its control bytes reach the
+	// terminal, whichever command or line printed it.
+	app := &App{}
+	safe := *env
+	safe.Stdout = termtext.NewWriter(env.Stdout, app.colorEnabled)
+	safe.Stderr = termtext.NewWriter(env.Stderr, app.colorEnabled)
+	env = &safe
+	app.Env = env
 	defer app.close()
 	defer func() {
 		if v := recover(); v != nil {

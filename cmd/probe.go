@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/banksim/bank-sim/internal/htmlreport"
+	"github.com/banksim/bank-sim/internal/termtext"
 	"github.com/banksim/bank-sim/probe"
 	"github.com/spf13/cobra"
 )
@@ -298,6 +299,9 @@ func printResult(out io.Writer, p *palette, r probe.Result) {
 	}[r.Status]
 	fmt.Fprintf(out, "\n%s %s %s\n", status, p.bold.Sprint(r.Name), p.dim.Sprint("— "+r.Title))
 	for _, e := range r.Evidence {
+		// A line of evidence quotes the target: its newlines too are
+		// the target's, and would let it start a line of its own.
+		e = termtext.Escape(e)
 		switch {
 		case strings.HasPrefix(e, "✓"):
 			fmt.Fprintf(out, "        %s\n", p.ok.Sprint(e))
@@ -313,7 +317,7 @@ func printResult(out io.Writer, p *palette, r probe.Result) {
 	case probe.Pass:
 		fmt.Fprintf(out, "        %s %s\n", p.ok.Sprint("proves:"), r.Proves)
 	case probe.Skipped:
-		fmt.Fprintf(out, "        %s %s\n", p.warn.Sprint("not made:"), r.Reason)
+		fmt.Fprintf(out, "        %s %s\n", p.warn.Sprint("not made:"), termtext.Escape(r.Reason))
 	}
 }
 

@@ -6,6 +6,8 @@ import (
 	"io"
 	"sync"
 	"time"
+
+	"github.com/banksim/bank-sim/internal/termtext"
 )
 
 // pacer is --step and --pace: it holds the story at each step and at each
@@ -64,7 +66,7 @@ func (pc *pacer) pause() {
 		pc.waiting(false)
 	}
 	if pc.erase {
-		fmt.Fprint(pc.prompt, "\r\033[K")
+		fmt.Fprint(termtext.Raw(pc.prompt), "\r\033[K")
 	} else {
 		fmt.Fprintln(pc.prompt)
 	}

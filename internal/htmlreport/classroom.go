@@ -33,7 +33,8 @@ func ClassroomPage(title, statePath, nextPath string) []byte {
 	var b bytes.Buffer
 	b.WriteString("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n")
 	b.WriteString("<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n")
-	b.WriteString("<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; connect-src 'self'; img-src data:\">\n")
+	script := "\n" + fmt.Sprintf(classroomJS, statePath, nextPath) + "\n"
+	b.WriteString(policyMeta(" connect-src 'self';", script))
 	fmt.Fprintf(&b, "<title>%s</title>\n<style>\n%s%s%s</style>\n</head>\n", Esc(title), baseCSS, SequenceCSS, classroomCSS)
 	fmt.Fprintf(&b, `<body data-report="classroom" data-version="0" data-pauses="0" data-waiting="false" data-done="false">
 <header><h1>%s</h1></header>
@@ -43,12 +44,10 @@ func ClassroomPage(title, statePath, nextPath string) []byte {
 <span id="status" role="status" aria-live="polite">connecting…</span>
 </div>
 <p id="verdict" class="verdict" hidden></p>
-<script>
-%s
-</script>
+<script>%s</script>
 </body>
 </html>
-`, Esc(title), fmt.Sprintf(classroomJS, statePath, nextPath))
+`, Esc(title), script)
 	return b.Bytes()
 }
 

@@ -12,6 +12,8 @@ package htmlreport
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"html"
@@ -19,6 +21,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 )
 
@@ -65,9 +68,13 @@ func (d *Doc) Render(w io.Writer) error {
 	var b bytes.Buffer
 	b.WriteString("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n")
 	b.WriteString("<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n")
-	// No request may leave the file: the policy forbids every fetch, and the
-	// inline style and script are allowed by being inline.
-	b.WriteString("<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:\">\n")
+	// No request may leave the file: the policy forbids every fetch, and
+	// runs the page's own scripts only, by their hashes.
+	scripts := make([]string, len(d.scripts))
+	for i, s := range d.scripts {
+		scripts[i] = "\n" + s + "\n"
+	}
+	b.WriteString(policyMeta("", scripts...))
 	if d.Generator != "" {
 		fmt.Fprintf(&b, "<meta name=\"generator\" content=\"%s\">\n", Esc(d.Generator))
 	}
@@ -99,8 +106,8 @@ func (d *Doc) Render(w io.Writer) error {
 	if d.Generator != "" {
 		fmt.Fprintf(&b, "<footer>Written by %s. This file needs nothing else: no network, no scripts from anywhere.</footer>\n", Esc(d.Generator))
 	}
-	for _, s := range d.scripts {
-		fmt.Fprintf(&b, "<script>\n%s\n</script>\n", s)
+	for _, s := range scripts {
+		fmt.Fprintf(&b, "<script>%s</script>\n", s)
 	}
 	b.WriteString("</body>\n</html>\n")
 	_, err := w.Write(b.Bytes())
@@ -137,6 +144,25 @@ func WriteFile(path string, d *Doc) error {
 		return fmt.Errorf("--html %s: %v", path, werr)
 	}
 	return nil
+}
+
+// policyMeta is a page's Content-Security-Policy: nothing fetched but
+// what extra allows (connect-src 'self' for the classroom page), inline
+// styles, and no script but these, each pinned by the SHA-256 of its
+// exact text between <script> and </script>: markup that slipped into a
+// page past its escaping still runs nothing. No form posts anywhere, and
+// no <base> to send relative links elsewhere.
+func policyMeta(extra string, scripts ...string) string {
+	src := "'none'"
+	if len(scripts) > 0 {
+		var hashes []string
+		for _, s := range scripts {
+			sum := sha256.Sum256([]byte(s))
+			hashes = append(hashes, "'sha256-"+base64.StdEncoding.EncodeToString(sum[:])+"'")
+		}
+		src = strings.Join(hashes, " ")
+	}
+	return fmt.Sprintf("<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; script-src %s;%s img-src data:; form-action 'none'; base-uri 'none'\">\n", src, extra)
 }
 
 // Esc escapes text for HTML element content and attribute values.
@@ -282,3 +308,46 @@ footer { margin-top: 3rem; color: var(--muted); font-size: .85rem; border-top: 1
   a { color: inherit; text-decoration: none; }
 }
 `
+
+var (
+	policyRE = regexp.MustCompile(`<meta http-equiv="Content-Security-Policy" content="([^"]*)">`)
+	scriptRE = regexp.MustCompile(`(?s)<script>(.*?)</script>`)
+)
+
+// PolicyProblems says what is wrong with page's Content-Security-Policy:
+// an inline script whose hash it does not list, 'unsafe-inline' scripts,
+// form posts or <base> allowed. Tests of every page that bank-sim writes
+// call it; nil means none.
+func PolicyProblems(page []byte) []string {
+	m := policyRE.FindAllSubmatch(page, -1)
+	if len(m) != 1 {
+		return []string{fmt.Sprintf("%d Content-Security-Policy meta elements, want 1", len(m))}
+	}
+	directives := map[string]string{}
+	for _, d := range strings.Split(html.UnescapeString(string(m[0][1])), ";") {
+		if f := strings.Fields(d); len(f) > 0 {
+			directives[f[0]] = strings.Join(f[1:], " ")
+		}
+	}
+	var out []string
+	src := " " + directives["script-src"] + " "
+	if strings.Contains(src, "'unsafe-inline'") || strings.Contains(src, "'unsafe-eval'") || strings.Contains(src, "*") {
+		out = append(out, "script-src allows more than the page's own scripts: "+directives["script-src"])
+	}
+	for _, d := range []string{"form-action", "base-uri", "default-src"} {
+		if directives[d] != "'none'" {
+			out = append(out, fmt.Sprintf("%s is %q, not 'none'", d, directives[d]))
+		}
+	}
+	scripts := scriptRE.FindAllSubmatch(page, -1)
+	if n := bytes.Count(page, []byte("<script")); n != len(scripts) {
+		out = append(out, fmt.Sprintf("%d <script elements, %d of them plain <script>…</script>", n, len(scripts)))
+	}
+	for i, s := range scripts {
+		sum := sha256.Sum256(s[1])
+		if h := "'sha256-" + base64.StdEncoding.EncodeToString(sum[:]) + "'"; !strings.Contains(src, " "+h+" ") {
+			out = append(out, fmt.Sprintf("script %d (hash %s) is not in script-src %s", i+1, h, directives["script-src"]))
+		}
+	}
+	return out
+}
