@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/banksim/bank-sim/bank"
+	"github.com/banksim/bank-sim/idem/mistakes"
 	"github.com/banksim/bank-sim/postgres"
 	"github.com/banksim/bank-sim/postgres/banks"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -71,6 +73,8 @@ func init() {
 				"standby is not receiving, commits wait — the protected run shows one waiting — so production " +
 				"runs two standbys and waits for either (synchronous_standby_names = 'ANY 1 (s1, s2)').",
 		},
+		OwnServers: true,
+		Prepare:    startFailoverPairs,
 		Phases: []Phase{{
 			Title:   "without protection: asynchronous replication, PostgreSQL's default",
 			Control: true,
@@ -90,38 +94,140 @@ func init() {
 // mean "hung" on a loaded machine.
 const failoverTimeout = time.Minute
 
+// failoverDB is the database the story's bank is made in, on the primary.
+const failoverDB = "bank"
+
+// failoverPairs are the story's pairs, one for each phase that runs,
+// started together as the story starts: the second starts while the
+// first phase runs, not after it. A phase takes its own (take); release
+// stops what no phase took and waits until every pair has stopped.
+type failoverPairs struct {
+	pending map[bool]*pendingPair // by protected
+	closing sync.WaitGroup
+}
+
+// pendingPair is a pair being started, with its bank, for one phase.
+type pendingPair struct {
+	ready chan struct{} // closed once pair or err is set
+	pair  *postgres.Pair
+	err   error
+	taken bool
+}
+
+// startFailoverPairs is the story's Prepare: it starts a pair for each
+// phase that will run, each with the lesson's bank on its primary, at
+// once.
+func startFailoverPairs(ctx context.Context, o Options) (any, func()) {
+	fp := &failoverPairs{pending: map[bool]*pendingPair{}}
+	for _, protected := range []bool{false, true} {
+		if !protected && o.SkipControls {
+			continue
+		}
+		p := &pendingPair{ready: make(chan struct{})}
+		fp.pending[protected] = p
+		go func() {
+			defer close(p.ready)
+			p.pair, p.err = startFailoverPair(ctx, failoverSync(protected, o.Bug))
+		}()
+	}
+	return fp, fp.release
+}
+
+// failoverSync says whether a phase's pair replicates synchronously: the
+// protected phase's does, unless it runs with the async-replication
+// mistake, whose protected phase's expectations (nothing acknowledged
+// lost, the resend replayed) are then what catch it.
+func failoverSync(protected bool, bug *mistakes.Bug) bool {
+	return protected && (bug == nil || !bug.AsyncReplication)
+}
+
+// startFailoverPair starts a pair and makes the lesson's bank on its
+// primary.
+func startFailoverPair(ctx context.Context, sync bool) (*postgres.Pair, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*failoverTimeout)
+	defer cancel()
+	pair, err := postgres.StartPair(ctx, postgres.Options{}, postgres.PairOptions{Sync: sync})
+	if err != nil {
+		return nil, err
+	}
+	if err := pair.CreateDatabase(ctx, failoverDB, banks.Template); err != nil {
+		pair.Close()
+		return nil, err
+	}
+	return pair, nil
+}
+
+// take waits for the phase's pair; the phase owns it from then on.
+func (fp *failoverPairs) take(ctx context.Context, protected bool) (*postgres.Pair, error) {
+	p := fp.pending[protected]
+	if p == nil {
+		return nil, errors.New("no pair was started for this phase")
+	}
+	select {
+	case <-p.ready:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	p.taken = p.err == nil
+	return p.pair, p.err
+}
+
+// closeLater stops a phase's pair without holding up the next phase;
+// release waits for it.
+func (fp *failoverPairs) closeLater(pair *postgres.Pair) {
+	fp.closing.Add(1)
+	go func() {
+		defer fp.closing.Done()
+		pair.Close()
+	}()
+}
+
+// release stops the pairs no phase took (a story cut short) and returns
+// once every pair of the story has stopped and its clusters are deleted.
+func (fp *failoverPairs) release() {
+	for _, p := range fp.pending {
+		<-p.ready
+		if p.err == nil && !p.taken {
+			fp.closeLater(p.pair)
+		}
+	}
+	fp.closing.Wait()
+}
+
 // failoverStory runs the story's phase; protected is the phase with the
-// defence, whose replication is synchronous unless the phase runs with the
-// async-replication mistake: then it is asynchronous, and the protected
-// phase's expectations (nothing acknowledged lost, the resend replayed) are
-// what catch it.
+// defence.
 func failoverStory(ctx context.Context, r *Run, protected bool) error {
-	sync := protected && (r.bug == nil || !r.bug.AsyncReplication)
+	sync := failoverSync(protected, r.bug)
 	pctx, cancel := context.WithTimeout(ctx, 2*failoverTimeout)
 	defer cancel()
-	pair, err := postgres.StartPair(pctx, postgres.Options{}, postgres.PairOptions{Sync: sync})
+	fp, _ := r.Prepared().(*failoverPairs)
+	var pair *postgres.Pair
+	var err error
+	closePair := func() { pair.Close() }
+	if fp != nil {
+		pair, err = fp.take(pctx, protected)
+		closePair = func() { fp.closeLater(pair) }
+	} else {
+		pair, err = startFailoverPair(pctx, sync)
+	}
 	if err != nil {
 		return err
 	}
-	const dbName = "bank"
-	if err := pair.CreateDatabase(pctx, dbName, banks.Template); err != nil {
-		pair.Close()
-		return err
-	}
+	const dbName = failoverDB
 	cfg, err := pgxpool.ParseConfig(pair.URL(dbName))
 	if err != nil {
-		pair.Close()
+		closePair()
 		return err
 	}
 	cfg.MaxConns = banks.PoolSize
 	pool, err := pgxpool.NewWithConfig(pctx, cfg)
 	if err != nil {
-		pair.Close()
+		closePair()
 		return fmt.Errorf("%w: %v", postgres.ErrUnavailable, err)
 	}
 	r.UseDB(pool, func() {
 		pool.Close()
-		pair.Close()
+		closePair()
 	})
 	primaryPort, standbyPort := pair.Ports()
 	primaryPID, standbyPID := pair.PIDs()
