@@ -20,10 +20,11 @@ import (
 // supervisor from the same binaries, for stories about failover. It lives
 // in a slot like any embedded cluster (the slot's lock is held for its
 // life), in the slot's "pair" directory, apart from the slot's own cluster:
-// a pair's clusters are made fresh for every run and deleted when it
-// stops. A pair that a killed run left is stopped and deleted by the next
-// supervisor to take the slot, by reapOrphans, and by bank-sim prune, like
-// a slot's own cluster.
+// a pair's clusters are made afresh for every run and left, stopped, in
+// the slot when it stops, for the next pair there to make afresh again at
+// a fraction of the cost (refreshTree). A pair that a killed run left is
+// stopped by the next supervisor to take the slot and by reapOrphans, and
+// deleted by bank-sim prune, like a slot's own cluster.
 //
 // Both clusters are copies of one pristine cluster, "pair-base", made once
 // per slot (the snapshot, or initdb) and never started: copied while no
@@ -67,15 +68,15 @@ func pairDataDirs(slotDir string) []string {
 // pairBaseDir is the slot's pristine cluster that a pair's are copied from.
 func (sv *supervisor) pairBaseDir() string { return filepath.Join(sv.slotDir, pairBaseDirName) }
 
-// removePair stops what still runs of a pair in the slot and deletes it.
-func (sv *supervisor) removePair() {
+// stopPair stops what still runs of a pair in the slot. Its clusters
+// stay: the next pair in the slot makes its own from them (refreshTree).
+func (sv *supervisor) stopPair() {
 	if sv.slotDir == "" {
 		return
 	}
 	for _, d := range pairDataDirs(sv.slotDir) {
 		stopStale(d)
 	}
-	os.RemoveAll(filepath.Join(sv.slotDir, pairDirName))
 }
 
 // pairParams are a pair member's settings. Only the primary's commits wait
@@ -159,12 +160,13 @@ loop:
 	return code
 }
 
-// startPair copies the slot's pristine cluster twice, starts the primary
+// startPair copies the slot's pristine cluster twice (over the last
+// pair's clusters, when it left them), starts the primary
 // on one copy, gives it the standby's replication slot, and starts the
 // other as a hot standby streaming from it.
 func (sv *supervisor) startPair(sigs chan os.Signal) (supStatus, error) {
 	began := time.Now()
-	pw, err := sv.prepare() // removes any pair a killed run left
+	pw, err := sv.prepare() // stops any pair a killed run left
 	if err != nil {
 		return supStatus{}, err
 	}
@@ -185,7 +187,7 @@ func (sv *supervisor) startPair(sigs chan os.Signal) (supStatus, error) {
 	}
 	step("base")
 	for _, d := range dirs {
-		if err := copyTree(sv.pairBaseDir(), d); err != nil {
+		if err := refreshTree(sv.pairBaseDir(), d); err != nil {
 			return supStatus{}, fmt.Errorf("copying the pair's cluster: %v", err)
 		}
 	}
@@ -278,11 +280,20 @@ func (sv *supervisor) ensurePairBase(pw string) (string, error) {
 	return "", sv.initdb(base, pw)
 }
 
-// copyTree copies the cluster in src to dst, a directory that must not
-// exist yet, keeping permissions (PostgreSQL refuses a data directory
-// others can read).
-func copyTree(src, dst string) error {
-	return filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
+// refreshTree makes dst a copy of the cluster in src, keeping
+// permissions (PostgreSQL refuses a data directory others can read). It
+// reuses what dst already holds, the copy a previous pair left: a file
+// whose size and modification time are src's has not been written since
+// it was copied (a copy takes its source's time, and PostgreSQL's every
+// write sets the time to now), so it stays; every other file is copied
+// again in place, and what src lacks is removed. Creating files is most
+// of a fresh copy's cost (on ext4, finding inodes for a thousand files
+// just after a thousand were deleted): a pair's servers write to a few
+// dozen of the base's files, so the next pair rewrites those and
+// creates none.
+func refreshTree(src, dst string) error {
+	want := map[string]bool{}
+	err := filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -290,32 +301,78 @@ func copyTree(src, dst string) error {
 		if err != nil {
 			return err
 		}
+		want[rel] = true
 		target := filepath.Join(dst, rel)
 		info, err := d.Info()
 		if err != nil {
 			return err
 		}
+		have, haveErr := os.Lstat(target)
 		switch {
 		case d.IsDir():
+			if haveErr == nil && have.IsDir() {
+				return nil
+			}
+			if haveErr == nil {
+				if err := os.RemoveAll(target); err != nil {
+					return err
+				}
+			}
 			return os.Mkdir(target, info.Mode().Perm())
 		case d.Type().IsRegular():
-			return copyFile(path, target, info.Mode().Perm())
+			if haveErr == nil && have.Mode().IsRegular() && have.Size() == info.Size() && have.ModTime().Equal(info.ModTime()) {
+				return nil
+			}
+			if haveErr == nil && !have.Mode().IsRegular() {
+				if err := os.RemoveAll(target); err != nil {
+					return err
+				}
+			}
+			if err := copyFile(path, target, info.Mode().Perm()); err != nil {
+				return err
+			}
+			return os.Chtimes(target, info.ModTime(), info.ModTime())
 		}
 		return fmt.Errorf("%s: not a file or directory", path)
 	})
+	if err != nil {
+		return err
+	}
+	// What the last pair's servers made: databases, WAL segments, the
+	// slot, standby.signal, postmaster.pid.
+	return filepath.WalkDir(dst, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(dst, path)
+		if err != nil {
+			return err
+		}
+		if want[rel] {
+			return nil
+		}
+		if err := os.RemoveAll(path); err != nil {
+			return err
+		}
+		if d.IsDir() {
+			return filepath.SkipDir
+		}
+		return nil
+	})
 }
 
-// copyFile copies src to dst, leaving holes where src has whole blocks of
-// zeros: most of a fresh cluster's bytes are its first WAL segment's
-// zeros, which PostgreSQL reads back from a hole just the same (it makes
-// new segments that way itself, with wal_init_zero off).
+// copyFile copies src to dst, over what dst held, leaving holes where
+// src has whole blocks of zeros: most of a fresh cluster's bytes are its
+// first WAL segment's zeros, which PostgreSQL reads back from a hole just
+// the same (it makes new segments that way itself, with wal_init_zero
+// off).
 func copyFile(src, dst string, perm fs.FileMode) error {
 	in, err := os.Open(src)
 	if err != nil {
 		return err
 	}
 	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, perm)
 	if err != nil {
 		return err
 	}

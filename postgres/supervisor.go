@@ -367,8 +367,8 @@ func (sv *supervisor) prepare() (pw string, err error) {
 
 	stopStale(sv.dataDir())
 	// A pair a killed run left in this slot: its postmasters died with
-	// their supervisor, its clusters are of no use to anyone.
-	sv.removePair()
+	// their supervisor, or are in their immediate shutdown.
+	sv.stopPair()
 
 	sv.binPath = sv.cfg.Binaries
 	if sv.cfg.Download {
@@ -668,7 +668,7 @@ func (sv *supervisor) stop() error {
 		sv.pm = nil
 	}
 	if sv.cfg.Pair {
-		sv.removePair()
+		sv.stopPair()
 	}
 	sv.cleanupTmp()
 	return errors.Join(errs...)
