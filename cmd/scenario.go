@@ -639,8 +639,26 @@ func executeAll(ctx context.Context, list []scenarios.Scenario, dbs banks.Databa
 	sem := make(chan struct{}, parallel)
 	var wg sync.WaitGroup
 	// Scenarios start in the list's order, so that the one printing live is
-	// the one running, and an interruption leaves the first ones finished.
+	// the one running, and an interruption leaves the first ones finished;
+	// but a story of its own servers starts first, beside the others: it
+	// takes longer than the rest together (it starts two servers for each
+	// phase), and would otherwise start last and end the run alone. One at
+	// a time (--step, --pace) keeps the list's order: the story running
+	// is the one on screen.
+	first := func(s scenarios.Scenario) bool { return s.OwnServers && parallel > 1 }
+	order := make([]int, 0, len(list))
 	for i, s := range list {
+		if first(s) {
+			order = append(order, i)
+		}
+	}
+	for i, s := range list {
+		if !first(s) {
+			order = append(order, i)
+		}
+	}
+	for _, i := range order {
+		s := list[i]
 		sem <- struct{}{}
 		if ctx.Err() != nil {
 			<-sem

@@ -561,11 +561,19 @@ func (p *Pair) nodeURL(port int, db string) string {
 
 // CreateDatabase creates database name on the primary and fills it with
 // tpl.Init; the standby receives it as it receives everything else. No
-// marker is needed: the pair's clusters are deleted with it.
+// marker is needed: the pair's clusters are made afresh for every pair.
 func (p *Pair) CreateDatabase(ctx context.Context, name string, tpl Template) error {
 	if err := p.exec(ctx, p.PrimaryURL("postgres"), "CREATE DATABASE "+quote(name)); err != nil {
 		return fmt.Errorf("creating %s on the primary: %w", name, err)
 	}
+	return p.Fill(ctx, name, tpl)
+}
+
+// Fill fills database name, which exists on the primary (postgres
+// always does), with tpl.Init. A story that needs one database fills
+// postgres rather than create one: CREATE DATABASE copies template1
+// through the WAL, which the standby replays too.
+func (p *Pair) Fill(ctx context.Context, name string, tpl Template) error {
 	conn, err := pgx.Connect(ctx, p.PrimaryURL(name))
 	if err != nil {
 		return unavailable("connecting to %s on the primary: %v", name, err)

@@ -94,8 +94,10 @@ func init() {
 // mean "hung" on a loaded machine.
 const failoverTimeout = time.Minute
 
-// failoverDB is the database the story's bank is made in, on the primary.
-const failoverDB = "bank"
+// failoverDB is the database the story's bank is made in, on the primary:
+// postgres, which every cluster has, so that no CREATE DATABASE (a copy of
+// template1 through the WAL, replayed by the standby too) is paid for.
+const failoverDB = "postgres"
 
 // failoverPairs are the story's pairs, one for each phase that runs,
 // started together as the story starts: the second starts while the
@@ -150,7 +152,7 @@ func startFailoverPair(ctx context.Context, sync bool) (*postgres.Pair, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := pair.CreateDatabase(ctx, failoverDB, banks.Template); err != nil {
+	if err := pair.Fill(ctx, failoverDB, banks.Template); err != nil {
 		pair.Close()
 		return nil, err
 	}
