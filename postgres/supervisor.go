@@ -658,13 +658,22 @@ func (sv *supervisor) password() (string, error) {
 func (sv *supervisor) stop() error {
 	var errs []error
 	// The standby first: stopped while its primary still runs, it need
-	// not retry a connection to a primary that is going away.
+	// not retry a connection to a primary that is going away. A pair's
+	// servers stop at once: their clusters are never started again as
+	// they are (the next pair's are made afresh over them), so a
+	// shutdown checkpoint would be work thrown away.
+	stop := func(pm *postmaster) error {
+		if sv.cfg.Pair {
+			return pm.quit()
+		}
+		return pm.stop(10 * time.Second)
+	}
 	if sv.standby != nil {
-		errs = append(errs, sv.standby.stop(10*time.Second))
+		errs = append(errs, stop(sv.standby))
 		sv.standby = nil
 	}
 	if sv.pm != nil {
-		errs = append(errs, sv.pm.stop(10*time.Second))
+		errs = append(errs, stop(sv.pm))
 		sv.pm = nil
 	}
 	if sv.cfg.Pair {
