@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -186,10 +187,17 @@ func (sv *supervisor) startPair(sigs chan os.Signal) (supStatus, error) {
 		return supStatus{}, err
 	}
 	step("base")
+	// Both at once: on two cores, half the time.
+	copied := make(chan error, len(dirs))
 	for _, d := range dirs {
-		if err := refreshTree(sv.pairBaseDir(), d); err != nil {
-			return supStatus{}, fmt.Errorf("copying the pair's cluster: %v", err)
-		}
+		go func() { copied <- refreshTree(sv.pairBaseDir(), d) }()
+	}
+	var copyErrs []error
+	for range dirs {
+		copyErrs = append(copyErrs, <-copied)
+	}
+	if err := errors.Join(copyErrs...); err != nil {
+		return supStatus{}, fmt.Errorf("copying the pair's cluster: %v", err)
 	}
 	step("copies")
 	// The primary alone listens on the run's private network, if it has
@@ -408,11 +416,17 @@ func copyFile(src, dst string, perm fs.FileMode) error {
 	return out.Close()
 }
 
+// zeros is what allZero compares with: a 16 MB WAL segment is checked in
+// a few milliseconds rather than byte by byte.
+var zeros = make([]byte, 64<<10)
+
 func allZero(b []byte) bool {
-	for _, c := range b {
-		if c != 0 {
+	for len(b) > 0 {
+		n := min(len(b), len(zeros))
+		if !bytes.Equal(b[:n], zeros[:n]) {
 			return false
 		}
+		b = b[n:]
 	}
 	return true
 }

@@ -100,8 +100,8 @@ const failoverTimeout = time.Minute
 const failoverDB = "postgres"
 
 // failoverPairs are the story's pairs, one for each phase that runs,
-// started together as the story starts: the second starts while the
-// first phase runs, not after it. A phase takes its own (take); release
+// started as the story starts: the second starts while the first phase
+// runs, not after it. A phase takes its own (take); release
 // stops what no phase took and waits until every pair has stopped.
 type failoverPairs struct {
 	pending map[bool]*pendingPair // by protected
@@ -117,21 +117,28 @@ type pendingPair struct {
 }
 
 // startFailoverPairs is the story's Prepare: it starts a pair for each
-// phase that will run, each with the lesson's bank on its primary, at
-// once.
+// phase that will run, each with the lesson's bank on its primary, one
+// after the other in the background: the second while the first phase
+// runs, which spends most of its time waiting on its servers. Started at
+// once, the two would share the CPU, and the first phase would wait for
+// both.
 func startFailoverPairs(ctx context.Context, o Options) (any, func()) {
 	fp := &failoverPairs{pending: map[bool]*pendingPair{}}
+	var order []bool
 	for _, protected := range []bool{false, true} {
 		if !protected && o.SkipControls {
 			continue
 		}
-		p := &pendingPair{ready: make(chan struct{})}
-		fp.pending[protected] = p
-		go func() {
-			defer close(p.ready)
-			p.pair, p.err = startFailoverPair(ctx, failoverSync(protected, o.Bug))
-		}()
+		fp.pending[protected] = &pendingPair{ready: make(chan struct{})}
+		order = append(order, protected)
 	}
+	go func() {
+		for _, protected := range order {
+			p := fp.pending[protected]
+			p.pair, p.err = startFailoverPair(ctx, failoverSync(protected, o.Bug))
+			close(p.ready)
+		}
+	}()
 	return fp, fp.release
 }
 
