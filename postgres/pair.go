@@ -34,8 +34,9 @@ import (
 // checkpoint, no WAL streamed during the copy, no third process). The
 // standby's copy gets what pg_basebackup -R would write: standby.signal,
 // primary_conninfo and primary_slot_name; the primary gets the physical
-// replication slot before the standby starts, so the WAL from the copy's
-// checkpoint on is kept for it however far it falls behind.
+// replication slot as soon as it runs, before anything is written, so the
+// WAL from the copy's checkpoint on is kept for the standby however far it
+// falls behind.
 //
 //	bank-sim ──▶ supervisor ──▶ primary postmaster  (127.0.0.1:P1)
 //	                        └─▶ standby postmaster  (127.0.0.1:P2, streaming from P1
@@ -162,9 +163,9 @@ loop:
 }
 
 // startPair copies the slot's pristine cluster twice (over the last
-// pair's clusters, when it left them), starts the primary
-// on one copy, gives it the standby's replication slot, and starts the
-// other as a hot standby streaming from it.
+// pair's clusters, when it left them), starts the primary on one copy and,
+// beside it, the other as a hot standby streaming from it, and gives the
+// primary the standby's replication slot.
 func (sv *supervisor) startPair(sigs chan os.Signal) (supStatus, error) {
 	began := time.Now()
 	pw, err := sv.prepare() // stops any pair a killed run left
@@ -211,28 +212,59 @@ func (sv *supervisor) startPair(sigs chan os.Signal) (supStatus, error) {
 		}
 		primaryParams["hba_file"] = hba
 	}
-	pm, port, err := launchOnFreePort(sv.binPath, primaryDir, primaryParams, sv.logw, sigs)
-	if err != nil {
-		if !strings.Contains(err.Error(), "interrupted") {
-			// A base the server refuses is made again by the next run.
-			os.RemoveAll(sv.pairBaseDir())
+	// The standby starts beside the primary rather than after it: it
+	// needs nothing of the primary to open for reads (its copy ends at a
+	// clean checkpoint), and its WAL receiver tries the primary again
+	// every wal_retrieve_retry_interval until the primary and its slot
+	// are there. The slot still comes before anything is written: no
+	// checkpoint passes the copies' redo point first.
+	var pm, standby *postmaster
+	var port, standbyPort int
+	for attempt := 0; ; attempt++ {
+		port, err = freePort()
+		if err != nil {
+			return supStatus{}, fmt.Errorf("no free TCP port on 127.0.0.1: %v", err)
 		}
-		return supStatus{}, fmt.Errorf("starting the primary (%s) in %s: %v", sv.binPath, primaryDir, err)
+		// Appended on each attempt: the last setting in the file wins.
+		if err := configureStandby(standbyDir, port, pw); err != nil {
+			return supStatus{}, err
+		}
+		var standbyErr error
+		standbyDone := make(chan struct{})
+		go func() {
+			defer close(standbyDone)
+			standby, standbyPort, standbyErr = launchOnFreePort(sv.binPath, standbyDir, pairParams(sv.cfg.Major, false), sv.logw, sigs)
+		}()
+		pm, err = launchPostmaster(sv.binPath, primaryDir, port, primaryParams, sv.logw, sigs, startTimeout)
+		<-standbyDone
+		if err == nil && standbyErr == nil {
+			break
+		}
+		// Whichever started is stopped before trying again or failing.
+		if standby != nil {
+			standby.quit()
+		}
+		if pm != nil {
+			pm.quit()
+		}
+		if errors.Is(err, errPortTaken) && standbyErr == nil && attempt < 3 {
+			continue
+		}
+		if err != nil {
+			if !strings.Contains(err.Error(), "interrupted") {
+				// A base the server refuses is made again by the next run.
+				os.RemoveAll(sv.pairBaseDir())
+			}
+			return supStatus{}, fmt.Errorf("starting the primary (%s) in %s: %v", sv.binPath, primaryDir, err)
+		}
+		return supStatus{}, fmt.Errorf("starting the standby (%s) in %s: %v", sv.binPath, standbyDir, standbyErr)
 	}
-	sv.pm, sv.port = pm, port
-	step("primary")
+	sv.pm, sv.port, sv.standby = pm, port, standby
+	step("primary and standby")
 	if err := createSlot(port, pw); err != nil {
 		return supStatus{}, err
 	}
-	if err := configureStandby(standbyDir, port, pw); err != nil {
-		return supStatus{}, err
-	}
-	standby, standbyPort, err := launchOnFreePort(sv.binPath, standbyDir, pairParams(sv.cfg.Major, false), sv.logw, sigs)
-	if err != nil {
-		return supStatus{}, fmt.Errorf("starting the standby (%s) in %s: %v", sv.binPath, standbyDir, err)
-	}
-	sv.standby = standby
-	step("standby")
+	step("replication slot")
 	return supStatus{
 		Steps:         strings.Join(steps, ", "),
 		Port:          port,
