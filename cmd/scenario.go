@@ -430,8 +430,10 @@ func runScenarios(c *cobra.Command, app *App, o scenarioOptions, args []string) 
 	}
 	// Stories of their own servers (the failover story's primary and
 	// standby) need no other: run alone, they start or reach nothing else.
+	// database is the run's server, or what the stories run on without one.
 	var srv *postgres.Server
-	database := ownServersNote(app, run.list)
+	note := ownServersNote(app, run.list)
+	database := note
 	if needsServer(run.list) {
 		srv, err = app.Server(ctx)
 		if err != nil {
@@ -440,16 +442,13 @@ func runScenarios(c *cobra.Command, app *App, o scenarioOptions, args []string) 
 			}
 			return err
 		}
-		if database != "" {
-			database = app.describe(srv) + "\n" + database
-		} else {
-			database = app.describe(srv)
+		database = app.describe(srv)
+		if human {
+			printWrapped(out, database, app.Env.Width, p.dim)
 		}
 	}
-	if human {
-		for _, line := range strings.Split(database, "\n") {
-			printWrapped(out, line, app.Env.Width, p.dim)
-		}
+	if human && note != "" {
+		printWrapped(out, note, app.Env.Width, p.dim)
 	}
 
 	start := time.Now()
