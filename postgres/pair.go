@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	embeddedpostgres "github.com/fergusstrange/embedded-postgres"
@@ -96,6 +97,10 @@ func pairParams(major int, sync bool) map[string]string {
 	// How soon a standby whose WAL receiver stopped (StopReceiving) or
 	// was given its primary again (Receive) tries again: 5 s by default.
 	p["wal_retrieve_retry_interval"] = "50ms"
+	// A pair lives for seconds: its autovacuum launcher would be one more
+	// fork (40-70 ms of CPU here, see baseParams) for each server, and
+	// its workers more.
+	p["autovacuum"] = "off"
 	if sync {
 		// remote_apply rather than on (remote flush): the story reads the
 		// key on the standby before the primary dies, and finds it.
@@ -540,6 +545,51 @@ type Pair struct {
 	standbyPID  int
 	sync        bool
 	conninfo    string // the standby's primary_conninfo, kept while it is cleared
+	primary     adminConn
+	standby     adminConn
+}
+
+// adminConn is the pair's own connection to database postgres on one of
+// its servers, opened on first use and kept for the pair's life: each new
+// connection forks a backend (40-70 ms of CPU on a virtual machine, see
+// baseParams), and a failover story asks the standby five times.
+type adminConn struct {
+	mu   sync.Mutex
+	conn *pgx.Conn
+}
+
+// with runs f on the server's admin connection, opening it (again, after
+// one that broke) to url first. name says which server, for errors.
+func (a *adminConn) with(ctx context.Context, url, name string, f func(*pgx.Conn) error) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.conn == nil || a.conn.IsClosed() {
+		conn, err := pgx.Connect(ctx, url)
+		if err != nil {
+			return unavailable("connecting to the %s: %v", name, err)
+		}
+		a.conn = conn
+	}
+	return f(a.conn)
+}
+
+func (a *adminConn) close() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.conn != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		a.conn.Close(ctx)
+		cancel()
+		a.conn = nil
+	}
+}
+
+func (p *Pair) onPrimary(ctx context.Context, f func(*pgx.Conn) error) error {
+	return p.primary.with(ctx, p.PrimaryURL("postgres"), "primary", f)
+}
+
+func (p *Pair) onStandby(ctx context.Context, f func(*pgx.Conn) error) error {
+	return p.standby.with(ctx, p.StandbyURL("postgres"), "standby", f)
 }
 
 // StartPair starts a primary and a standby that streams from it, from the
@@ -620,15 +670,21 @@ func (p *Pair) CreateDatabase(ctx context.Context, name string, tpl Template) er
 // postgres rather than create one: CREATE DATABASE copies template1
 // through the WAL, which the standby replays too.
 func (p *Pair) Fill(ctx context.Context, name string, tpl Template) error {
+	fill := func(conn *pgx.Conn) error {
+		if err := tpl.Init(ctx, conn); err != nil {
+			return fmt.Errorf("filling %s on the primary: %w", name, err)
+		}
+		return nil
+	}
+	if name == "postgres" {
+		return p.onPrimary(ctx, fill)
+	}
 	conn, err := pgx.Connect(ctx, p.PrimaryURL(name))
 	if err != nil {
 		return unavailable("connecting to %s on the primary: %v", name, err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	if err := tpl.Init(ctx, conn); err != nil {
-		return fmt.Errorf("filling %s on the primary: %w", name, err)
-	}
-	return nil
+	return fill(conn)
 }
 
 // exec runs statements on a connection of their own to url.
@@ -670,25 +726,21 @@ func poll(ctx context.Context, what string, check func(context.Context) (bool, e
 // WaitReplayed returns once the standby has replayed everything the
 // primary had written when it was called.
 func (p *Pair) WaitReplayed(ctx context.Context) error {
-	primary, err := pgx.Connect(ctx, p.PrimaryURL("postgres"))
-	if err != nil {
-		return unavailable("connecting to the primary: %v", err)
-	}
 	var lsn string
-	err = primary.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn)
-	primary.Close(context.WithoutCancel(ctx))
-	if err != nil {
-		return fmt.Errorf("reading the primary's WAL position: %w", err)
+	if err := p.onPrimary(ctx, func(primary *pgx.Conn) error {
+		if err := primary.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn); err != nil {
+			return fmt.Errorf("reading the primary's WAL position: %w", err)
+		}
+		return nil
+	}); err != nil {
+		return err
 	}
-	standby, err := pgx.Connect(ctx, p.StandbyURL("postgres"))
-	if err != nil {
-		return unavailable("connecting to the standby: %v", err)
-	}
-	defer standby.Close(context.WithoutCancel(ctx))
-	return poll(ctx, "the standby to replay the primary's WAL up to "+lsn, func(ctx context.Context) (bool, error) {
-		var ok bool
-		err := standby.QueryRow(ctx, "SELECT coalesce(pg_last_wal_replay_lsn() >= $1::pg_lsn, false)", lsn).Scan(&ok)
-		return ok, err
+	return p.onStandby(ctx, func(standby *pgx.Conn) error {
+		return poll(ctx, "the standby to replay the primary's WAL up to "+lsn, func(ctx context.Context) (bool, error) {
+			var ok bool
+			err := standby.QueryRow(ctx, "SELECT coalesce(pg_last_wal_replay_lsn() >= $1::pg_lsn, false)", lsn).Scan(&ok)
+			return ok, err
+		})
 	})
 }
 
@@ -705,28 +757,25 @@ func (p *Pair) WaitReplayed(ctx context.Context) error {
 // startup process stops the WAL receiver and, with nowhere to stream from,
 // starts none. pg_stat_wal_receiver has no row once it has exited.
 func (p *Pair) StopReceiving(ctx context.Context) error {
-	conn, err := pgx.Connect(ctx, p.StandbyURL("postgres"))
-	if err != nil {
-		return unavailable("connecting to the standby: %v", err)
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	if p.conninfo == "" {
-		if err := conn.QueryRow(ctx, "SHOW primary_conninfo").Scan(&p.conninfo); err != nil {
-			return err
-		}
+	return p.onStandby(ctx, func(conn *pgx.Conn) error {
 		if p.conninfo == "" {
-			return errors.New("the standby has no primary_conninfo to clear")
+			if err := conn.QueryRow(ctx, "SHOW primary_conninfo").Scan(&p.conninfo); err != nil {
+				return err
+			}
+			if p.conninfo == "" {
+				return errors.New("the standby has no primary_conninfo to clear")
+			}
 		}
-	}
-	for _, q := range []string{"ALTER SYSTEM SET primary_conninfo = ''", "SELECT pg_reload_conf()"} {
-		if _, err := conn.Exec(ctx, q); err != nil {
-			return fmt.Errorf("on the standby: %s: %w", q, err)
+		for _, q := range []string{"ALTER SYSTEM SET primary_conninfo = ''", "SELECT pg_reload_conf()"} {
+			if _, err := conn.Exec(ctx, q); err != nil {
+				return fmt.Errorf("on the standby: %s: %w", q, err)
+			}
 		}
-	}
-	return poll(ctx, "the standby's WAL receiver to stop", func(ctx context.Context) (bool, error) {
-		var n int
-		err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_wal_receiver").Scan(&n)
-		return n == 0, err
+		return poll(ctx, "the standby's WAL receiver to stop", func(ctx context.Context) (bool, error) {
+			var n int
+			err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_wal_receiver").Scan(&n)
+			return n == 0, err
+		})
 	})
 }
 
@@ -736,20 +785,17 @@ func (p *Pair) Receive(ctx context.Context) error {
 	if p.conninfo == "" {
 		return errors.New("the standby was not stopped from receiving")
 	}
-	conn, err := pgx.Connect(ctx, p.StandbyURL("postgres"))
-	if err != nil {
-		return unavailable("connecting to the standby: %v", err)
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	for _, q := range []string{"ALTER SYSTEM SET primary_conninfo = " + quoteLiteral(p.conninfo), "SELECT pg_reload_conf()"} {
-		if _, err := conn.Exec(ctx, q); err != nil {
-			return fmt.Errorf("on the standby: ALTER SYSTEM SET primary_conninfo / reload: %w", err)
+	return p.onStandby(ctx, func(conn *pgx.Conn) error {
+		for _, q := range []string{"ALTER SYSTEM SET primary_conninfo = " + quoteLiteral(p.conninfo), "SELECT pg_reload_conf()"} {
+			if _, err := conn.Exec(ctx, q); err != nil {
+				return fmt.Errorf("on the standby: ALTER SYSTEM SET primary_conninfo / reload: %w", err)
+			}
 		}
-	}
-	return poll(ctx, "the standby's WAL receiver to stream again", func(ctx context.Context) (bool, error) {
-		var n int
-		err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_wal_receiver WHERE status = 'streaming'").Scan(&n)
-		return n > 0, err
+		return poll(ctx, "the standby's WAL receiver to stream again", func(ctx context.Context) (bool, error) {
+			var n int
+			err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_wal_receiver WHERE status = 'streaming'").Scan(&n)
+			return n > 0, err
+		})
 	})
 }
 
@@ -766,24 +812,21 @@ func (p *Pair) KillPrimary(ctx context.Context) error {
 // replayed first; anything the old primary committed that never reached
 // it is gone.
 func (p *Pair) Promote(ctx context.Context) error {
-	conn, err := pgx.Connect(ctx, p.StandbyURL("postgres"))
-	if err != nil {
-		return unavailable("connecting to the standby: %v", err)
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	// Without waiting: pg_promote's own wait checks ten times a second,
-	// which would be most of a failover's time here.
-	var ok bool
-	if err := conn.QueryRow(ctx, "SELECT pg_promote(false)").Scan(&ok); err != nil {
-		return fmt.Errorf("promoting the standby: %w", err)
-	}
-	if !ok {
-		return errors.New("promoting the standby: pg_promote could not signal the postmaster")
-	}
-	return poll(ctx, "the promoted standby to leave recovery", func(ctx context.Context) (bool, error) {
-		var recovering bool
-		err := conn.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&recovering)
-		return !recovering, err
+	return p.onStandby(ctx, func(conn *pgx.Conn) error {
+		// Without waiting: pg_promote's own wait checks ten times a second,
+		// which would be most of a failover's time here.
+		var ok bool
+		if err := conn.QueryRow(ctx, "SELECT pg_promote(false)").Scan(&ok); err != nil {
+			return fmt.Errorf("promoting the standby: %w", err)
+		}
+		if !ok {
+			return errors.New("promoting the standby: pg_promote could not signal the postmaster")
+		}
+		return poll(ctx, "the promoted standby to leave recovery", func(ctx context.Context) (bool, error) {
+			var recovering bool
+			err := conn.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&recovering)
+			return !recovering, err
+		})
 	})
 }
 
@@ -849,7 +892,11 @@ func (p *Pair) LostReason() string { return p.srv.LostReason() }
 
 // Close stops both servers (whichever still run) and deletes their
 // clusters. It is idempotent.
-func (p *Pair) Close() error { return p.srv.Close() }
+func (p *Pair) Close() error {
+	p.standby.close()
+	p.primary.close()
+	return p.srv.Close()
+}
 
 // ReceiveFrom points the standby's WAL receiver at host:port instead of
 // the primary's 127.0.0.1 (primary_conninfo, ALTER SYSTEM and a reload),
@@ -858,21 +905,18 @@ func (p *Pair) Close() error { return p.srv.Close() }
 // on the run's network and take replication from it:
 // Options.ListenAddresses and AllowClients).
 func (p *Pair) ReceiveFrom(ctx context.Context, host string, port int) error {
-	conn, err := pgx.Connect(ctx, p.StandbyURL("postgres"))
-	if err != nil {
-		return unavailable("connecting to the standby: %v", err)
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	conninfo := fmt.Sprintf("host=%s port=%d user=postgres password=%s application_name=%s sslmode=disable", host, port, p.password, standbyName)
-	for _, q := range []string{"ALTER SYSTEM SET primary_conninfo = " + quoteLiteral(conninfo), "SELECT pg_reload_conf()"} {
-		if _, err := conn.Exec(ctx, q); err != nil {
-			return fmt.Errorf("on the standby: ALTER SYSTEM SET primary_conninfo / reload: %w", err)
+	return p.onStandby(ctx, func(conn *pgx.Conn) error {
+		conninfo := fmt.Sprintf("host=%s port=%d user=postgres password=%s application_name=%s sslmode=disable", host, port, p.password, standbyName)
+		for _, q := range []string{"ALTER SYSTEM SET primary_conninfo = " + quoteLiteral(conninfo), "SELECT pg_reload_conf()"} {
+			if _, err := conn.Exec(ctx, q); err != nil {
+				return fmt.Errorf("on the standby: ALTER SYSTEM SET primary_conninfo / reload: %w", err)
+			}
 		}
-	}
-	p.conninfo = conninfo
-	return poll(ctx, fmt.Sprintf("the standby's WAL receiver to stream from %s:%d", host, port), func(ctx context.Context) (bool, error) {
-		var n int
-		err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_wal_receiver WHERE status = 'streaming' AND sender_host = $1 AND sender_port = $2", host, port).Scan(&n)
-		return n > 0, err
+		p.conninfo = conninfo
+		return poll(ctx, fmt.Sprintf("the standby's WAL receiver to stream from %s:%d", host, port), func(ctx context.Context) (bool, error) {
+			var n int
+			err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_wal_receiver WHERE status = 'streaming' AND sender_host = $1 AND sender_port = $2", host, port).Scan(&n)
+			return n > 0, err
+		})
 	})
 }
