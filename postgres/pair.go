@@ -584,11 +584,15 @@ func (a *adminConn) close() {
 	}
 }
 
-func (p *Pair) onPrimary(ctx context.Context, f func(*pgx.Conn) error) error {
+// OnPrimary runs f on the pair's own connection to database postgres on
+// the primary, one caller at a time.
+func (p *Pair) OnPrimary(ctx context.Context, f func(*pgx.Conn) error) error {
 	return p.primary.with(ctx, p.PrimaryURL("postgres"), "primary", f)
 }
 
-func (p *Pair) onStandby(ctx context.Context, f func(*pgx.Conn) error) error {
+// OnStandby runs f on the pair's own connection to database postgres on
+// the standby, one caller at a time.
+func (p *Pair) OnStandby(ctx context.Context, f func(*pgx.Conn) error) error {
 	return p.standby.with(ctx, p.StandbyURL("postgres"), "standby", f)
 }
 
@@ -677,7 +681,7 @@ func (p *Pair) Fill(ctx context.Context, name string, tpl Template) error {
 		return nil
 	}
 	if name == "postgres" {
-		return p.onPrimary(ctx, fill)
+		return p.OnPrimary(ctx, fill)
 	}
 	conn, err := pgx.Connect(ctx, p.PrimaryURL(name))
 	if err != nil {
@@ -727,7 +731,7 @@ func poll(ctx context.Context, what string, check func(context.Context) (bool, e
 // primary had written when it was called.
 func (p *Pair) WaitReplayed(ctx context.Context) error {
 	var lsn string
-	if err := p.onPrimary(ctx, func(primary *pgx.Conn) error {
+	if err := p.OnPrimary(ctx, func(primary *pgx.Conn) error {
 		if err := primary.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn); err != nil {
 			return fmt.Errorf("reading the primary's WAL position: %w", err)
 		}
@@ -735,7 +739,7 @@ func (p *Pair) WaitReplayed(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	return p.onStandby(ctx, func(standby *pgx.Conn) error {
+	return p.OnStandby(ctx, func(standby *pgx.Conn) error {
 		return poll(ctx, "the standby to replay the primary's WAL up to "+lsn, func(ctx context.Context) (bool, error) {
 			var ok bool
 			err := standby.QueryRow(ctx, "SELECT coalesce(pg_last_wal_replay_lsn() >= $1::pg_lsn, false)", lsn).Scan(&ok)
@@ -757,7 +761,7 @@ func (p *Pair) WaitReplayed(ctx context.Context) error {
 // startup process stops the WAL receiver and, with nowhere to stream from,
 // starts none. pg_stat_wal_receiver has no row once it has exited.
 func (p *Pair) StopReceiving(ctx context.Context) error {
-	return p.onStandby(ctx, func(conn *pgx.Conn) error {
+	return p.OnStandby(ctx, func(conn *pgx.Conn) error {
 		if p.conninfo == "" {
 			if err := conn.QueryRow(ctx, "SHOW primary_conninfo").Scan(&p.conninfo); err != nil {
 				return err
@@ -785,7 +789,7 @@ func (p *Pair) Receive(ctx context.Context) error {
 	if p.conninfo == "" {
 		return errors.New("the standby was not stopped from receiving")
 	}
-	return p.onStandby(ctx, func(conn *pgx.Conn) error {
+	return p.OnStandby(ctx, func(conn *pgx.Conn) error {
 		for _, q := range []string{"ALTER SYSTEM SET primary_conninfo = " + quoteLiteral(p.conninfo), "SELECT pg_reload_conf()"} {
 			if _, err := conn.Exec(ctx, q); err != nil {
 				return fmt.Errorf("on the standby: ALTER SYSTEM SET primary_conninfo / reload: %w", err)
@@ -812,7 +816,7 @@ func (p *Pair) KillPrimary(ctx context.Context) error {
 // replayed first; anything the old primary committed that never reached
 // it is gone.
 func (p *Pair) Promote(ctx context.Context) error {
-	return p.onStandby(ctx, func(conn *pgx.Conn) error {
+	return p.OnStandby(ctx, func(conn *pgx.Conn) error {
 		// Without waiting: pg_promote's own wait checks ten times a second,
 		// which would be most of a failover's time here.
 		var ok bool
@@ -905,7 +909,7 @@ func (p *Pair) Close() error {
 // on the run's network and take replication from it:
 // Options.ListenAddresses and AllowClients).
 func (p *Pair) ReceiveFrom(ctx context.Context, host string, port int) error {
-	return p.onStandby(ctx, func(conn *pgx.Conn) error {
+	return p.OnStandby(ctx, func(conn *pgx.Conn) error {
 		conninfo := fmt.Sprintf("host=%s port=%d user=postgres password=%s application_name=%s sslmode=disable", host, port, p.password, standbyName)
 		for _, q := range []string{"ALTER SYSTEM SET primary_conninfo = " + quoteLiteral(conninfo), "SELECT pg_reload_conf()"} {
 			if _, err := conn.Exec(ctx, q); err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/banksim/bank-sim/idem/mistakes"
 	"github.com/banksim/bank-sim/postgres"
 	"github.com/banksim/bank-sim/postgres/banks"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -306,8 +307,13 @@ func failoverStory(ctx context.Context, r *Run, protected bool) error {
 	rc, _ := first.Receipt()
 	r.Expect(first.Status == 201 && !first.Replayed, "Ada is told 201: transfer %d", rc.TransferID)
 
-	standbyHas, err := keyAndTransfer(pctx, pair.StandbyURL(dbName), in, rc.TransferID)
-	if err != nil {
+	// The bank is in the standby's database postgres, where the pair's
+	// own connection is.
+	var standbyHas bool
+	if err := pair.OnStandby(pctx, func(conn *pgx.Conn) error {
+		standbyHas, err = keyAndTransfer(pctx, conn, in, rc.TransferID)
+		return err
+	}); err != nil {
 		return err
 	}
 	if standbyHas {
@@ -343,7 +349,7 @@ func failoverStory(ctx context.Context, r *Run, protected bool) error {
 	}
 
 	// What the bank has now, before anyone sends anything again.
-	survived, err := keyAndTransfer(pctx, pair.URL(dbName), in, rc.TransferID)
+	survived, err := keyAndTransfer(pctx, pool, in, rc.TransferID)
 	if err != nil {
 		return err
 	}
@@ -389,41 +395,37 @@ func failoverStory(ctx context.Context, r *Run, protected bool) error {
 // waitSyncRep waits until a backend of db on the primary waits for the
 // standby's confirmation of its commit.
 func waitSyncRep(ctx context.Context, pair *postgres.Pair, db string) error {
-	conn, err := pgxpool.New(ctx, pair.PrimaryURL("postgres"))
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
 	deadline := time.Now().Add(failoverTimeout)
-	for {
-		var n int
-		if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND wait_event = 'SyncRep'", db).Scan(&n); err != nil {
-			return err
+	return pair.OnPrimary(ctx, func(conn *pgx.Conn) error {
+		for {
+			// The pair's own connection is in db too, and never waits.
+			var n int
+			if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND wait_event = 'SyncRep'", db).Scan(&n); err != nil {
+				return err
+			}
+			if n > 0 {
+				return nil
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("waited %s for Ada's commit to wait for the standby (wait event SyncRep on the primary)", failoverTimeout)
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(5 * time.Millisecond):
+			}
 		}
-		if n > 0 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("waited %s for Ada's commit to wait for the standby (wait event SyncRep on the primary)", failoverTimeout)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
+	})
 }
 
-// keyAndTransfer reports whether the server at url has both the transfer
-// Ada was told about (its id, for her intent) and her key, completed.
-func keyAndTransfer(ctx context.Context, url string, in Intent, transferID int64) (bool, error) {
-	conn, err := pgxpool.New(ctx, url)
-	if err != nil {
-		return false, err
-	}
-	defer conn.Close()
+// keyAndTransfer reports whether the server db reaches has both the
+// transfer Ada was told about (its id, for her intent) and her key,
+// completed.
+func keyAndTransfer(ctx context.Context, db interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, in Intent, transferID int64) (bool, error) {
 	var transfers, keys int
-	err = conn.QueryRow(ctx, `SELECT
+	err := db.QueryRow(ctx, `SELECT
 		(SELECT count(*) FROM transfers WHERE id = $1 AND intent = $2),
 		(SELECT count(*) FROM idempotency_keys WHERE user_id = $3 AND key = $4 AND status = 'completed')`,
 		transferID, in.Label, in.UserID, in.Key).Scan(&transfers, &keys)
