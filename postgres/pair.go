@@ -266,10 +266,8 @@ func (sv *supervisor) startPair(sigs chan os.Signal) (supStatus, error) {
 	}
 	sv.pm, sv.port, sv.standby = pm, port, standby
 	step("primary and standby")
-	if err := createSlot(port, pw); err != nil {
-		return supStatus{}, err
-	}
-	step("replication slot")
+	// StartPair gives the primary the standby's replication slot, on the
+	// connection the pair keeps to it anyway (createSlot).
 	return supStatus{
 		Steps:         strings.Join(steps, ", "),
 		Port:          port,
@@ -469,21 +467,18 @@ func allZero(b []byte) bool {
 }
 
 // createSlot creates the physical replication slot the standby streams
-// through, on the primary on port, reserving WAL at once: from the redo
-// point of the checkpoint both copies start from, which no checkpoint has
-// passed yet.
-func createSlot(port int, pw string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, fmt.Sprintf("postgres://postgres:%s@127.0.0.1:%d/postgres?sslmode=disable", pw, port))
-	if err != nil {
-		return fmt.Errorf("connecting to the primary to create its replication slot: %v", err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "SELECT pg_create_physical_replication_slot($1, true)", replicationSlot); err != nil {
-		return fmt.Errorf("creating the replication slot on the primary: %v", err)
-	}
-	return nil
+// through, on the primary, reserving WAL at once: from the redo point of
+// the checkpoint both copies start from, which no checkpoint has passed
+// yet, and nothing has been written since the primary started. The
+// standby's WAL receiver, started beside the primary, finds it on one of
+// its retries.
+func (p *Pair) createSlot(ctx context.Context) error {
+	return p.OnPrimary(ctx, func(conn *pgx.Conn) error {
+		if _, err := conn.Exec(ctx, "SELECT pg_create_physical_replication_slot($1, true)", replicationSlot); err != nil {
+			return fmt.Errorf("creating the replication slot on the primary: %w", err)
+		}
+		return nil
+	})
 }
 
 // configureStandby makes the cluster in dir a standby of the primary on
@@ -618,12 +613,17 @@ func StartPair(ctx context.Context, o Options, po PairOptions) (*Pair, error) {
 	}
 	p := &Pair{srv: s, password: st.Password, primaryPort: st.Port, standbyPort: st.StandbyPort,
 		primaryPID: st.PostmasterPID, standbyPID: st.StandbyPID, sync: po.Sync}
+	slotBegan := time.Now()
+	if err := p.createSlot(ctx); err != nil {
+		p.Close()
+		return nil, err
+	}
 	repl := "asynchronous"
 	if po.Sync {
 		repl = "synchronous (remote_apply)"
 	}
-	s.desc = fmt.Sprintf("embedded PostgreSQL pair (%s): primary on 127.0.0.1:%d, streaming standby on 127.0.0.1:%d, %s replication, slot %d, ready in %.2f s (%s)",
-		bin.path, st.Port, st.StandbyPort, repl, st.Slot, time.Since(began).Seconds(), st.Steps)
+	s.desc = fmt.Sprintf("embedded PostgreSQL pair (%s): primary on 127.0.0.1:%d, streaming standby on 127.0.0.1:%d, %s replication, slot %d, ready in %.2f s (%s, replication slot %.2f s)",
+		bin.path, st.Port, st.StandbyPort, repl, st.Slot, time.Since(began).Seconds(), st.Steps, time.Since(slotBegan).Seconds())
 	return p, nil
 }
 
