@@ -10,6 +10,7 @@ import (
 
 	"github.com/banksim/bank-sim/bank"
 	"github.com/banksim/bank-sim/internal/htmlreport"
+	"github.com/banksim/bank-sim/postgres"
 	"github.com/banksim/bank-sim/postgres/banks"
 	"github.com/banksim/bank-sim/scenarios"
 	"github.com/spf13/cobra"
@@ -76,11 +77,16 @@ func runCompare(c *cobra.Command, app *App, s scenarios.Scenario, seed uint64, h
 	ctx := c.Context()
 	out, p := app.Env.Stdout, app.palette()
 	fmt.Fprintf(out, "bank-sim %s · seed %d (repeat this run with --seed %d)\n", version(), seed, seed)
-	srv, err := app.Server(ctx)
-	if err != nil {
-		return err
+	var srv *postgres.Server
+	if s.OwnServers {
+		printWrapped(out, ownServersNote(app, []scenarios.Scenario{s}), app.Env.Width, p.dim)
+	} else {
+		var err error
+		if srv, err = app.Server(ctx); err != nil {
+			return err
+		}
+		printWrapped(out, app.describe(srv), app.Env.Width, p.dim)
 	}
-	printWrapped(out, app.describe(srv), app.Env.Width, p.dim)
 	dbs := banks.OnServer(srv, banks.Options{Async: true})
 	rep, err := scenarios.ExecuteWith(ctx, s, dbs, seed, nil, scenarios.Options{Snapshots: true})
 	dbs.Wait()

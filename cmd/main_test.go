@@ -137,6 +137,28 @@ func TestUnreachableDatabaseExitsThree(t *testing.T) {
 	}
 }
 
+// The failover story runs on a pair of its own: a --database-url that
+// nothing answers is not reached, not named as its database, and does not
+// fail the run; the header says so. The pair is real, so this runs the
+// whole story.
+func TestFailoverStoryNeedsNoDatabaseURL(t *testing.T) {
+	t.Parallel()
+	const url = "postgres://bank:sim@127.0.0.1:1/bank?connect_timeout=2"
+	r := run(t, context.Background(), mustNotStart(t), "scenario", "failover", "--database-url", url, "--no-color")
+	if r.code != cmd.ExitOK {
+		t.Fatalf("exit %d, want %d; stdout:\n%s\nstderr:\n%s", r.code, cmd.ExitOK, r.stdout, r.stderr)
+	}
+	if want := "failover always runs on a primary and a standby of its own, which bank-sim starts for each phase: it does not use --database-url"; !strings.Contains(r.stdout, want) {
+		t.Errorf("the header should say %q:\n%s", want, r.stdout)
+	}
+	if strings.Contains(r.stdout, "127.0.0.1:1") {
+		t.Errorf("the header names the unused database:\n%s", r.stdout)
+	}
+	if !strings.Contains(r.stdout, "1 passed, 0 failed") {
+		t.Errorf("the story should pass:\n%s", r.stdout)
+	}
+}
+
 // Exhaustive only: scenarios' TestEveryScenarioPassesWithTheLessonsNumbers
 // runs every story, and .ci/run runs `scenario --all` through the built
 // binary; this is the same run through cmd.Main.

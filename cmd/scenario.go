@@ -16,6 +16,7 @@ import (
 
 	"github.com/banksim/bank-sim/faults"
 	"github.com/banksim/bank-sim/idem/mistakes"
+	"github.com/banksim/bank-sim/postgres"
 	"github.com/banksim/bank-sim/postgres/banks"
 	"github.com/banksim/bank-sim/scenarios"
 	"github.com/spf13/cobra"
@@ -427,15 +428,27 @@ func runScenarios(c *cobra.Command, app *App, o scenarioOptions, args []string) 
 			fmt.Fprintf(out, "%s\n", p.warn.Sprintf("bug %s is on in every protected phase: %s", run.bug.Name, run.bug.Mistake))
 		}
 	}
-	srv, err := app.Server(ctx)
-	if err != nil {
-		if class != nil {
-			class.finish("PostgreSQL could not be started", false, "see the terminal")
+	// Stories of their own servers (the failover story's primary and
+	// standby) need no other: run alone, they start or reach nothing else.
+	// database is the run's server, or what the stories run on without one.
+	var srv *postgres.Server
+	note := ownServersNote(app, run.list)
+	database := note
+	if needsServer(run.list) {
+		srv, err = app.Server(ctx)
+		if err != nil {
+			if class != nil {
+				class.finish("PostgreSQL could not be started", false, "see the terminal")
+			}
+			return err
 		}
-		return err
+		database = app.describe(srv)
+		if human {
+			printWrapped(out, database, app.Env.Width, p.dim)
+		}
 	}
-	if human {
-		printWrapped(out, app.describe(srv), app.Env.Width, p.dim)
+	if human && note != "" {
+		printWrapped(out, note, app.Env.Width, p.dim)
 	}
 
 	start := time.Now()
@@ -480,7 +493,7 @@ func runScenarios(c *cobra.Command, app *App, o scenarioOptions, args []string) 
 	switch run.format {
 	case formatJSON:
 		passed, failed := tally(done)
-		doc := jsonRun{Seed: run.seed, Bug: bugName(run.bug), Changes: changed, Database: app.describe(srv),
+		doc := jsonRun{Seed: run.seed, Bug: bugName(run.bug), Changes: changed, Database: database,
 			Passed: passed, Failed: failed, Interrupted: interrupted, Duration: elapsed, Reports: done}
 		if doc.Reports == nil {
 			doc.Reports = []scenarios.Report{}
@@ -516,6 +529,40 @@ func runScenarios(c *cobra.Command, app *App, o scenarioOptions, args []string) 
 		return errFailed
 	}
 	return nil
+}
+
+// needsServer reports whether any of the stories runs on the run's
+// PostgreSQL (bank-sim's own embedded server, or --database-url).
+func needsServer(list []scenarios.Scenario) bool {
+	for _, s := range list {
+		if !s.OwnServers {
+			return true
+		}
+	}
+	return false
+}
+
+// ownServersNote says which of the stories run on servers of their own,
+// and so not on the run's server (above it in the header, when others
+// need one) nor on the user's database; "" when none does.
+func ownServersNote(app *App, list []scenarios.Scenario) string {
+	var names []string
+	for _, s := range list {
+		if s.OwnServers {
+			names = append(names, s.Name)
+		}
+	}
+	if len(names) == 0 {
+		return ""
+	}
+	note := strings.Join(names, ", ") + " always runs on a primary and a standby of its own, which bank-sim starts for each phase"
+	switch {
+	case needsServer(list):
+		note += ", not on the server above"
+	case app.externalURL() != "":
+		note += ": it does not use " + app.urlSource()
+	}
+	return note
 }
 
 // interruptedSummary says how far an interrupted run got: how many
@@ -591,8 +638,26 @@ func executeAll(ctx context.Context, list []scenarios.Scenario, dbs banks.Databa
 	sem := make(chan struct{}, parallel)
 	var wg sync.WaitGroup
 	// Scenarios start in the list's order, so that the one printing live is
-	// the one running, and an interruption leaves the first ones finished.
+	// the one running, and an interruption leaves the first ones finished;
+	// but a story of its own servers starts first, beside the others: it
+	// takes longer than the rest together (it starts two servers for each
+	// phase), and would otherwise start last and end the run alone. One at
+	// a time (--step, --pace) keeps the list's order: the story running
+	// is the one on screen.
+	first := func(s scenarios.Scenario) bool { return s.OwnServers && parallel > 1 }
+	order := make([]int, 0, len(list))
 	for i, s := range list {
+		if first(s) {
+			order = append(order, i)
+		}
+	}
+	for i, s := range list {
+		if !first(s) {
+			order = append(order, i)
+		}
+	}
+	for _, i := range order {
+		s := list[i]
 		sem <- struct{}{}
 		if ctx.Err() != nil {
 			<-sem

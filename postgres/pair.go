@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	embeddedpostgres "github.com/fergusstrange/embedded-postgres"
@@ -20,10 +22,11 @@ import (
 // supervisor from the same binaries, for stories about failover. It lives
 // in a slot like any embedded cluster (the slot's lock is held for its
 // life), in the slot's "pair" directory, apart from the slot's own cluster:
-// a pair's clusters are made fresh for every run and deleted when it
-// stops. A pair that a killed run left is stopped and deleted by the next
-// supervisor to take the slot, by reapOrphans, and by bank-sim prune, like
-// a slot's own cluster.
+// a pair's clusters are made afresh for every run and left, stopped, in
+// the slot when it stops, for the next pair there to make afresh again at
+// a fraction of the cost (refreshTree). A pair that a killed run left is
+// stopped by the next supervisor to take the slot and by reapOrphans, and
+// deleted by bank-sim prune, like a slot's own cluster.
 //
 // Both clusters are copies of one pristine cluster, "pair-base", made once
 // per slot (the snapshot, or initdb) and never started: copied while no
@@ -32,8 +35,9 @@ import (
 // checkpoint, no WAL streamed during the copy, no third process). The
 // standby's copy gets what pg_basebackup -R would write: standby.signal,
 // primary_conninfo and primary_slot_name; the primary gets the physical
-// replication slot before the standby starts, so the WAL from the copy's
-// checkpoint on is kept for it however far it falls behind.
+// replication slot as soon as it runs, before anything is written, so the
+// WAL from the copy's checkpoint on is kept for the standby however far it
+// falls behind.
 //
 //	bank-sim ──▶ supervisor ──▶ primary postmaster  (127.0.0.1:P1)
 //	                        └─▶ standby postmaster  (127.0.0.1:P2, streaming from P1
@@ -67,15 +71,15 @@ func pairDataDirs(slotDir string) []string {
 // pairBaseDir is the slot's pristine cluster that a pair's are copied from.
 func (sv *supervisor) pairBaseDir() string { return filepath.Join(sv.slotDir, pairBaseDirName) }
 
-// removePair stops what still runs of a pair in the slot and deletes it.
-func (sv *supervisor) removePair() {
+// stopPair stops what still runs of a pair in the slot. Its clusters
+// stay: the next pair in the slot makes its own from them (refreshTree).
+func (sv *supervisor) stopPair() {
 	if sv.slotDir == "" {
 		return
 	}
 	for _, d := range pairDataDirs(sv.slotDir) {
 		stopStale(d)
 	}
-	os.RemoveAll(filepath.Join(sv.slotDir, pairDirName))
 }
 
 // pairParams are a pair member's settings. Only the primary's commits wait
@@ -93,6 +97,10 @@ func pairParams(major int, sync bool) map[string]string {
 	// How soon a standby whose WAL receiver stopped (StopReceiving) or
 	// was given its primary again (Receive) tries again: 5 s by default.
 	p["wal_retrieve_retry_interval"] = "50ms"
+	// A pair lives for seconds: its autovacuum launcher would be one more
+	// fork (40-70 ms of CPU here, see baseParams) for each server, and
+	// its workers more.
+	p["autovacuum"] = "off"
 	if sync {
 		// remote_apply rather than on (remote flush): the story reads the
 		// key on the standby before the primary dies, and finds it.
@@ -159,12 +167,13 @@ loop:
 	return code
 }
 
-// startPair copies the slot's pristine cluster twice, starts the primary
-// on one copy, gives it the standby's replication slot, and starts the
-// other as a hot standby streaming from it.
+// startPair copies the slot's pristine cluster twice (over the last
+// pair's clusters, when it left them), starts the primary on one copy and,
+// beside it, the other as a hot standby streaming from it, and gives the
+// primary the standby's replication slot.
 func (sv *supervisor) startPair(sigs chan os.Signal) (supStatus, error) {
 	began := time.Now()
-	pw, err := sv.prepare() // removes any pair a killed run left
+	pw, err := sv.prepare() // stops any pair a killed run left
 	if err != nil {
 		return supStatus{}, err
 	}
@@ -184,10 +193,17 @@ func (sv *supervisor) startPair(sigs chan os.Signal) (supStatus, error) {
 		return supStatus{}, err
 	}
 	step("base")
+	// Both at once: on two cores, half the time.
+	copied := make(chan error, len(dirs))
 	for _, d := range dirs {
-		if err := copyTree(sv.pairBaseDir(), d); err != nil {
-			return supStatus{}, fmt.Errorf("copying the pair's cluster: %v", err)
-		}
+		go func() { copied <- refreshTree(sv.pairBaseDir(), d) }()
+	}
+	var copyErrs []error
+	for range dirs {
+		copyErrs = append(copyErrs, <-copied)
+	}
+	if err := errors.Join(copyErrs...); err != nil {
+		return supStatus{}, fmt.Errorf("copying the pair's cluster: %v", err)
 	}
 	step("copies")
 	// The primary alone listens on the run's private network, if it has
@@ -201,28 +217,57 @@ func (sv *supervisor) startPair(sigs chan os.Signal) (supStatus, error) {
 		}
 		primaryParams["hba_file"] = hba
 	}
-	pm, port, err := launchOnFreePort(sv.binPath, primaryDir, primaryParams, sv.logw, sigs)
-	if err != nil {
-		if !strings.Contains(err.Error(), "interrupted") {
-			// A base the server refuses is made again by the next run.
-			os.RemoveAll(sv.pairBaseDir())
+	// The standby starts beside the primary rather than after it: it
+	// needs nothing of the primary to open for reads (its copy ends at a
+	// clean checkpoint), and its WAL receiver tries the primary again
+	// every wal_retrieve_retry_interval until the primary and its slot
+	// are there. The slot still comes before anything is written: no
+	// checkpoint passes the copies' redo point first.
+	var pm, standby *postmaster
+	var port, standbyPort int
+	for attempt := 0; ; attempt++ {
+		port, err = freePort()
+		if err != nil {
+			return supStatus{}, fmt.Errorf("no free TCP port on 127.0.0.1: %v", err)
 		}
-		return supStatus{}, fmt.Errorf("starting the primary (%s) in %s: %v", sv.binPath, primaryDir, err)
+		// Appended on each attempt: the last setting in the file wins.
+		if err := configureStandby(standbyDir, port, pw); err != nil {
+			return supStatus{}, err
+		}
+		var standbyErr error
+		standbyDone := make(chan struct{})
+		go func() {
+			defer close(standbyDone)
+			standby, standbyPort, standbyErr = launchOnFreePort(sv.binPath, standbyDir, pairParams(sv.cfg.Major, false), sv.logw, sigs)
+		}()
+		pm, err = launchPostmaster(sv.binPath, primaryDir, port, primaryParams, sv.logw, sigs, startTimeout)
+		<-standbyDone
+		if err == nil && standbyErr == nil {
+			break
+		}
+		// Whichever started is stopped before trying again or failing.
+		if standby != nil {
+			standby.quit()
+		}
+		if pm != nil {
+			pm.quit()
+		}
+		if errors.Is(err, errPortTaken) && standbyErr == nil && attempt < 3 {
+			continue
+		}
+		if err != nil {
+			if !strings.Contains(err.Error(), "interrupted") {
+				// A base the server refuses is made again by the next run.
+				os.RemoveAll(sv.pairBaseDir())
+			}
+			return supStatus{}, fmt.Errorf("starting the primary (%s) in %s: %v", sv.binPath, primaryDir, err)
+		}
+		return supStatus{}, fmt.Errorf("starting the standby (%s) in %s: %v", sv.binPath, standbyDir, standbyErr)
 	}
-	sv.pm, sv.port = pm, port
-	step("primary")
-	if err := createSlot(port, pw); err != nil {
-		return supStatus{}, err
-	}
-	if err := configureStandby(standbyDir, port, pw); err != nil {
-		return supStatus{}, err
-	}
-	standby, standbyPort, err := launchOnFreePort(sv.binPath, standbyDir, pairParams(sv.cfg.Major, false), sv.logw, sigs)
-	if err != nil {
-		return supStatus{}, fmt.Errorf("starting the standby (%s) in %s: %v", sv.binPath, standbyDir, err)
-	}
-	sv.standby = standby
-	step("standby")
+	sv.pm, sv.port, sv.standby = pm, port, standby
+	step("primary and standby")
+	// StartPair gives the primary the standby's replication slot, on the
+	// connection the pair keeps to it anyway (createSlot).
 	return supStatus{
 		Steps:         strings.Join(steps, ", "),
 		Port:          port,
@@ -278,11 +323,20 @@ func (sv *supervisor) ensurePairBase(pw string) (string, error) {
 	return "", sv.initdb(base, pw)
 }
 
-// copyTree copies the cluster in src to dst, a directory that must not
-// exist yet, keeping permissions (PostgreSQL refuses a data directory
-// others can read).
-func copyTree(src, dst string) error {
-	return filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
+// refreshTree makes dst a copy of the cluster in src, keeping
+// permissions (PostgreSQL refuses a data directory others can read). It
+// reuses what dst already holds, the copy a previous pair left: a file
+// whose size and modification time are src's has not been written since
+// it was copied (a copy takes its source's time, and PostgreSQL's every
+// write sets the time to now), so it stays; every other file is copied
+// again in place, and what src lacks is removed. Creating files is most
+// of a fresh copy's cost (on ext4, finding inodes for a thousand files
+// just after a thousand were deleted): a pair's servers write to a few
+// dozen of the base's files, so the next pair rewrites those and
+// creates none.
+func refreshTree(src, dst string) error {
+	want := map[string]bool{}
+	err := filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -290,32 +344,78 @@ func copyTree(src, dst string) error {
 		if err != nil {
 			return err
 		}
+		want[rel] = true
 		target := filepath.Join(dst, rel)
 		info, err := d.Info()
 		if err != nil {
 			return err
 		}
+		have, haveErr := os.Lstat(target)
 		switch {
 		case d.IsDir():
+			if haveErr == nil && have.IsDir() {
+				return nil
+			}
+			if haveErr == nil {
+				if err := os.RemoveAll(target); err != nil {
+					return err
+				}
+			}
 			return os.Mkdir(target, info.Mode().Perm())
 		case d.Type().IsRegular():
-			return copyFile(path, target, info.Mode().Perm())
+			if haveErr == nil && have.Mode().IsRegular() && have.Size() == info.Size() && have.ModTime().Equal(info.ModTime()) {
+				return nil
+			}
+			if haveErr == nil && !have.Mode().IsRegular() {
+				if err := os.RemoveAll(target); err != nil {
+					return err
+				}
+			}
+			if err := copyFile(path, target, info.Mode().Perm()); err != nil {
+				return err
+			}
+			return os.Chtimes(target, info.ModTime(), info.ModTime())
 		}
 		return fmt.Errorf("%s: not a file or directory", path)
 	})
+	if err != nil {
+		return err
+	}
+	// What the last pair's servers made: databases, WAL segments, the
+	// slot, standby.signal, postmaster.pid.
+	return filepath.WalkDir(dst, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(dst, path)
+		if err != nil {
+			return err
+		}
+		if want[rel] {
+			return nil
+		}
+		if err := os.RemoveAll(path); err != nil {
+			return err
+		}
+		if d.IsDir() {
+			return filepath.SkipDir
+		}
+		return nil
+	})
 }
 
-// copyFile copies src to dst, leaving holes where src has whole blocks of
-// zeros: most of a fresh cluster's bytes are its first WAL segment's
-// zeros, which PostgreSQL reads back from a hole just the same (it makes
-// new segments that way itself, with wal_init_zero off).
+// copyFile copies src to dst, over what dst held, leaving holes where
+// src has whole blocks of zeros: most of a fresh cluster's bytes are its
+// first WAL segment's zeros, which PostgreSQL reads back from a hole just
+// the same (it makes new segments that way itself, with wal_init_zero
+// off).
 func copyFile(src, dst string, perm fs.FileMode) error {
 	in, err := os.Open(src)
 	if err != nil {
 		return err
 	}
 	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, perm)
 	if err != nil {
 		return err
 	}
@@ -351,31 +451,34 @@ func copyFile(src, dst string, perm fs.FileMode) error {
 	return out.Close()
 }
 
+// zeros is what allZero compares with: a 16 MB WAL segment is checked in
+// a few milliseconds rather than byte by byte.
+var zeros = make([]byte, 64<<10)
+
 func allZero(b []byte) bool {
-	for _, c := range b {
-		if c != 0 {
+	for len(b) > 0 {
+		n := min(len(b), len(zeros))
+		if !bytes.Equal(b[:n], zeros[:n]) {
 			return false
 		}
+		b = b[n:]
 	}
 	return true
 }
 
 // createSlot creates the physical replication slot the standby streams
-// through, on the primary on port, reserving WAL at once: from the redo
-// point of the checkpoint both copies start from, which no checkpoint has
-// passed yet.
-func createSlot(port int, pw string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, fmt.Sprintf("postgres://postgres:%s@127.0.0.1:%d/postgres?sslmode=disable", pw, port))
-	if err != nil {
-		return fmt.Errorf("connecting to the primary to create its replication slot: %v", err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "SELECT pg_create_physical_replication_slot($1, true)", replicationSlot); err != nil {
-		return fmt.Errorf("creating the replication slot on the primary: %v", err)
-	}
-	return nil
+// through, on the primary, reserving WAL at once: from the redo point of
+// the checkpoint both copies start from, which no checkpoint has passed
+// yet, and nothing has been written since the primary started. The
+// standby's WAL receiver, started beside the primary, finds it on one of
+// its retries.
+func (p *Pair) createSlot(ctx context.Context) error {
+	return p.OnPrimary(ctx, func(conn *pgx.Conn) error {
+		if _, err := conn.Exec(ctx, "SELECT pg_create_physical_replication_slot($1, true)", replicationSlot); err != nil {
+			return fmt.Errorf("creating the replication slot on the primary: %w", err)
+		}
+		return nil
+	})
 }
 
 // configureStandby makes the cluster in dir a standby of the primary on
@@ -437,6 +540,55 @@ type Pair struct {
 	standbyPID  int
 	sync        bool
 	conninfo    string // the standby's primary_conninfo, kept while it is cleared
+	primary     adminConn
+	standby     adminConn
+}
+
+// adminConn is the pair's own connection to database postgres on one of
+// its servers, opened on first use and kept for the pair's life: each new
+// connection forks a backend (40-70 ms of CPU on a virtual machine, see
+// baseParams), and a failover story asks the standby five times.
+type adminConn struct {
+	mu   sync.Mutex
+	conn *pgx.Conn
+}
+
+// with runs f on the server's admin connection, opening it (again, after
+// one that broke) to url first. name says which server, for errors.
+func (a *adminConn) with(ctx context.Context, url, name string, f func(*pgx.Conn) error) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.conn == nil || a.conn.IsClosed() {
+		conn, err := pgx.Connect(ctx, url)
+		if err != nil {
+			return unavailable("connecting to the %s: %v", name, err)
+		}
+		a.conn = conn
+	}
+	return f(a.conn)
+}
+
+func (a *adminConn) close() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.conn != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		a.conn.Close(ctx)
+		cancel()
+		a.conn = nil
+	}
+}
+
+// OnPrimary runs f on the pair's own connection to database postgres on
+// the primary, one caller at a time.
+func (p *Pair) OnPrimary(ctx context.Context, f func(*pgx.Conn) error) error {
+	return p.primary.with(ctx, p.PrimaryURL("postgres"), "primary", f)
+}
+
+// OnStandby runs f on the pair's own connection to database postgres on
+// the standby, one caller at a time.
+func (p *Pair) OnStandby(ctx context.Context, f func(*pgx.Conn) error) error {
+	return p.standby.with(ctx, p.StandbyURL("postgres"), "standby", f)
 }
 
 // StartPair starts a primary and a standby that streams from it, from the
@@ -461,12 +613,17 @@ func StartPair(ctx context.Context, o Options, po PairOptions) (*Pair, error) {
 	}
 	p := &Pair{srv: s, password: st.Password, primaryPort: st.Port, standbyPort: st.StandbyPort,
 		primaryPID: st.PostmasterPID, standbyPID: st.StandbyPID, sync: po.Sync}
+	slotBegan := time.Now()
+	if err := p.createSlot(ctx); err != nil {
+		p.Close()
+		return nil, err
+	}
 	repl := "asynchronous"
 	if po.Sync {
 		repl = "synchronous (remote_apply)"
 	}
-	s.desc = fmt.Sprintf("embedded PostgreSQL pair (%s): primary on 127.0.0.1:%d, streaming standby on 127.0.0.1:%d, %s replication, slot %d, ready in %.2f s (%s)",
-		bin.path, st.Port, st.StandbyPort, repl, st.Slot, time.Since(began).Seconds(), st.Steps)
+	s.desc = fmt.Sprintf("embedded PostgreSQL pair (%s): primary on 127.0.0.1:%d, streaming standby on 127.0.0.1:%d, %s replication, slot %d, ready in %.2f s (%s, replication slot %.2f s)",
+		bin.path, st.Port, st.StandbyPort, repl, st.Slot, time.Since(began).Seconds(), st.Steps, time.Since(slotBegan).Seconds())
 	return p, nil
 }
 
@@ -504,20 +661,34 @@ func (p *Pair) nodeURL(port int, db string) string {
 
 // CreateDatabase creates database name on the primary and fills it with
 // tpl.Init; the standby receives it as it receives everything else. No
-// marker is needed: the pair's clusters are deleted with it.
+// marker is needed: the pair's clusters are made afresh for every pair.
 func (p *Pair) CreateDatabase(ctx context.Context, name string, tpl Template) error {
 	if err := p.exec(ctx, p.PrimaryURL("postgres"), "CREATE DATABASE "+quote(name)); err != nil {
 		return fmt.Errorf("creating %s on the primary: %w", name, err)
+	}
+	return p.Fill(ctx, name, tpl)
+}
+
+// Fill fills database name, which exists on the primary (postgres
+// always does), with tpl.Init. A story that needs one database fills
+// postgres rather than create one: CREATE DATABASE copies template1
+// through the WAL, which the standby replays too.
+func (p *Pair) Fill(ctx context.Context, name string, tpl Template) error {
+	fill := func(conn *pgx.Conn) error {
+		if err := tpl.Init(ctx, conn); err != nil {
+			return fmt.Errorf("filling %s on the primary: %w", name, err)
+		}
+		return nil
+	}
+	if name == "postgres" {
+		return p.OnPrimary(ctx, fill)
 	}
 	conn, err := pgx.Connect(ctx, p.PrimaryURL(name))
 	if err != nil {
 		return unavailable("connecting to %s on the primary: %v", name, err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	if err := tpl.Init(ctx, conn); err != nil {
-		return fmt.Errorf("filling %s on the primary: %w", name, err)
-	}
-	return nil
+	return fill(conn)
 }
 
 // exec runs statements on a connection of their own to url.
@@ -559,25 +730,21 @@ func poll(ctx context.Context, what string, check func(context.Context) (bool, e
 // WaitReplayed returns once the standby has replayed everything the
 // primary had written when it was called.
 func (p *Pair) WaitReplayed(ctx context.Context) error {
-	primary, err := pgx.Connect(ctx, p.PrimaryURL("postgres"))
-	if err != nil {
-		return unavailable("connecting to the primary: %v", err)
-	}
 	var lsn string
-	err = primary.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn)
-	primary.Close(context.WithoutCancel(ctx))
-	if err != nil {
-		return fmt.Errorf("reading the primary's WAL position: %w", err)
+	if err := p.OnPrimary(ctx, func(primary *pgx.Conn) error {
+		if err := primary.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn); err != nil {
+			return fmt.Errorf("reading the primary's WAL position: %w", err)
+		}
+		return nil
+	}); err != nil {
+		return err
 	}
-	standby, err := pgx.Connect(ctx, p.StandbyURL("postgres"))
-	if err != nil {
-		return unavailable("connecting to the standby: %v", err)
-	}
-	defer standby.Close(context.WithoutCancel(ctx))
-	return poll(ctx, "the standby to replay the primary's WAL up to "+lsn, func(ctx context.Context) (bool, error) {
-		var ok bool
-		err := standby.QueryRow(ctx, "SELECT coalesce(pg_last_wal_replay_lsn() >= $1::pg_lsn, false)", lsn).Scan(&ok)
-		return ok, err
+	return p.OnStandby(ctx, func(standby *pgx.Conn) error {
+		return poll(ctx, "the standby to replay the primary's WAL up to "+lsn, func(ctx context.Context) (bool, error) {
+			var ok bool
+			err := standby.QueryRow(ctx, "SELECT coalesce(pg_last_wal_replay_lsn() >= $1::pg_lsn, false)", lsn).Scan(&ok)
+			return ok, err
+		})
 	})
 }
 
@@ -594,28 +761,25 @@ func (p *Pair) WaitReplayed(ctx context.Context) error {
 // startup process stops the WAL receiver and, with nowhere to stream from,
 // starts none. pg_stat_wal_receiver has no row once it has exited.
 func (p *Pair) StopReceiving(ctx context.Context) error {
-	conn, err := pgx.Connect(ctx, p.StandbyURL("postgres"))
-	if err != nil {
-		return unavailable("connecting to the standby: %v", err)
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	if p.conninfo == "" {
-		if err := conn.QueryRow(ctx, "SHOW primary_conninfo").Scan(&p.conninfo); err != nil {
-			return err
-		}
+	return p.OnStandby(ctx, func(conn *pgx.Conn) error {
 		if p.conninfo == "" {
-			return errors.New("the standby has no primary_conninfo to clear")
+			if err := conn.QueryRow(ctx, "SHOW primary_conninfo").Scan(&p.conninfo); err != nil {
+				return err
+			}
+			if p.conninfo == "" {
+				return errors.New("the standby has no primary_conninfo to clear")
+			}
 		}
-	}
-	for _, q := range []string{"ALTER SYSTEM SET primary_conninfo = ''", "SELECT pg_reload_conf()"} {
-		if _, err := conn.Exec(ctx, q); err != nil {
-			return fmt.Errorf("on the standby: %s: %w", q, err)
+		for _, q := range []string{"ALTER SYSTEM SET primary_conninfo = ''", "SELECT pg_reload_conf()"} {
+			if _, err := conn.Exec(ctx, q); err != nil {
+				return fmt.Errorf("on the standby: %s: %w", q, err)
+			}
 		}
-	}
-	return poll(ctx, "the standby's WAL receiver to stop", func(ctx context.Context) (bool, error) {
-		var n int
-		err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_wal_receiver").Scan(&n)
-		return n == 0, err
+		return poll(ctx, "the standby's WAL receiver to stop", func(ctx context.Context) (bool, error) {
+			var n int
+			err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_wal_receiver").Scan(&n)
+			return n == 0, err
+		})
 	})
 }
 
@@ -625,20 +789,17 @@ func (p *Pair) Receive(ctx context.Context) error {
 	if p.conninfo == "" {
 		return errors.New("the standby was not stopped from receiving")
 	}
-	conn, err := pgx.Connect(ctx, p.StandbyURL("postgres"))
-	if err != nil {
-		return unavailable("connecting to the standby: %v", err)
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	for _, q := range []string{"ALTER SYSTEM SET primary_conninfo = " + quoteLiteral(p.conninfo), "SELECT pg_reload_conf()"} {
-		if _, err := conn.Exec(ctx, q); err != nil {
-			return fmt.Errorf("on the standby: ALTER SYSTEM SET primary_conninfo / reload: %w", err)
+	return p.OnStandby(ctx, func(conn *pgx.Conn) error {
+		for _, q := range []string{"ALTER SYSTEM SET primary_conninfo = " + quoteLiteral(p.conninfo), "SELECT pg_reload_conf()"} {
+			if _, err := conn.Exec(ctx, q); err != nil {
+				return fmt.Errorf("on the standby: ALTER SYSTEM SET primary_conninfo / reload: %w", err)
+			}
 		}
-	}
-	return poll(ctx, "the standby's WAL receiver to stream again", func(ctx context.Context) (bool, error) {
-		var n int
-		err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_wal_receiver WHERE status = 'streaming'").Scan(&n)
-		return n > 0, err
+		return poll(ctx, "the standby's WAL receiver to stream again", func(ctx context.Context) (bool, error) {
+			var n int
+			err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_wal_receiver WHERE status = 'streaming'").Scan(&n)
+			return n > 0, err
+		})
 	})
 }
 
@@ -655,24 +816,21 @@ func (p *Pair) KillPrimary(ctx context.Context) error {
 // replayed first; anything the old primary committed that never reached
 // it is gone.
 func (p *Pair) Promote(ctx context.Context) error {
-	conn, err := pgx.Connect(ctx, p.StandbyURL("postgres"))
-	if err != nil {
-		return unavailable("connecting to the standby: %v", err)
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	// Without waiting: pg_promote's own wait checks ten times a second,
-	// which would be most of a failover's time here.
-	var ok bool
-	if err := conn.QueryRow(ctx, "SELECT pg_promote(false)").Scan(&ok); err != nil {
-		return fmt.Errorf("promoting the standby: %w", err)
-	}
-	if !ok {
-		return errors.New("promoting the standby: pg_promote could not signal the postmaster")
-	}
-	return poll(ctx, "the promoted standby to leave recovery", func(ctx context.Context) (bool, error) {
-		var recovering bool
-		err := conn.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&recovering)
-		return !recovering, err
+	return p.OnStandby(ctx, func(conn *pgx.Conn) error {
+		// Without waiting: pg_promote's own wait checks ten times a second,
+		// which would be most of a failover's time here.
+		var ok bool
+		if err := conn.QueryRow(ctx, "SELECT pg_promote(false)").Scan(&ok); err != nil {
+			return fmt.Errorf("promoting the standby: %w", err)
+		}
+		if !ok {
+			return errors.New("promoting the standby: pg_promote could not signal the postmaster")
+		}
+		return poll(ctx, "the promoted standby to leave recovery", func(ctx context.Context) (bool, error) {
+			var recovering bool
+			err := conn.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&recovering)
+			return !recovering, err
+		})
 	})
 }
 
@@ -738,7 +896,11 @@ func (p *Pair) LostReason() string { return p.srv.LostReason() }
 
 // Close stops both servers (whichever still run) and deletes their
 // clusters. It is idempotent.
-func (p *Pair) Close() error { return p.srv.Close() }
+func (p *Pair) Close() error {
+	p.standby.close()
+	p.primary.close()
+	return p.srv.Close()
+}
 
 // ReceiveFrom points the standby's WAL receiver at host:port instead of
 // the primary's 127.0.0.1 (primary_conninfo, ALTER SYSTEM and a reload),
@@ -747,21 +909,18 @@ func (p *Pair) Close() error { return p.srv.Close() }
 // on the run's network and take replication from it:
 // Options.ListenAddresses and AllowClients).
 func (p *Pair) ReceiveFrom(ctx context.Context, host string, port int) error {
-	conn, err := pgx.Connect(ctx, p.StandbyURL("postgres"))
-	if err != nil {
-		return unavailable("connecting to the standby: %v", err)
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	conninfo := fmt.Sprintf("host=%s port=%d user=postgres password=%s application_name=%s sslmode=disable", host, port, p.password, standbyName)
-	for _, q := range []string{"ALTER SYSTEM SET primary_conninfo = " + quoteLiteral(conninfo), "SELECT pg_reload_conf()"} {
-		if _, err := conn.Exec(ctx, q); err != nil {
-			return fmt.Errorf("on the standby: ALTER SYSTEM SET primary_conninfo / reload: %w", err)
+	return p.OnStandby(ctx, func(conn *pgx.Conn) error {
+		conninfo := fmt.Sprintf("host=%s port=%d user=postgres password=%s application_name=%s sslmode=disable", host, port, p.password, standbyName)
+		for _, q := range []string{"ALTER SYSTEM SET primary_conninfo = " + quoteLiteral(conninfo), "SELECT pg_reload_conf()"} {
+			if _, err := conn.Exec(ctx, q); err != nil {
+				return fmt.Errorf("on the standby: ALTER SYSTEM SET primary_conninfo / reload: %w", err)
+			}
 		}
-	}
-	p.conninfo = conninfo
-	return poll(ctx, fmt.Sprintf("the standby's WAL receiver to stream from %s:%d", host, port), func(ctx context.Context) (bool, error) {
-		var n int
-		err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_wal_receiver WHERE status = 'streaming' AND sender_host = $1 AND sender_port = $2", host, port).Scan(&n)
-		return n > 0, err
+		p.conninfo = conninfo
+		return poll(ctx, fmt.Sprintf("the standby's WAL receiver to stream from %s:%d", host, port), func(ctx context.Context) (bool, error) {
+			var n int
+			err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_wal_receiver WHERE status = 'streaming' AND sender_host = $1 AND sender_port = $2", host, port).Scan(&n)
+			return n > 0, err
+		})
 	})
 }

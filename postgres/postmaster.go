@@ -151,23 +151,39 @@ func pidFileReady(data string, pid int) bool {
 // written), then an immediate one, then kills. It returns once the
 // postmaster has exited.
 func (pm *postmaster) stop(grace time.Duration) error {
-	for _, step := range []struct {
-		sig  syscall.Signal
-		wait time.Duration
-	}{{syscall.SIGINT, grace}, {syscall.SIGQUIT, 5 * time.Second}, {syscall.SIGKILL, 10 * time.Second}} {
+	return pm.signalUntilGone(grace, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGKILL)
+}
+
+// quit stops the postmaster at once, as `pg_ctl stop -m immediate` does
+// (SIGQUIT; SIGKILL after 5 s): no checkpoint, its cluster left as a crash
+// leaves it. For a cluster that is never started again as it is: a pair's.
+func (pm *postmaster) quit() error {
+	return pm.signalUntilGone(5*time.Second, syscall.SIGQUIT, syscall.SIGKILL)
+}
+
+// signalUntilGone sends each signal in turn until the postmaster exits,
+// waiting grace after the first, 5 s after the next and 10 s after
+// SIGKILL. Needing more than the first is an error.
+func (pm *postmaster) signalUntilGone(grace time.Duration, sigs ...syscall.Signal) error {
+	waits := map[syscall.Signal]time.Duration{syscall.SIGQUIT: 5 * time.Second, syscall.SIGKILL: 10 * time.Second}
+	for i, sig := range sigs {
+		wait := waits[sig]
+		if i == 0 {
+			wait = grace
+		}
 		// Through os.Process, which never signals a pid that Wait has
 		// already reaped (and the kernel may have given to another).
-		if err := pm.proc.Signal(step.sig); errors.Is(err, os.ErrProcessDone) {
+		if err := pm.proc.Signal(sig); errors.Is(err, os.ErrProcessDone) {
 			<-pm.done
 			return nil
 		}
 		select {
 		case <-pm.done:
-			if step.sig != syscall.SIGINT {
-				return fmt.Errorf("postmaster %d needed %v to stop", pm.pid, step.sig)
+			if i > 0 {
+				return fmt.Errorf("postmaster %d needed %v to stop", pm.pid, sig)
 			}
 			return nil
-		case <-time.After(step.wait):
+		case <-time.After(wait):
 		}
 	}
 	return fmt.Errorf("postmaster %d survived SIGKILL", pm.pid)

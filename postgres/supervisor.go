@@ -367,8 +367,8 @@ func (sv *supervisor) prepare() (pw string, err error) {
 
 	stopStale(sv.dataDir())
 	// A pair a killed run left in this slot: its postmasters died with
-	// their supervisor, its clusters are of no use to anyone.
-	sv.removePair()
+	// their supervisor, or are in their immediate shutdown.
+	sv.stopPair()
 
 	sv.binPath = sv.cfg.Binaries
 	if sv.cfg.Download {
@@ -658,17 +658,26 @@ func (sv *supervisor) password() (string, error) {
 func (sv *supervisor) stop() error {
 	var errs []error
 	// The standby first: stopped while its primary still runs, it need
-	// not retry a connection to a primary that is going away.
+	// not retry a connection to a primary that is going away. A pair's
+	// servers stop at once: their clusters are never started again as
+	// they are (the next pair's are made afresh over them), so a
+	// shutdown checkpoint would be work thrown away.
+	stop := func(pm *postmaster) error {
+		if sv.cfg.Pair {
+			return pm.quit()
+		}
+		return pm.stop(10 * time.Second)
+	}
 	if sv.standby != nil {
-		errs = append(errs, sv.standby.stop(10*time.Second))
+		errs = append(errs, stop(sv.standby))
 		sv.standby = nil
 	}
 	if sv.pm != nil {
-		errs = append(errs, sv.pm.stop(10*time.Second))
+		errs = append(errs, stop(sv.pm))
 		sv.pm = nil
 	}
 	if sv.cfg.Pair {
-		sv.removePair()
+		sv.stopPair()
 	}
 	sv.cleanupTmp()
 	return errors.Join(errs...)

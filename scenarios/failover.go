@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/banksim/bank-sim/bank"
+	"github.com/banksim/bank-sim/idem/mistakes"
 	"github.com/banksim/bank-sim/postgres"
 	"github.com/banksim/bank-sim/postgres/banks"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -71,6 +74,8 @@ func init() {
 				"standby is not receiving, commits wait — the protected run shows one waiting — so production " +
 				"runs two standbys and waits for either (synchronous_standby_names = 'ANY 1 (s1, s2)').",
 		},
+		OwnServers: true,
+		Prepare:    startFailoverPairs,
 		Phases: []Phase{{
 			Title:   "without protection: asynchronous replication, PostgreSQL's default",
 			Control: true,
@@ -90,38 +95,149 @@ func init() {
 // mean "hung" on a loaded machine.
 const failoverTimeout = time.Minute
 
+// failoverDB is the database the story's bank is made in, on the primary:
+// postgres, which every cluster has, so that no CREATE DATABASE (a copy of
+// template1 through the WAL, replayed by the standby too) is paid for.
+const failoverDB = "postgres"
+
+// failoverPairs are the story's pairs, one for each phase that runs,
+// started as the story starts: the second starts while the first phase
+// runs, not after it. A phase takes its own (take); release
+// stops what no phase took and waits until every pair has stopped.
+type failoverPairs struct {
+	pending map[bool]*pendingPair // by protected
+	closing sync.WaitGroup
+}
+
+// pendingPair is a pair being started, with its bank, for one phase.
+type pendingPair struct {
+	ready chan struct{} // closed once pair or err is set
+	pair  *postgres.Pair
+	err   error
+	taken bool
+}
+
+// startFailoverPairs is the story's Prepare: it starts a pair for each
+// phase that will run, each with the lesson's bank on its primary, one
+// after the other in the background: the second while the first phase
+// runs, which spends most of its time waiting on its servers. Started at
+// once, the two would share the CPU, and the first phase would wait for
+// both.
+func startFailoverPairs(ctx context.Context, o Options) (any, func()) {
+	fp := &failoverPairs{pending: map[bool]*pendingPair{}}
+	var order []bool
+	for _, protected := range []bool{false, true} {
+		if !protected && o.SkipControls {
+			continue
+		}
+		fp.pending[protected] = &pendingPair{ready: make(chan struct{})}
+		order = append(order, protected)
+	}
+	go func() {
+		for _, protected := range order {
+			p := fp.pending[protected]
+			p.pair, p.err = startFailoverPair(ctx, failoverSync(protected, o.Bug))
+			close(p.ready)
+		}
+	}()
+	return fp, fp.release
+}
+
+// failoverSync says whether a phase's pair replicates synchronously: the
+// protected phase's does, unless it runs with the async-replication
+// mistake, whose protected phase's expectations (nothing acknowledged
+// lost, the resend replayed) are then what catch it.
+func failoverSync(protected bool, bug *mistakes.Bug) bool {
+	return protected && (bug == nil || !bug.AsyncReplication)
+}
+
+// startFailoverPair starts a pair and makes the lesson's bank on its
+// primary.
+func startFailoverPair(ctx context.Context, sync bool) (*postgres.Pair, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*failoverTimeout)
+	defer cancel()
+	pair, err := postgres.StartPair(ctx, postgres.Options{}, postgres.PairOptions{Sync: sync})
+	if err != nil {
+		return nil, err
+	}
+	if err := pair.Fill(ctx, failoverDB, banks.Template); err != nil {
+		pair.Close()
+		return nil, err
+	}
+	return pair, nil
+}
+
+// take waits for the phase's pair; the phase owns it from then on.
+func (fp *failoverPairs) take(ctx context.Context, protected bool) (*postgres.Pair, error) {
+	p := fp.pending[protected]
+	if p == nil {
+		return nil, errors.New("no pair was started for this phase")
+	}
+	select {
+	case <-p.ready:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	p.taken = p.err == nil
+	return p.pair, p.err
+}
+
+// closeLater stops a phase's pair without holding up the next phase;
+// release waits for it.
+func (fp *failoverPairs) closeLater(pair *postgres.Pair) {
+	fp.closing.Add(1)
+	go func() {
+		defer fp.closing.Done()
+		pair.Close()
+	}()
+}
+
+// release stops the pairs no phase took (a story cut short) and returns
+// once every pair of the story has stopped and its clusters are deleted.
+func (fp *failoverPairs) release() {
+	for _, p := range fp.pending {
+		<-p.ready
+		if p.err == nil && !p.taken {
+			fp.closeLater(p.pair)
+		}
+	}
+	fp.closing.Wait()
+}
+
 // failoverStory runs the story's phase; protected is the phase with the
-// defence, whose replication is synchronous unless the phase runs with the
-// async-replication mistake: then it is asynchronous, and the protected
-// phase's expectations (nothing acknowledged lost, the resend replayed) are
-// what catch it.
+// defence.
 func failoverStory(ctx context.Context, r *Run, protected bool) error {
-	sync := protected && (r.bug == nil || !r.bug.AsyncReplication)
+	sync := failoverSync(protected, r.bug)
 	pctx, cancel := context.WithTimeout(ctx, 2*failoverTimeout)
 	defer cancel()
-	pair, err := postgres.StartPair(pctx, postgres.Options{}, postgres.PairOptions{Sync: sync})
+	fp, _ := r.Prepared().(*failoverPairs)
+	var pair *postgres.Pair
+	var err error
+	closePair := func() { pair.Close() }
+	if fp != nil {
+		pair, err = fp.take(pctx, protected)
+		closePair = func() { fp.closeLater(pair) }
+	} else {
+		pair, err = startFailoverPair(pctx, sync)
+	}
 	if err != nil {
 		return err
 	}
-	const dbName = "bank"
-	if err := pair.CreateDatabase(pctx, dbName, banks.Template); err != nil {
-		pair.Close()
-		return err
-	}
+	const dbName = failoverDB
 	cfg, err := pgxpool.ParseConfig(pair.URL(dbName))
 	if err != nil {
-		pair.Close()
+		closePair()
 		return err
 	}
 	cfg.MaxConns = banks.PoolSize
 	pool, err := pgxpool.NewWithConfig(pctx, cfg)
 	if err != nil {
-		pair.Close()
+		closePair()
 		return fmt.Errorf("%w: %v", postgres.ErrUnavailable, err)
 	}
 	r.UseDB(pool, func() {
 		pool.Close()
-		pair.Close()
+		closePair()
 	})
 	primaryPort, standbyPort := pair.Ports()
 	primaryPID, standbyPID := pair.PIDs()
@@ -191,8 +307,13 @@ func failoverStory(ctx context.Context, r *Run, protected bool) error {
 	rc, _ := first.Receipt()
 	r.Expect(first.Status == 201 && !first.Replayed, "Ada is told 201: transfer %d", rc.TransferID)
 
-	standbyHas, err := keyAndTransfer(pctx, pair.StandbyURL(dbName), in, rc.TransferID)
-	if err != nil {
+	// The bank is in the standby's database postgres, where the pair's
+	// own connection is.
+	var standbyHas bool
+	if err := pair.OnStandby(pctx, func(conn *pgx.Conn) error {
+		standbyHas, err = keyAndTransfer(pctx, conn, in, rc.TransferID)
+		return err
+	}); err != nil {
 		return err
 	}
 	if standbyHas {
@@ -228,7 +349,7 @@ func failoverStory(ctx context.Context, r *Run, protected bool) error {
 	}
 
 	// What the bank has now, before anyone sends anything again.
-	survived, err := keyAndTransfer(pctx, pair.URL(dbName), in, rc.TransferID)
+	survived, err := keyAndTransfer(pctx, pool, in, rc.TransferID)
 	if err != nil {
 		return err
 	}
@@ -274,41 +395,37 @@ func failoverStory(ctx context.Context, r *Run, protected bool) error {
 // waitSyncRep waits until a backend of db on the primary waits for the
 // standby's confirmation of its commit.
 func waitSyncRep(ctx context.Context, pair *postgres.Pair, db string) error {
-	conn, err := pgxpool.New(ctx, pair.PrimaryURL("postgres"))
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
 	deadline := time.Now().Add(failoverTimeout)
-	for {
-		var n int
-		if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND wait_event = 'SyncRep'", db).Scan(&n); err != nil {
-			return err
+	return pair.OnPrimary(ctx, func(conn *pgx.Conn) error {
+		for {
+			// The pair's own connection is in db too, and never waits.
+			var n int
+			if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND wait_event = 'SyncRep'", db).Scan(&n); err != nil {
+				return err
+			}
+			if n > 0 {
+				return nil
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("waited %s for Ada's commit to wait for the standby (wait event SyncRep on the primary)", failoverTimeout)
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(5 * time.Millisecond):
+			}
 		}
-		if n > 0 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("waited %s for Ada's commit to wait for the standby (wait event SyncRep on the primary)", failoverTimeout)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
+	})
 }
 
-// keyAndTransfer reports whether the server at url has both the transfer
-// Ada was told about (its id, for her intent) and her key, completed.
-func keyAndTransfer(ctx context.Context, url string, in Intent, transferID int64) (bool, error) {
-	conn, err := pgxpool.New(ctx, url)
-	if err != nil {
-		return false, err
-	}
-	defer conn.Close()
+// keyAndTransfer reports whether the server db reaches has both the
+// transfer Ada was told about (its id, for her intent) and her key,
+// completed.
+func keyAndTransfer(ctx context.Context, db interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, in Intent, transferID int64) (bool, error) {
 	var transfers, keys int
-	err = conn.QueryRow(ctx, `SELECT
+	err := db.QueryRow(ctx, `SELECT
 		(SELECT count(*) FROM transfers WHERE id = $1 AND intent = $2),
 		(SELECT count(*) FROM idempotency_keys WHERE user_id = $3 AND key = $4 AND status = 'completed')`,
 		transferID, in.Label, in.UserID, in.Key).Scan(&transfers, &keys)

@@ -49,7 +49,11 @@ type Run struct {
 	seen       map[int64]bool // transfers already told, for committed
 	closeDB    func()         // closes a bank the phase brought itself (UseDB)
 	dbLane     string         // where servers' database work is drawn (DatabaseAt)
+	prepared   any            // what the story's Prepare made
 }
+
+// Prepared is what the story's Prepare returned (nil without one).
+func (r *Run) Prepared() any { return r.prepared }
 
 // DatabaseAt draws the servers' work in the database from now on at lane
 // (the server that serves it: "primary", then the promoted "standby")

@@ -17,6 +17,7 @@ import (
 	"github.com/banksim/bank-sim/bank"
 	"github.com/banksim/bank-sim/postgres"
 	"github.com/banksim/bank-sim/postgres/banks"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Scenario is one story. Name, Summary and Phases make it run; the other
@@ -52,6 +53,18 @@ type Scenario struct {
 	Amount int64
 	// Explain is what `bank-sim explain NAME` prints.
 	Explain Explanation
+
+	// OwnServers marks a story that starts the PostgreSQL servers it runs
+	// on (the failover story's primary and standby): its phases get no
+	// bank of the run's database (each brings its own, Run.UseDB), and a
+	// run of such stories alone needs no other server.
+	OwnServers bool
+	// Prepare, when set, runs as the story starts, before its first phase;
+	// what it returns reaches every phase as Run.Prepared, and release runs
+	// once the last phase has ended, however it ended. The failover story
+	// starts every phase's pair there at once, so that the protected
+	// phase's pair is ready when the control has finished with its own.
+	Prepare func(ctx context.Context, o Options) (prepared any, release func())
 }
 
 // Explanation is a story's handout, in bank-sim's own words: what the story
@@ -344,12 +357,18 @@ func ExecuteWith(ctx context.Context, s Scenario, dbs banks.Databases, seed uint
 	// one Recycled for all of them (scenario --all), and it is used as is.
 	dbs, closeDBs := banks.Recycled(dbs)
 	defer closeDBs()
+	var prepared any
+	if s.Prepare != nil {
+		var release func()
+		prepared, release = s.Prepare(ctx, o)
+		defer release()
+	}
 	obs.ScenarioStart(s, seed)
 	for i, p := range s.Phases {
 		if p.Control && o.SkipControls {
 			continue
 		}
-		pr, err := runPhase(ctx, s, p, i, dbs, seed, start, obs, o, fired)
+		pr, err := runPhase(ctx, s, p, i, dbs, seed, start, obs, o, fired, prepared)
 		if err != nil {
 			return rep, err
 		}
@@ -387,17 +406,22 @@ func verdict(rep Report, changed bool) string {
 	return "the fault broke the unprotected bank, and the protected bank kept every invariant"
 }
 
-func runPhase(ctx context.Context, s Scenario, p Phase, index int, dbs banks.Databases, seed uint64, start time.Time, obs Observer, o Options, fired map[string]int) (PhaseReport, error) {
+func runPhase(ctx context.Context, s Scenario, p Phase, index int, dbs banks.Databases, seed uint64, start time.Time, obs Observer, o Options, fired map[string]int, prepared any) (PhaseReport, error) {
 	obs.PhaseStart(p, index)
-	db, err := dbs.NewBank(ctx, s.Name)
-	if err != nil {
-		return PhaseReport{}, err
+	var pool *pgxpool.Pool
+	if !s.OwnServers {
+		db, err := dbs.NewBank(ctx, s.Name)
+		if err != nil {
+			return PhaseReport{}, err
+		}
+		defer db.Close()
+		pool = db.Pool
 	}
-	defer db.Close()
 
 	r := &Run{
-		DB:        db.Pool,
+		DB:        pool,
 		Seed:      seed + uint64(index)*0x9e3779b97f4a7c15,
+		prepared:  prepared,
 		start:     start,
 		obs:       obs,
 		opening:   bank.LessonAccounts,
@@ -424,6 +448,13 @@ func runPhase(ctx context.Context, s Scenario, p Phase, index int, dbs banks.Dat
 	if errors.Is(runErr, postgres.ErrUnavailable) {
 		// Not the story's outcome: it could not run (a pair it could not
 		// start), as when the phase's bank could not be made.
+		return PhaseReport{}, runErr
+	}
+	if r.DB == nil {
+		// A story of its own servers that ended before it had a bank.
+		if runErr == nil {
+			runErr = errors.New("the story brought no bank of its own (Run.UseDB)")
+		}
 		return PhaseReport{}, runErr
 	}
 	for name, n := range r.fired() {
