@@ -321,11 +321,15 @@ func startExternal(ctx context.Context, o Options) (*Server, error) {
 		adminURL: o.URL,
 		tpls:     map[string]*tplEntry{},
 	}
-	s.dbURL = func(name string) string { return withDBName(o.URL, name) }
 	conn, err := s.admin(ctx)
 	if err != nil {
 		return nil, reachError(cfg, err)
 	}
+	// With several hosts, every later connection goes first where this
+	// one landed (hosts.go).
+	o.URL, where = pinHost(ctx, o.URL, cfg, conn)
+	s.adminURL = o.URL
+	s.dbURL = func(name string) string { return withDBName(o.URL, name) }
 	version := s.serverVersion(ctx, conn)
 	if s.major < 13 {
 		s.release(conn, nil)
