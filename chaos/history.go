@@ -181,6 +181,27 @@ type FailoverRecord struct {
 	ServingPort int `json:"servingPort"`
 }
 
+// FailoverLine says what a crash that was a failover did, in the words the
+// terminal and the HTML report share: the intent, the replication, what
+// the standby lacked, the kill, the promotion, where the app's multi-host
+// URL landed, and when writes worked again. Empty for a crash that was
+// not a failover, or whose failover failed.
+func (c Crash) FailoverLine() string {
+	f := c.Failover
+	if f == nil || c.Error != "" {
+		return ""
+	}
+	stalled := "the standby stopped receiving"
+	if f.Cut {
+		stalled = "the primary was cut off from its standby (the replication link down)"
+	}
+	ms := func(ns int64) time.Duration { return time.Duration(ns).Round(time.Millisecond) }
+	return fmt.Sprintf("at intent %d (%s replication): %s at %s; the primary, after %d commits the standby lacks, killed at %s; "+
+		"the standby promoted %s later; the app's multi-host URL reached 127.0.0.1:%d (was %d), writes again %s after the kill",
+		c.AfterIntent, f.Replication, stalled, ms(f.StalledNs), f.Commits, ms(f.KilledNs),
+		ms(f.PromotedNs-f.KilledNs), f.ServingPort, f.PrimaryPort, ms(c.UpNs-f.KilledNs))
+}
+
 // Intent is one thing a user decided to do, and everything that happened to
 // it: each attempt and what the client saw.
 type Intent struct {

@@ -680,14 +680,8 @@ func printChaosResult(out io.Writer, p *palette, h *chaos.History, res chaos.Res
 		if c.AfterIntent >= 0 {
 			after = fmt.Sprintf("as intent %d started", c.AfterIntent)
 		}
-		if f := c.Failover; f != nil && c.Error == "" {
-			stalled := "the standby stopped receiving"
-			if f.Cut {
-				stalled = "the primary was cut off from its standby (the replication link down)"
-			}
-			fmt.Fprintf(tw, "failover\tat intent %d (%s replication): "+stalled+" at %s; the primary, after %d commits the standby lacks, killed at %s; the standby promoted %s later; the app's multi-host URL reached 127.0.0.1:%d (was %d), writes again %s after the kill\n",
-				c.AfterIntent, f.Replication, time.Duration(f.StalledNs).Round(time.Millisecond), f.Commits, time.Duration(f.KilledNs).Round(time.Millisecond),
-				time.Duration(f.PromotedNs-f.KilledNs).Round(time.Millisecond), f.ServingPort, f.PrimaryPort, time.Duration(c.UpNs-f.KilledNs).Round(time.Millisecond))
+		if line := c.FailoverLine(); line != "" {
+			fmt.Fprintf(tw, "failover\t%s\n", line)
 			continue
 		}
 		if c.Error != "" {

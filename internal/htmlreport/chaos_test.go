@@ -342,3 +342,34 @@ func TestChaosReportsInABrowser(t *testing.T) {
 	}
 	c.AssertClean()
 }
+
+// A run through a failover says so on the page, as the terminal does: the
+// run table's failover row (the intent, the replication, what the standby
+// lacked, the promotion, the first write after) instead of a restart "on
+// the same data", and a marked band on the timeline and on every plot.
+func TestChaosReportNamesAFailover(t *testing.T) {
+	t.Parallel()
+	h := history(60, 5, 3)
+	h.Config.Failover = chaos.ReplicationAsync
+	mid := h.Intents[30].Attempts[0].StartNs
+	h.Crashes = []chaos.Crash{{AfterIntent: 30, AtNs: mid + 2_000_000, UpNs: mid + 9_000_000, Failover: &chaos.FailoverRecord{
+		Replication: chaos.ReplicationAsync, StalledNs: mid, Commits: 3, KilledNs: mid + 3_000_000, PromotedNs: mid + 6_000_000,
+		PrimaryPort: 5433, ServingPort: 5434}}}
+	out := render(t, htmlreport.Chaos(h, chaos.Check(h), htmlreport.ChaosOptions{}))
+	line := h.Crashes[0].FailoverLine()
+	for _, want := range []string{"at intent 30 (async replication)", "3 commits the standby lacks", "the standby promoted 3ms later", "writes again 6ms after the kill"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("the failover line %q does not say %q", line, want)
+		}
+	}
+	if !strings.Contains(out, "<td>failover</td>") || !strings.Contains(out, htmlreport.Esc(line)) {
+		t.Errorf("the run table has no failover row saying %q", line)
+	}
+	if strings.Contains(out, "back on the same data") {
+		t.Error("the page calls the failover a restart on the same data")
+	}
+	plots := strings.Count(out, `class="plot `)
+	if bands := strings.Count(out, `<rect class="failover" x=`); plots == 0 || bands != plots+1 {
+		t.Errorf("failover bands: %d, want one on the timeline and one on each of the %d plots", bands, plots)
+	}
+}
