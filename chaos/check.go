@@ -116,6 +116,9 @@ type Result struct {
 	// Unchecked are the rules a run against someone else's server
 	// (Config.Target) could not check with what the target exposes.
 	Unchecked []Unchecked `json:"unchecked,omitempty"`
+	// PrimaryChanges are the history's changes of primary, measured: the
+	// unavailability and the violations that cross each.
+	PrimaryChanges []PrimaryChangeResult `json:"primaryChanges,omitempty"`
 }
 
 // Verdicts of a run.
@@ -166,6 +169,7 @@ func Check(h *History) Result {
 	c.keysKept()
 	c.sideEffects()
 	c.finish()
+	c.res.PrimaryChanges = primaryChanges(h, c.res.Violations)
 	return c.res
 }
 

@@ -165,3 +165,13 @@ func targetSessionAttrs(conn string) string {
 	}
 	return ""
 }
+
+// ConnectedHost names the server conn reached: the host:port of its
+// connection string's hosts that it is connected to, else the peer's
+// address.
+func ConnectedHost(ctx context.Context, conn *pgx.Conn) string {
+	if h, ok := connectedHost(ctx, conn, hostsOf(conn.Config())); ok {
+		return h.String()
+	}
+	return conn.PgConn().Conn().RemoteAddr().String()
+}
