@@ -38,6 +38,11 @@ type chaosOptions struct {
 	kill        bool
 	failover    bool
 	replication string
+	// failoverCmd, expectFailover and failoverTimeout are a failover of
+	// the team's own cluster at --database-url (chaos/ha.RunExternal).
+	failoverCmd     string
+	expectFailover  bool
+	failoverTimeout time.Duration
 	// partition is --partition app|standby; cuts, cutFor and cutAt shape
 	// an app partition's cuts.
 	partition string
@@ -265,6 +270,9 @@ some defence, else 0.`,
 	f.BoolVar(&o.kill, "kill-postgres", false, "kill PostgreSQL with SIGKILL once during the run and restart it on the same data")
 	f.BoolVar(&o.failover, "failover", false, "run on a primary and a streaming standby that bank-sim starts, and fail over once at a seeded intent: the standby stops receiving, the primary is killed (SIGKILL), the standby promoted")
 	f.StringVar(&o.replication, "replication", chaos.ReplicationAsync, "with --failover: how the standby is replicated, `async` (PostgreSQL's default: the primary acknowledges before the standby has it) or sync (each commit waits for the standby)")
+	f.StringVar(&o.failoverCmd, "failover-cmd", "", "with a multi-host --database-url: run the team's own failover `CMD` (sh -c; patronictl failover --force …, pg_autoctl perform failover, a script) as the seeded intent starts, keep its output, and measure the change of primary")
+	f.BoolVar(&o.expectFailover, "expect-failover", false, "with a multi-host --database-url: someone else fails the cluster over during the run; bank-sim watches for the new primary, keeps the workload going, and heals once it has seen it")
+	f.DurationVar(&o.failoverTimeout, "failover-timeout", 2*time.Minute, "with --failover-cmd or --expect-failover: how long the command may run, and how long healing waits for the new primary")
 	f.StringVar(&o.partition, "partition", "", "partition the network, Jepsen-style, in network namespaces the run makes (root): `app` (the default) puts each server copy in one and cuts them all off from PostgreSQL at seeded intents; standby (with --failover) cuts the primary off from its standby before the failover")
 	f.Lookup("partition").NoOptDefVal = chaos.PartitionApp
 	f.IntVar(&o.cuts, "cuts", 3, "with --partition app: how many times the app servers are cut off from PostgreSQL, at intents the seed picks")
@@ -417,6 +425,26 @@ func (o chaosOptions) config(app *App, c *cobra.Command) (chaos.Config, error) {
 	if plan != nil && plan.Of == chaos.PartitionApp {
 		o.http = true // the app servers in the namespaces are HTTP servers
 	}
+	if o.failoverCmd != "" || o.expectFailover {
+		flag := "--failover-cmd"
+		if o.failoverCmd == "" {
+			flag = "--expect-failover"
+		}
+		switch {
+		case app.externalURL() == "":
+			return chaos.Config{}, usageError("%s is for your own cluster: give --database-url with its hosts, e.g. 'host=h1,h2 port=5432,5432 target_session_attrs=read-write …' (bank-sim's own primary and standby: --failover)", flag)
+		case o.failoverCmd != "" && o.expectFailover:
+			return chaos.Config{}, usageError("give --failover-cmd (bank-sim runs your failover command) or --expect-failover (someone else fails over), not both")
+		case o.failover || o.kill:
+			return chaos.Config{}, usageError("%s fails over your cluster at --database-url; --failover and --kill-postgres are for a PostgreSQL bank-sim starts itself", flag)
+		case o.det || o.seeds != "":
+			return chaos.Config{}, usageError("%s cannot be combined with %s: when the primary changes depends on real time", flag, what)
+		case o.partition != "":
+			return chaos.Config{}, usageError("%s cannot be combined with --partition", flag)
+		case o.failoverTimeout <= 0:
+			return chaos.Config{}, usageError("--failover-timeout %s: give a positive duration, like 2m", o.failoverTimeout)
+		}
+	}
 	if o.kill && app.externalURL() != "" {
 		return chaos.Config{}, usageError("--kill-postgres kills the PostgreSQL that bank-sim starts itself; it cannot kill the server at --database-url / DATABASE_URL")
 	}
@@ -484,7 +512,23 @@ func runChaos(c *cobra.Command, app *App, o chaosOptions) error {
 		}
 		opts.CrashPostgres = srv.Crash
 	}
-	h, err := chaos.RunOnWith(ctx, banks.OnServer(srv, banks.Options{}), cfg, opts)
+	var h *chaos.History
+	if !srv.Embedded() && (o.failoverCmd != "" || o.expectFailover || postgres.HostCount(srv.AdminURL()) > 1) {
+		// A cluster: its primary is watched all along, so that a change
+		// is reported whoever causes it.
+		if !o.asJSON {
+			switch {
+			case o.failoverCmd != "":
+				fmt.Fprintf(out, "failover-cmd at intent %d: %s (at most %s)\n", cfg.CrashIntent(), o.failoverCmd, o.failoverTimeout)
+			case o.expectFailover:
+				fmt.Fprintf(out, "expecting a failover: healing waits at most %s for the new primary\n", o.failoverTimeout)
+			}
+		}
+		h, err = ha.RunExternal(ctx, banks.OnServer(srv, banks.Options{}), cfg, opts, ha.ExternalOptions{WatchURL: srv.AdminURL(),
+			FailoverCmd: o.failoverCmd, CmdTimeout: o.failoverTimeout, Expect: o.expectFailover, WaitTimeout: o.failoverTimeout})
+	} else {
+		h, err = chaos.RunOnWith(ctx, banks.OnServer(srv, banks.Options{}), cfg, opts)
+	}
 	bar.clear()
 	if err != nil {
 		if ctx.Err() != nil {
@@ -518,6 +562,7 @@ func (o chaosOptions) verdict(env *Env, out io.Writer, p *palette, h *chaos.Hist
 		j := newChaosJSON(h.Seed, res)
 		j.withHistory(h)
 		j.Recipe = recipe
+		j.FailoverCommand = h.FailoverCommand
 		if err := writeJSON(out, j); err != nil {
 			return err
 		}
@@ -611,6 +656,9 @@ type chaosJSON struct {
 	HistorySHA256 string             `json:"historySha256,omitempty"`
 	// Recipe is the shrunk run (--shrink).
 	Recipe *chaos.Recipe `json:"recipe,omitempty"`
+	// FailoverCommand is the run's --failover-cmd, its output kept (the
+	// change of primary it caused is in result.primaryChanges).
+	FailoverCommand *chaos.FailoverCommand `json:"failoverCommand,omitempty"`
 }
 
 func newChaosJSON(seed uint64, res chaos.Result) chaosJSON {
@@ -690,6 +738,18 @@ func printChaosResult(out io.Writer, p *palette, h *chaos.History, res chaos.Res
 		}
 		fmt.Fprintf(tw, "postgres\tkilled with SIGKILL %s, at %s; back on the same data after %s\n", after,
 			time.Duration(c.AtNs).Round(time.Millisecond), time.Duration(c.UpNs-c.AtNs).Round(time.Millisecond))
+	}
+	if fc := h.FailoverCommand; fc != nil {
+		fmt.Fprintf(tw, "failover-cmd\t%s\n", fc.Line())
+		for _, l := range lastLines(fc.Output, 5) {
+			fmt.Fprintf(tw, "\t  | %s\n", l)
+		}
+	}
+	for _, pc := range res.PrimaryChanges {
+		fmt.Fprintf(tw, "primary\tchanged: %s\n", pc.Line())
+		for _, v := range pc.Crossing {
+			fmt.Fprintf(tw, "\t  %s: %s\n", v.Kind, v.Detail)
+		}
 	}
 	for _, cut := range h.Partitions {
 		how := "as intent %d started"
@@ -918,4 +978,16 @@ func inconclusiveAdvice(h *chaos.History) string {
 		return "each line says what reaches it: raise --intents, or that fault's rate in --faults; a path the target never takes in a long run may be a defence it lacks (try bank-sim probe on it)"
 	}
 	return "each line says what reaches it: raise --intents, or that fault's rate in --faults (the default faults reach every defence)"
+}
+
+// lastLines are the last n non-empty lines of s: a command's output, its
+// end being what says how it went.
+func lastLines(s string, n int) []string {
+	var out []string
+	for _, l := range strings.Split(strings.TrimRight(s, "\n"), "\n") {
+		if l = strings.TrimRight(l, "\r "); l != "" {
+			out = append(out, l)
+		}
+	}
+	return out[max(0, len(out)-n):]
 }

@@ -175,3 +175,13 @@ func ConnectedHost(ctx context.Context, conn *pgx.Conn) string {
 	}
 	return conn.PgConn().Conn().RemoteAddr().String()
 }
+
+// HostCount is how many hosts a connection string lists (0 when it does
+// not parse): more than one is a cluster whose primary may change.
+func HostCount(conn string) int {
+	cfg, err := pgx.ParseConfig(conn)
+	if err != nil {
+		return 0
+	}
+	return len(hostsOf(cfg))
+}

@@ -261,6 +261,12 @@ func runHTML(h *chaos.History, res chaos.Result, c clock, o ChaosOptions) templa
 		}
 		rows = append(rows, []Cell{C("postgres"), C("1"), C(what)})
 	}
+	if fc := h.FailoverCommand; fc != nil {
+		rows = append(rows, []Cell{C("failover-cmd"), C("1"), {HTML: template.HTML(Esc(fc.Line()) + "<pre>" + Esc(fc.Output) + "</pre>")}})
+	}
+	for _, pc := range res.PrimaryChanges {
+		rows = append(rows, []Cell{C("primary changed"), C(fmt.Sprint(len(pc.Crossing))), C(pc.Line())})
+	}
 	switch {
 	case h.Deterministic != nil:
 		hash, _ := h.Hash()

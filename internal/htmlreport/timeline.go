@@ -374,6 +374,13 @@ func momentLines(h *chaos.History, c clock, x func(int64) float64, y1, y2, rugY 
 		fmt.Fprintf(&b, `<line class="phase" x1="%.1f" y1="%d" x2="%.1f" y2="%d"><title>the key cleanup job ran at %s (deleted %d keys)</title></line>%s`,
 			x(cl.AtNs), y1, x(cl.AtNs), y2, Esc(c.at(cl.AtNs)), len(cl.Deleted), momentLabel(x(cl.AtNs), y1+16, "cleanup"))
 	}
+	for _, pc := range h.PrimaryChanges {
+		// From the moment the old primary stopped answering to the moment
+		// the new one answered.
+		from, to := x(pc.LostNs), x(pc.SeenNs)
+		fmt.Fprintf(&b, `<rect class="failover" x="%.1f" y="%d" width="%.1f" height="%d"><title>the primary changed from %s to %s (%s): lost at %s, the new one answering at %s</title></rect>%s`,
+			from, y1, max(to-from, 2), y2-y1, Esc(pc.From), Esc(pc.To), Esc(pc.Cause), Esc(c.at(pc.LostNs)), Esc(c.at(pc.SeenNs)), momentLabel(from, y1+24, "primary changed"))
+	}
 	for _, cr := range h.Crashes {
 		if f := cr.Failover; f != nil && cr.Error == "" {
 			// A band from the stall to the first write after: the time the
