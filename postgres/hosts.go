@@ -121,17 +121,18 @@ func withHostsFirst(conn string, order []hostPort) string {
 }
 
 // pinHost finds which of cfg's hosts conn reached and returns url with
-// that host first, and a description of the choice for the header. With
-// one host, url is returned as it is.
-func pinHost(ctx context.Context, url string, cfg *pgx.ConnConfig, conn *pgx.Conn) (pinned string, where string) {
+// that host first, the host, and, with several, which one it was and why
+// ("; host 2 of 2, by target_session_attrs=read-write"), for the header.
+// With one host, url is returned as it is.
+func pinHost(ctx context.Context, url string, cfg *pgx.ConnConfig, conn *pgx.Conn) (pinned, where, which string) {
 	hosts := hostsOf(cfg)
 	where = hosts[0].String()
 	if len(hosts) < 2 {
-		return url, where
+		return url, where, ""
 	}
 	used, ok := connectedHost(ctx, conn, hosts)
 	if !ok {
-		return url, fmt.Sprintf("%s (one of %d hosts; which, the address does not say)", conn.PgConn().Conn().RemoteAddr(), len(hosts))
+		return url, conn.PgConn().Conn().RemoteAddr().String(), fmt.Sprintf("; one of %d hosts, which the address does not say", len(hosts))
 	}
 	order := []hostPort{used}
 	n := 0
@@ -146,7 +147,7 @@ func pinHost(ctx context.Context, url string, cfg *pgx.ConnConfig, conn *pgx.Con
 	if attrs := targetSessionAttrs(url); attrs != "" {
 		why = "target_session_attrs=" + attrs
 	}
-	return withHostsFirst(url, order), fmt.Sprintf("%s (host %d of %d, by %s)", used, n, len(hosts), why)
+	return withHostsFirst(url, order), used.String(), fmt.Sprintf("; host %d of %d, by %s", n, len(hosts), why)
 }
 
 // targetSessionAttrs reads target_session_attrs from a connection string

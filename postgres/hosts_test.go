@@ -36,7 +36,7 @@ func TestMultiHostURLWithTheStandbyFirstUsesThePrimary(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer srv.Close()
-			want := fmt.Sprintf("at 127.0.0.1:%d (host 2 of 2, by target_session_attrs=", primary)
+			want := fmt.Sprintf("at 127.0.0.1:%d (DATABASE_URL; host 2 of 2, by target_session_attrs=", primary)
 			if !strings.Contains(srv.Describe(), want) {
 				t.Errorf("header %q does not name the primary: want %q", srv.Describe(), want)
 			}

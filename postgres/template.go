@@ -327,7 +327,8 @@ func startExternal(ctx context.Context, o Options) (*Server, error) {
 	}
 	// With several hosts, every later connection goes first where this
 	// one landed (hosts.go).
-	o.URL, where = pinHost(ctx, o.URL, cfg, conn)
+	var which string
+	o.URL, where, which = pinHost(ctx, o.URL, cfg, conn)
 	s.adminURL = o.URL
 	s.dbURL = func(name string) string { return withDBName(o.URL, name) }
 	version := s.serverVersion(ctx, conn)
@@ -343,7 +344,7 @@ func startExternal(ctx context.Context, o Options) (*Server, error) {
 	// What killed runs left here; ours are safe, we hold our lock.
 	swept := sweepOrphans(ctx, conn)
 	s.release(conn, nil)
-	s.desc = fmt.Sprintf("PostgreSQL %s at %s (DATABASE_URL)", version, where)
+	s.desc = fmt.Sprintf("PostgreSQL %s at %s (DATABASE_URL%s)", version, where, which)
 	if swept > 0 {
 		s.desc += fmt.Sprintf("; dropped %d %s left by killed bank-sim runs", swept, plural(swept, "database", "databases"))
 	}
