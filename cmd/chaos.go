@@ -287,7 +287,7 @@ some defence, else 0.`,
 	f.BoolVar(&o.shrink, "shrink", false, "when the run breaks a rule, shrink it to the smallest run that still does, and print it as a recipe (implies --deterministic)")
 	f.StringVar(&o.recipe, "save-recipe", "", "write the shrunk recipe as JSON to `FILE` (implies --shrink; replay it with 'bank-sim scenario --recipe FILE')")
 	f.StringVar(&o.seeds, "seeds", "", "run a campaign: every seed of `LIST` (1-100, or 1,5,9), deterministically, with a summary table")
-	f.StringVar(&o.junit, "junit", "", "with --seeds: write a JUnit XML report to `FILE`, one test case per seed")
+	f.StringVar(&o.junit, "junit", "", "with --seeds: write a JUnit XML report to `FILE`, one test case per seed; with --failover-cmd or --expect-failover: the run, the command and each change of primary")
 	f.IntVar(&o.parallel, "parallel", 2, "with --seeds: run up to `N` seeds at once")
 	f.StringVar(&o.shard, "shard", "", "with --seeds: run only shard `K/N` of the campaign (every N-th seed, from the K-th); merge the shards with 'bank-sim check --merge'")
 	f.StringVar(&o.campaignOut, "campaign-out", "", "with --seeds: write the campaign's results as JSON to `FILE`, for 'bank-sim check --merge'")
@@ -342,8 +342,8 @@ func (o chaosOptions) config(app *App, c *cobra.Command) (chaos.Config, error) {
 		return chaos.Config{}, usageError("give --seed or --seeds, not both")
 	case o.seeds != "" && o.history != "":
 		return chaos.Config{}, usageError("--history writes one run's history; a campaign (--seeds) runs many: repeat a seed with --deterministic --seed N --history FILE")
-	case o.junit != "" && o.seeds == "":
-		return chaos.Config{}, usageError("--junit writes a campaign's report, one test case per seed: give --seeds too")
+	case o.junit != "" && o.seeds == "" && o.failoverCmd == "" && !o.expectFailover:
+		return chaos.Config{}, usageError("--junit writes a campaign's report, one test case per seed (give --seeds too), or a failover drill's (with --failover-cmd or --expect-failover)")
 	case o.shard != "" && o.seeds == "":
 		return chaos.Config{}, usageError("--shard runs one machine's share of a campaign: give --seeds too")
 	case o.campaignOut != "" && o.seeds == "":
@@ -580,6 +580,11 @@ func (o chaosOptions) verdict(env *Env, out io.Writer, p *palette, h *chaos.Hist
 	if o.html != "" {
 		if err := writeHTML(env, o.html, chaosHTML(h, res, recipe)); err != nil {
 			return err
+		}
+	}
+	if o.junit != "" && o.seeds == "" {
+		if err := writeJUnitSuite(o.junit, failoverJUnit(h, res)); err != nil {
+			return &ExitError{Code: ExitFailed, Err: err}
 		}
 	}
 	if saveErr != nil {
