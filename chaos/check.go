@@ -445,6 +445,9 @@ func (c *checker) keysKept() {
 					after = " (the primary was killed and its standby promoted during the run)"
 				case len(c.h.Crashes) > 0:
 					after = " (PostgreSQL was killed during the run)"
+				case len(c.h.PrimaryChanges) > 0:
+					pc := c.h.PrimaryChanges[0]
+					after = fmt.Sprintf(" (the primary changed from %s to %s during the run)", pc.From, pc.To)
 				}
 				c.add(Violation{Kind: KindKeyLost, Intent: in.Index, AtNs: a.EndNs, Kobo: in.Request.AmountKobo,
 					Detail: fmt.Sprintf("%s was told %s (attempt %d, key %s), but at the end that key is not completed%s", in.Label, a.Response().Summary(), a.N, a.Key, after)})

@@ -121,6 +121,15 @@ and their keys (acknowledged-missing, key-lost); --replication sync loses
 none. A seed repeats the intents, the faults and the failover intent, not
 how much is lost; it cannot be --deterministic.
 
+On your own cluster, give --database-url with its hosts and
+target_session_attrs=read-write (any order: bank-sim uses the primary it
+reached for everything it creates). bank-sim watches the primary all run
+(host and timeline) and reports any change: from which host to which, the
+unavailability, the acknowledged transfers and keys lost across it.
+--failover-cmd CMD runs your own failover command at the seeded intent
+(bounded by --failover-timeout, its output kept); --expect-failover waits
+for one that someone else causes. Healing waits for the new primary.
+
 With --partition (root, iproute2) the network is the kernel's, Jepsen-style:
 each copy of the server runs in a network namespace the run makes, reached
 over one veth link and reaching PostgreSQL over another, and at intents the
@@ -235,6 +244,8 @@ some defence, else 0.`,
   bank-sim chaos --failover --seed 1 --intents 400    (then --replication sync)
   bank-sim chaos --partition --seed 7 --intents 200 --bug second-transaction    (root)
   bank-sim chaos --failover --partition=standby --replication sync    (root)
+  bank-sim chaos --database-url 'host=h1,h2 port=5432,5432 user=bank dbname=postgres target_session_attrs=read-write' \
+      --failover-cmd 'patronictl -c /etc/patroni.yml failover --force --candidate h2' --html drill.html --junit drill.xml
   bank-sim chaos --bug no-fencing --history run.json   then: bank-sim check run.json
   bank-sim chaos --target http://127.0.0.1:8080 --balances-url 'http://127.0.0.1:8080/accounts/{id}' --exact-replays
   bank-sim chaos --target http://127.0.0.1:3000 --lookup none --dry-run
