@@ -53,3 +53,34 @@ func TestFailoverJUnitFailsTheCommandAndTheLossesAcrossTheChange(t *testing.T) {
 		}
 	}
 }
+
+// The terminal and --json say what the drill did: the command with the
+// end of its output, the change with its window and what crossed it.
+func TestFailoverDrillInTheTerminalAndJSON(t *testing.T) {
+	t.Parallel()
+	h := &chaos.History{Seed: 5, FailoverCommand: &chaos.FailoverCommand{Command: "pg_autoctl perform failover", AfterIntent: 3,
+		StartNs: 1e9, EndNs: 3e9, ExitCode: 0, Output: "line 1\nline 2\nline 3\nline 4\nline 5\nline 6\n16:02:11 node 2 is now primary\n"},
+		PrimaryChanges: []chaos.PrimaryChange{{Cause: chaos.CauseCommand, From: "h1:5432", To: "h2:5432", FromTimeline: 4, ToTimeline: 5,
+			LastSeenNs: 15e8, LostNs: 2e9, SeenNs: 25e8}}}
+	var term strings.Builder
+	(chaosOptions{}).verdict(&Env{}, &term, newPalette(false), h, nil)
+	for _, want := range []string{
+		`failover-cmd  "pg_autoctl perform failover" as intent 3 started, at 1s, for 2s: exit 0`,
+		"| 16:02:11 node 2 is now primary",
+		"primary       changed: h1:5432 (timeline 4) → h2:5432 (timeline 5), after the run's --failover-cmd",
+	} {
+		if !strings.Contains(term.String(), want) {
+			t.Errorf("the terminal lacks %q:\n%s", want, term.String())
+		}
+	}
+	if strings.Contains(term.String(), "| line 2") {
+		t.Errorf("the terminal shows more than the output's last 5 lines:\n%s", term.String())
+	}
+	var js strings.Builder
+	(chaosOptions{asJSON: true}).verdict(&Env{}, &js, newPalette(false), h, nil)
+	for _, want := range []string{`"primaryChanges": [`, `"from": "h1:5432"`, `"failoverCommand": {`, `node 2 is now primary`} {
+		if !strings.Contains(js.String(), want) {
+			t.Errorf("--json lacks %s", want)
+		}
+	}
+}
