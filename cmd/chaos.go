@@ -761,6 +761,9 @@ func printChaosResult(out io.Writer, p *palette, h *chaos.History, res chaos.Res
 			fmt.Fprintf(tw, "\t  | %s\n", l)
 		}
 	}
+	if h.FailoverCommand != nil && len(res.PrimaryChanges) == 0 {
+		fmt.Fprintf(tw, "primary\tunchanged: the failover command changed no primary\n")
+	}
 	for _, pc := range res.PrimaryChanges {
 		fmt.Fprintf(tw, "primary\tchanged: %s\n", pc.Line())
 		for _, v := range pc.Crossing {

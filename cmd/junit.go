@@ -213,8 +213,11 @@ func failoverJUnit(h *chaos.History, res chaos.Result) junitSuite {
 	add(run)
 	if fc := h.FailoverCommand; fc != nil {
 		tc := junitCase{Name: "failover command", Classname: "bank-sim.chaos.failover", Time: float64(fc.EndNs-fc.StartNs) / 1e9, SystemOut: fc.Line() + "\n" + fc.Output}
-		if fc.ExitCode != 0 {
+		switch {
+		case fc.ExitCode != 0:
 			tc.Failure = &junitFailure{Message: fc.Line(), Type: "FailoverCommandFailed", Body: fc.Output}
+		case len(res.PrimaryChanges) == 0:
+			tc.Failure = &junitFailure{Message: fc.Line() + "; it changed no primary", Type: "NoFailover", Body: fc.Output}
 		}
 		add(tc)
 	}

@@ -84,3 +84,21 @@ func TestFailoverDrillInTheTerminalAndJSON(t *testing.T) {
 		}
 	}
 }
+
+// A failover command that exits 0 and changes no primary is no drill: the
+// terminal says the primary is unchanged, and JUnit fails the command.
+func TestAFailoverCommandThatChangedNothingFails(t *testing.T) {
+	t.Parallel()
+	h := &chaos.History{Seed: 5, FailoverCommand: &chaos.FailoverCommand{Command: "true", AfterIntent: 3, StartNs: 1e9, EndNs: 11e8}}
+	var term strings.Builder
+	(chaosOptions{}).verdict(&Env{}, &term, newPalette(false), h, nil)
+	if !strings.Contains(term.String(), "primary       unchanged: the failover command changed no primary") {
+		t.Errorf("the terminal does not say the primary is unchanged:\n%s", term.String())
+	}
+	suite := failoverJUnit(h, chaos.Check(h))
+	for _, c := range suite.Cases {
+		if c.Name == "failover command" && (c.Failure == nil || c.Failure.Type != "NoFailover") {
+			t.Errorf("the command's case: failure %+v, want NoFailover", c.Failure)
+		}
+	}
+}

@@ -40,8 +40,9 @@ const outputMax = 8 << 10
 // o.WatchURL for the whole run: every change of primary it sees is in the
 // history (History.PrimaryChanges), caused or not. The workload goes on
 // through a change (each new connection finds the new primary through the
-// URL); with o.FailoverCmd or o.Expect, healing starts only once the
-// change has been seen, and a run in which none comes fails.
+// URL); with o.FailoverCmd (unless it failed) or o.Expect, healing
+// starts only once the change has been seen, and a run in which none
+// comes fails.
 func RunExternal(ctx context.Context, dbs banks.Databases, cfg chaos.Config, opts chaos.Options, o ExternalOptions) (*chaos.History, error) {
 	cfg = cfg.WithDefaults()
 	w, err := Watch(ctx, o.WatchURL)
@@ -123,7 +124,13 @@ func RunExternal(ctx context.Context, dbs banks.Databases, cfg chaos.Config, opt
 				return ctx.Err()
 			}
 		}
-		if o.FailoverCmd != "" || o.Expect {
+		// A command that failed may have changed nothing: the report says
+		// so, and healing does not wait for what will not come.
+		failed := false
+		if rec := command(); rec != nil {
+			failed = rec.ExitCode != 0
+		}
+		if (o.FailoverCmd != "" && !failed) || o.Expect {
 			if err := w.WaitChange(ctx, o.WaitTimeout); err != nil {
 				what := "--expect-failover"
 				if rec := command(); rec != nil {
