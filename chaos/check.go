@@ -116,6 +116,9 @@ type Result struct {
 	// Unchecked are the rules a run against someone else's server
 	// (Config.Target) could not check with what the target exposes.
 	Unchecked []Unchecked `json:"unchecked,omitempty"`
+	// PrimaryChanges are the history's changes of primary, measured: the
+	// unavailability and the violations that cross each.
+	PrimaryChanges []PrimaryChangeResult `json:"primaryChanges,omitempty"`
 }
 
 // Verdicts of a run.
@@ -166,6 +169,7 @@ func Check(h *History) Result {
 	c.keysKept()
 	c.sideEffects()
 	c.finish()
+	c.res.PrimaryChanges = primaryChanges(h, c.res.Violations)
 	return c.res
 }
 
@@ -441,6 +445,9 @@ func (c *checker) keysKept() {
 					after = " (the primary was killed and its standby promoted during the run)"
 				case len(c.h.Crashes) > 0:
 					after = " (PostgreSQL was killed during the run)"
+				case len(c.h.PrimaryChanges) > 0:
+					pc := c.h.PrimaryChanges[0]
+					after = fmt.Sprintf(" (the primary changed from %s to %s during the run)", pc.From, pc.To)
 				}
 				c.add(Violation{Kind: KindKeyLost, Intent: in.Index, AtNs: a.EndNs, Kobo: in.Request.AmountKobo,
 					Detail: fmt.Sprintf("%s was told %s (attempt %d, key %s), but at the end that key is not completed%s", in.Label, a.Response().Summary(), a.N, a.Key, after)})

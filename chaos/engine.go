@@ -85,6 +85,15 @@ type Options struct {
 	// partition can cut it off from PostgreSQL. The run's own reads (the
 	// auditor, the pipeline, the ledger) keep db.
 	Hosts []Host
+	// Began, when set, is told the moment the history's offsets (every
+	// …Ns) count from, as the run starts: what happens outside the run
+	// (a failover the team causes) is placed on the same time line.
+	Began func(start time.Time)
+	// Outages says the database may be unreachable for a while in the
+	// middle of the run, by no doing of the run's (a cluster that fails
+	// over): the auditor skips a snapshot it cannot take, as during a
+	// crash, instead of ending the run.
+	Outages bool
 	// AtIntent, when set, is called as each intent of the fault phase
 	// starts, on its client's goroutine, before it is sent: a partition
 	// cut and healed at seeded intents.
@@ -142,6 +151,7 @@ func RunWith(ctx context.Context, db bank.DB, cfg Config, opts Options) (*Histor
 		return nil, err
 	}
 	e.atIntent, e.beforeHealHook, e.cuts, e.afterCommit = opts.AtIntent, opts.BeforeHeal, opts.Cuts, opts.AfterCommit
+	e.began, e.outages = opts.Began, opts.Outages
 	if err := e.open(ctx); err != nil {
 		return nil, err
 	}
@@ -216,6 +226,8 @@ type engine struct {
 
 	// crashPostgres kills and restarts PostgreSQL (Config.KillPostgres).
 	crashPostgres func(ctx context.Context) error
+	began         func(time.Time)
+	outages       bool
 	crashes       []Crash
 	sideEffects   *outbox.Snapshot
 	// pipeFired are the pipeline's fault decisions that fired, in a
@@ -434,6 +446,9 @@ func newIntent(i int, p Planned) *Intent {
 
 func (e *engine) run(ctx context.Context, progress Progress) (*History, error) {
 	e.start = time.Now()
+	if e.began != nil {
+		e.began(e.start)
+	}
 	cfg := e.cfg
 	pipeCfg := outbox.PipelineConfig{Seed: cfg.Seed, Rates: map[string]float64{}}
 	if cfg.Bug != nil {
@@ -1210,7 +1225,7 @@ func (e *engine) snapshot(ctx context.Context) error {
 	if ctx.Err() != nil {
 		return nil
 	}
-	if err != nil && e.cfg.KillPostgres {
+	if err != nil && (e.cfg.KillPostgres || e.outages) {
 		// The server is down, or the connection died with it: no
 		// snapshot this time.
 		return nil

@@ -92,6 +92,12 @@ type History struct {
 	// Partitions are the cuts of the servers' links to PostgreSQL
 	// (Options.Cuts: a run whose copies live in network namespaces).
 	Partitions []CutRecord `json:"partitions,omitempty"`
+	// PrimaryChanges are the changes of primary seen on a multi-host
+	// --database-url during the run (ha.Watcher), whoever caused them.
+	PrimaryChanges []PrimaryChange `json:"primaryChanges,omitempty"`
+	// FailoverCommand is the team's own failover command, run at a
+	// seeded intent (--failover-cmd).
+	FailoverCommand *FailoverCommand `json:"failoverCommand,omitempty"`
 	// Deterministic is set for a run of the deterministic scheduler: its
 	// offsets count steps, and Duration is zero.
 	Deterministic *Determinism `json:"deterministic,omitempty"`
@@ -179,6 +185,27 @@ type FailoverRecord struct {
 	// (the promoted standby's), where pg_is_in_recovery() was false.
 	PrimaryPort int `json:"primaryPort"`
 	ServingPort int `json:"servingPort"`
+}
+
+// FailoverLine says what a crash that was a failover did, in the words the
+// terminal and the HTML report share: the intent, the replication, what
+// the standby lacked, the kill, the promotion, where the app's multi-host
+// URL landed, and when writes worked again. Empty for a crash that was
+// not a failover, or whose failover failed.
+func (c Crash) FailoverLine() string {
+	f := c.Failover
+	if f == nil || c.Error != "" {
+		return ""
+	}
+	stalled := "the standby stopped receiving"
+	if f.Cut {
+		stalled = "the primary was cut off from its standby (the replication link down)"
+	}
+	ms := func(ns int64) time.Duration { return time.Duration(ns).Round(time.Millisecond) }
+	return fmt.Sprintf("at intent %d (%s replication): %s at %s; the primary, after %d commits the standby lacks, killed at %s; "+
+		"the standby promoted %s later; the app's multi-host URL reached 127.0.0.1:%d (was %d), writes again %s after the kill",
+		c.AfterIntent, f.Replication, stalled, ms(f.StalledNs), f.Commits, ms(f.KilledNs),
+		ms(f.PromotedNs-f.KilledNs), f.ServingPort, f.PrimaryPort, ms(c.UpNs-f.KilledNs))
 }
 
 // Intent is one thing a user decided to do, and everything that happened to
@@ -324,4 +351,58 @@ func LoadContext(ctx context.Context, path string) (*History, error) {
 		}
 		return d.h, nil
 	}
+}
+
+// Causes of a PrimaryChange.
+const (
+	// CauseCommand: the run's --failover-cmd ran before it.
+	CauseCommand = "failover-cmd"
+	// CauseExpected: the run was told to expect one (--expect-failover).
+	CauseExpected = "expected"
+	// CauseUnannounced: nobody told bank-sim; it saw it all the same.
+	CauseUnannounced = "unannounced"
+)
+
+// PrimaryChange is one change of the server that takes writes, as a
+// watcher on the run's multi-host URL saw it: another host, or the same
+// address on another timeline (a promotion behind a virtual IP). Offsets
+// are the history's.
+type PrimaryChange struct {
+	Cause string `json:"cause"`
+	// From and To are host:port; FromTimeline and ToTimeline the
+	// servers' timelines, when the server would say (0 otherwise).
+	From         string `json:"from"`
+	To           string `json:"to"`
+	FromTimeline int    `json:"fromTimeline,omitempty"`
+	ToTimeline   int    `json:"toTimeline,omitempty"`
+	// LastSeenNs is when the old primary last answered as primary, LostNs
+	// when it first did not, SeenNs when the new one first answered,
+	// read-write.
+	LastSeenNs int64 `json:"lastSeenNs"`
+	LostNs     int64 `json:"lostNs"`
+	SeenNs     int64 `json:"seenNs"`
+}
+
+// FailoverCommand is a run of the team's failover command.
+type FailoverCommand struct {
+	Command     string `json:"command"`
+	AfterIntent int    `json:"afterIntent"`
+	StartNs     int64  `json:"startNs"`
+	EndNs       int64  `json:"endNs"`
+	// ExitCode is -1 when it did not exit by itself (Error says why: not
+	// found, killed at its timeout).
+	ExitCode int    `json:"exitCode"`
+	Error    string `json:"error,omitempty"`
+	// Output is its stdout and stderr together, the last 8 KiB.
+	Output string `json:"output"`
+}
+
+// Line says what the command did, in one line.
+func (f FailoverCommand) Line() string {
+	ms := func(ns int64) time.Duration { return time.Duration(ns).Round(time.Millisecond) }
+	how := fmt.Sprintf("exit %d", f.ExitCode)
+	if f.Error != "" {
+		how = f.Error
+	}
+	return fmt.Sprintf("%q as intent %d started, at %s, for %s: %s", f.Command, f.AfterIntent, ms(f.StartNs), ms(f.EndNs-f.StartNs), how)
 }

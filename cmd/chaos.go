@@ -39,6 +39,11 @@ type chaosOptions struct {
 	kill        bool
 	failover    bool
 	replication string
+	// failoverCmd, expectFailover and failoverTimeout are a failover of
+	// the team's own cluster at --database-url (chaos/ha.RunExternal).
+	failoverCmd     string
+	expectFailover  bool
+	failoverTimeout time.Duration
 	// partition is --partition app|standby; cuts, cutFor and cutAt shape
 	// an app partition's cuts.
 	partition string
@@ -116,6 +121,15 @@ it. --replication async (PostgreSQL's default) loses acknowledged transfers
 and their keys (acknowledged-missing, key-lost); --replication sync loses
 none. A seed repeats the intents, the faults and the failover intent, not
 how much is lost; it cannot be --deterministic.
+
+On your own cluster, give --database-url with its hosts and
+target_session_attrs=read-write (any order: bank-sim uses the primary it
+reached for everything it creates). bank-sim watches the primary all run
+(host and timeline) and reports any change: from which host to which, the
+unavailability, the acknowledged transfers and keys lost across it.
+--failover-cmd CMD runs your own failover command at the seeded intent
+(bounded by --failover-timeout, its output kept); --expect-failover waits
+for one that someone else causes. Healing waits for the new primary.
 
 With --partition (root, iproute2) the network is the kernel's, Jepsen-style:
 each copy of the server runs in a network namespace the run makes, reached
@@ -231,6 +245,8 @@ some defence, else 0.`,
   bank-sim chaos --failover --seed 1 --intents 400    (then --replication sync)
   bank-sim chaos --partition --seed 7 --intents 200 --bug second-transaction    (root)
   bank-sim chaos --failover --partition=standby --replication sync    (root)
+  bank-sim chaos --database-url 'host=h1,h2 port=5432,5432 user=bank dbname=postgres target_session_attrs=read-write' \
+      --failover-cmd 'patronictl -c /etc/patroni.yml failover --force --candidate h2' --html drill.html --junit drill.xml
   bank-sim chaos --bug no-fencing --history run.json   then: bank-sim check run.json
   bank-sim chaos --target http://127.0.0.1:8080 --balances-url 'http://127.0.0.1:8080/accounts/{id}' --exact-replays
   bank-sim chaos --target http://127.0.0.1:3000 --lookup none --dry-run
@@ -266,6 +282,9 @@ some defence, else 0.`,
 	f.BoolVar(&o.kill, "kill-postgres", false, "kill PostgreSQL with SIGKILL once during the run and restart it on the same data")
 	f.BoolVar(&o.failover, "failover", false, "run on a primary and a streaming standby that bank-sim starts, and fail over once at a seeded intent: the standby stops receiving, the primary is killed (SIGKILL), the standby promoted")
 	f.StringVar(&o.replication, "replication", chaos.ReplicationAsync, "with --failover: how the standby is replicated, `async` (PostgreSQL's default: the primary acknowledges before the standby has it) or sync (each commit waits for the standby)")
+	f.StringVar(&o.failoverCmd, "failover-cmd", "", "with a multi-host --database-url: run the team's own failover `CMD` (sh -c; patronictl failover --force …, pg_autoctl perform failover, a script) as the seeded intent starts, keep its output, and measure the change of primary")
+	f.BoolVar(&o.expectFailover, "expect-failover", false, "with a multi-host --database-url: someone else fails the cluster over during the run; bank-sim watches for the new primary, keeps the workload going, and heals once it has seen it")
+	f.DurationVar(&o.failoverTimeout, "failover-timeout", 2*time.Minute, "with --failover-cmd or --expect-failover: how long the command may run, and how long healing waits for the new primary")
 	f.StringVar(&o.partition, "partition", "", "partition the network, Jepsen-style, in network namespaces the run makes (root): `app` (the default) puts each server copy in one and cuts them all off from PostgreSQL at seeded intents; standby (with --failover) cuts the primary off from its standby before the failover")
 	f.Lookup("partition").NoOptDefVal = chaos.PartitionApp
 	f.IntVar(&o.cuts, "cuts", 3, "with --partition app: how many times the app servers are cut off from PostgreSQL, at intents the seed picks")
@@ -280,7 +299,7 @@ some defence, else 0.`,
 	f.BoolVar(&o.shrink, "shrink", false, "when the run breaks a rule, shrink it to the smallest run that still does, and print it as a recipe (implies --deterministic)")
 	f.StringVar(&o.recipe, "save-recipe", "", "write the shrunk recipe as JSON to `FILE` (implies --shrink; replay it with 'bank-sim scenario --recipe FILE')")
 	f.StringVar(&o.seeds, "seeds", "", "run a campaign: every seed of `LIST` (1-100, or 1,5,9), deterministically, with a summary table")
-	f.StringVar(&o.junit, "junit", "", "with --seeds: write a JUnit XML report to `FILE`, one test case per seed")
+	f.StringVar(&o.junit, "junit", "", "with --seeds: write a JUnit XML report to `FILE`, one test case per seed; with --failover-cmd or --expect-failover: the run, the command and each change of primary")
 	f.IntVar(&o.parallel, "parallel", 2, "with --seeds: run up to `N` seeds at once")
 	f.StringVar(&o.shard, "shard", "", "with --seeds: run only shard `K/N` of the campaign (every N-th seed, from the K-th); merge the shards with 'bank-sim check --merge'")
 	f.StringVar(&o.campaignOut, "campaign-out", "", "with --seeds: write the campaign's results as JSON to `FILE`, for 'bank-sim check --merge'")
@@ -335,8 +354,8 @@ func (o chaosOptions) config(app *App, c *cobra.Command) (chaos.Config, error) {
 		return chaos.Config{}, usageError("give --seed or --seeds, not both")
 	case o.seeds != "" && o.history != "":
 		return chaos.Config{}, usageError("--history writes one run's history; a campaign (--seeds) runs many: repeat a seed with --deterministic --seed N --history FILE")
-	case o.junit != "" && o.seeds == "":
-		return chaos.Config{}, usageError("--junit writes a campaign's report, one test case per seed: give --seeds too")
+	case o.junit != "" && o.seeds == "" && o.failoverCmd == "" && !o.expectFailover:
+		return chaos.Config{}, usageError("--junit writes a campaign's report, one test case per seed (give --seeds too), or a failover drill's (with --failover-cmd or --expect-failover)")
 	case o.shard != "" && o.seeds == "":
 		return chaos.Config{}, usageError("--shard runs one machine's share of a campaign: give --seeds too")
 	case o.campaignOut != "" && o.seeds == "":
@@ -418,6 +437,26 @@ func (o chaosOptions) config(app *App, c *cobra.Command) (chaos.Config, error) {
 	if plan != nil && plan.Of == chaos.PartitionApp {
 		o.http = true // the app servers in the namespaces are HTTP servers
 	}
+	if o.failoverCmd != "" || o.expectFailover {
+		flag := "--failover-cmd"
+		if o.failoverCmd == "" {
+			flag = "--expect-failover"
+		}
+		switch {
+		case app.externalURL() == "":
+			return chaos.Config{}, usageError("%s is for your own cluster: give --database-url with its hosts, e.g. 'host=h1,h2 port=5432,5432 target_session_attrs=read-write …' (bank-sim's own primary and standby: --failover)", flag)
+		case o.failoverCmd != "" && o.expectFailover:
+			return chaos.Config{}, usageError("give --failover-cmd (bank-sim runs your failover command) or --expect-failover (someone else fails over), not both")
+		case o.failover || o.kill:
+			return chaos.Config{}, usageError("%s fails over your cluster at --database-url; --failover and --kill-postgres are for a PostgreSQL bank-sim starts itself", flag)
+		case o.det || o.seeds != "":
+			return chaos.Config{}, usageError("%s cannot be combined with %s: when the primary changes depends on real time", flag, what)
+		case o.partition != "":
+			return chaos.Config{}, usageError("%s cannot be combined with --partition", flag)
+		case o.failoverTimeout <= 0:
+			return chaos.Config{}, usageError("--failover-timeout %s: give a positive duration, like 2m", o.failoverTimeout)
+		}
+	}
 	if o.kill && app.externalURL() != "" {
 		return chaos.Config{}, usageError("--kill-postgres kills the PostgreSQL that bank-sim starts itself; it cannot kill the server at --database-url / DATABASE_URL")
 	}
@@ -485,7 +524,23 @@ func runChaos(c *cobra.Command, app *App, o chaosOptions) error {
 		}
 		opts.CrashPostgres = srv.Crash
 	}
-	h, err := chaos.RunOnWith(ctx, banks.OnServer(srv, banks.Options{}), cfg, opts)
+	var h *chaos.History
+	if !srv.Embedded() && (o.failoverCmd != "" || o.expectFailover || postgres.HostCount(srv.AdminURL()) > 1) {
+		// A cluster: its primary is watched all along, so that a change
+		// is reported whoever causes it.
+		if !o.asJSON {
+			switch {
+			case o.failoverCmd != "":
+				fmt.Fprintf(out, "failover-cmd at intent %d: %s (at most %s)\n", cfg.CrashIntent(), o.failoverCmd, o.failoverTimeout)
+			case o.expectFailover:
+				fmt.Fprintf(out, "expecting a failover: healing waits at most %s for the new primary\n", o.failoverTimeout)
+			}
+		}
+		h, err = ha.RunExternal(ctx, banks.OnServer(srv, banks.Options{}), cfg, opts, ha.ExternalOptions{WatchURL: srv.AdminURL(),
+			FailoverCmd: o.failoverCmd, CmdTimeout: o.failoverTimeout, Expect: o.expectFailover, WaitTimeout: o.failoverTimeout})
+	} else {
+		h, err = chaos.RunOnWith(ctx, banks.OnServer(srv, banks.Options{}), cfg, opts)
+	}
 	bar.clear()
 	if err != nil {
 		if ctx.Err() != nil {
@@ -519,6 +574,7 @@ func (o chaosOptions) verdict(env *Env, out io.Writer, p *palette, h *chaos.Hist
 		j := newChaosJSON(h.Seed, res)
 		j.withHistory(h)
 		j.Recipe = recipe
+		j.FailoverCommand = h.FailoverCommand
 		if err := writeJSON(out, j); err != nil {
 			return err
 		}
@@ -536,6 +592,11 @@ func (o chaosOptions) verdict(env *Env, out io.Writer, p *palette, h *chaos.Hist
 	if o.html != "" {
 		if err := writeHTML(env, o.html, chaosHTML(h, res, recipe)); err != nil {
 			return err
+		}
+	}
+	if o.junit != "" && o.seeds == "" {
+		if err := writeJUnitSuite(o.junit, failoverJUnit(h, res)); err != nil {
+			return &ExitError{Code: ExitFailed, Err: err}
 		}
 	}
 	if saveErr != nil {
@@ -612,6 +673,9 @@ type chaosJSON struct {
 	HistorySHA256 string             `json:"historySha256,omitempty"`
 	// Recipe is the shrunk run (--shrink).
 	Recipe *chaos.Recipe `json:"recipe,omitempty"`
+	// FailoverCommand is the run's --failover-cmd, its output kept (the
+	// change of primary it caused is in result.primaryChanges).
+	FailoverCommand *chaos.FailoverCommand `json:"failoverCommand,omitempty"`
 }
 
 func newChaosJSON(seed uint64, res chaos.Result) chaosJSON {
@@ -681,14 +745,8 @@ func printChaosResult(out io.Writer, p *palette, h *chaos.History, res chaos.Res
 		if c.AfterIntent >= 0 {
 			after = fmt.Sprintf("as intent %d started", c.AfterIntent)
 		}
-		if f := c.Failover; f != nil && c.Error == "" {
-			stalled := "the standby stopped receiving"
-			if f.Cut {
-				stalled = "the primary was cut off from its standby (the replication link down)"
-			}
-			fmt.Fprintf(tw, "failover\tat intent %d (%s replication): "+stalled+" at %s; the primary, after %d commits the standby lacks, killed at %s; the standby promoted %s later; the app's multi-host URL reached 127.0.0.1:%d (was %d), writes again %s after the kill\n",
-				c.AfterIntent, f.Replication, time.Duration(f.StalledNs).Round(time.Millisecond), f.Commits, time.Duration(f.KilledNs).Round(time.Millisecond),
-				time.Duration(f.PromotedNs-f.KilledNs).Round(time.Millisecond), f.ServingPort, f.PrimaryPort, time.Duration(c.UpNs-f.KilledNs).Round(time.Millisecond))
+		if line := c.FailoverLine(); line != "" {
+			fmt.Fprintf(tw, "failover\t%s\n", line)
 			continue
 		}
 		if c.Error != "" {
@@ -697,6 +755,21 @@ func printChaosResult(out io.Writer, p *palette, h *chaos.History, res chaos.Res
 		}
 		fmt.Fprintf(tw, "postgres\tkilled with SIGKILL %s, at %s; back on the same data after %s\n", after,
 			time.Duration(c.AtNs).Round(time.Millisecond), time.Duration(c.UpNs-c.AtNs).Round(time.Millisecond))
+	}
+	if fc := h.FailoverCommand; fc != nil {
+		fmt.Fprintf(tw, "failover-cmd\t%s\n", fc.Line())
+		for _, l := range lastLines(fc.Output, 5) {
+			fmt.Fprintf(tw, "\t  | %s\n", l)
+		}
+	}
+	if h.FailoverCommand != nil && len(res.PrimaryChanges) == 0 {
+		fmt.Fprintf(tw, "primary\tunchanged: the failover command changed no primary\n")
+	}
+	for _, pc := range res.PrimaryChanges {
+		fmt.Fprintf(tw, "primary\tchanged: %s\n", pc.Line())
+		for _, v := range pc.Crossing {
+			fmt.Fprintf(tw, "\t  %s: %s\n", v.Kind, v.Detail)
+		}
 	}
 	for _, cut := range h.Partitions {
 		how := "as intent %d started"
@@ -927,4 +1000,16 @@ func inconclusiveAdvice(h *chaos.History) string {
 		return "each line says what reaches it: raise --intents, or that fault's rate in --faults; a path the target never takes in a long run may be a defence it lacks (try bank-sim probe on it)"
 	}
 	return "each line says what reaches it: raise --intents, or that fault's rate in --faults (the default faults reach every defence)"
+}
+
+// lastLines are the last n non-empty lines of s: a command's output, its
+// end being what says how it went.
+func lastLines(s string, n int) []string {
+	var out []string
+	for _, l := range strings.Split(strings.TrimRight(s, "\n"), "\n") {
+		if l = strings.TrimRight(l, "\r "); l != "" {
+			out = append(out, l)
+		}
+	}
+	return out[max(0, len(out)-n):]
 }

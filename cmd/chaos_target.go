@@ -15,7 +15,7 @@ import (
 // targetConfig is chaos --target's configuration: the run's own flags, and
 // the target described by the probe's.
 func (o chaosOptions) targetConfig(app *App, c *cobra.Command, seed uint64, rates chaos.Rates) (chaos.Config, error) {
-	for _, name := range []string{"bug", "http", "kill-postgres", "failover", "replication", "servers", "accounts", "duration"} {
+	for _, name := range []string{"bug", "http", "kill-postgres", "failover", "replication", "failover-cmd", "expect-failover", "failover-timeout", "servers", "accounts", "duration"} {
 		if c.Flags().Changed(name) {
 			return chaos.Config{}, usageError("--%s is for bank-sim's own server, not for --target: someone else's server is run, numbered and broken by its owner", name)
 		}

@@ -56,7 +56,7 @@ func (a *App) startingNote() (done func()) {
 func (a *App) describe(srv *postgres.Server) string {
 	d := srv.Describe()
 	if a.databaseURL != "" {
-		d = strings.ReplaceAll(d, "(DATABASE_URL)", "(--database-url)")
+		d = strings.ReplaceAll(d, "(DATABASE_URL", "(--database-url")
 	}
 	return d
 }

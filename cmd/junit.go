@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/banksim/bank-sim/chaos"
 	"github.com/banksim/bank-sim/idem/mistakes"
 	"github.com/banksim/bank-sim/scenarios"
 )
@@ -177,4 +178,60 @@ func storyText(r scenarios.Report) string {
 		fmt.Fprintf(&b, "  -> %s\n", h.text(p.Verdict))
 	}
 	return b.String()
+}
+
+// failoverJUnit is a failover drill's JUnit suite (chaos --failover-cmd or
+// --expect-failover with --junit): the run, failed when INVALID; the
+// team's command, failed when it did not exit 0; and each change of
+// primary, failed when acknowledged transfers or completed keys did not
+// survive it.
+func failoverJUnit(h *chaos.History, res chaos.Result) junitSuite {
+	suite := junitSuite{Name: "bank-sim chaos failover drill", Time: h.Duration.Seconds()}
+	suite.Properties = append(suite.Properties, junitProperty{"seed", strconv.FormatUint(h.Seed, 10)}, junitProperty{"version", version()})
+	add := func(tc junitCase) {
+		suite.Tests++
+		switch {
+		case tc.Failure != nil:
+			suite.Failures++
+		case tc.Skipped != nil:
+			suite.Skipped++
+		}
+		suite.Cases = append(suite.Cases, tc)
+	}
+	run := junitCase{Name: fmt.Sprintf("chaos run, seed %d", h.Seed), Classname: "bank-sim.chaos", Time: h.Duration.Seconds(),
+		SystemOut: fmt.Sprintf("%s: %d violation(s)", res.Verdict(), len(res.Violations))}
+	switch res.Verdict() {
+	case chaos.Invalid:
+		var b strings.Builder
+		for _, v := range res.Violations {
+			fmt.Fprintf(&b, "%s: %s\n", v.Kind, v.Detail)
+		}
+		run.Failure = &junitFailure{Message: fmt.Sprintf("INVALID: %d violation(s)", len(res.Violations)), Type: "InvariantViolation", Body: b.String()}
+	case chaos.Inconclusive:
+		run.Skipped = &junitSkipped{Message: "INCONCLUSIVE: not reached: " + strings.Join(res.Coverage.Missing(), ", ")}
+	}
+	add(run)
+	if fc := h.FailoverCommand; fc != nil {
+		tc := junitCase{Name: "failover command", Classname: "bank-sim.chaos.failover", Time: float64(fc.EndNs-fc.StartNs) / 1e9, SystemOut: fc.Line() + "\n" + fc.Output}
+		switch {
+		case fc.ExitCode != 0:
+			tc.Failure = &junitFailure{Message: fc.Line(), Type: "FailoverCommandFailed", Body: fc.Output}
+		case len(res.PrimaryChanges) == 0:
+			tc.Failure = &junitFailure{Message: fc.Line() + "; it changed no primary", Type: "NoFailover", Body: fc.Output}
+		}
+		add(tc)
+	}
+	for _, pc := range res.PrimaryChanges {
+		tc := junitCase{Name: fmt.Sprintf("primary changed %s → %s", pc.From, pc.To), Classname: "bank-sim.chaos.failover",
+			Time: float64(max(pc.UnavailableNs(), 0)) / 1e9, SystemOut: pc.Line()}
+		if len(pc.Crossing) > 0 {
+			var b strings.Builder
+			for _, v := range pc.Crossing {
+				fmt.Fprintf(&b, "%s: %s\n", v.Kind, v.Detail)
+			}
+			tc.Failure = &junitFailure{Message: pc.Line(), Type: "LostAcrossFailover", Body: b.String()}
+		}
+		add(tc)
+	}
+	return suite
 }

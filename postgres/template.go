@@ -334,11 +334,16 @@ func startExternal(ctx context.Context, o Options) (*Server, error) {
 		adminURL: o.URL,
 		tpls:     map[string]*tplEntry{},
 	}
-	s.dbURL = func(name string) string { return withDBName(o.URL, name) }
 	conn, err := s.admin(ctx)
 	if err != nil {
 		return nil, reachError(cfg, err)
 	}
+	// With several hosts, every later connection goes first where this
+	// one landed (hosts.go).
+	var which string
+	o.URL, where, which = pinHost(ctx, o.URL, cfg, conn)
+	s.adminURL = o.URL
+	s.dbURL = func(name string) string { return withDBName(o.URL, name) }
 	version := s.serverVersion(ctx, conn)
 	if s.major < 13 {
 		s.release(conn, nil)
@@ -352,7 +357,7 @@ func startExternal(ctx context.Context, o Options) (*Server, error) {
 	// What killed runs left here; ours are safe, we hold our lock.
 	swept := sweepOrphans(ctx, conn)
 	s.release(conn, nil)
-	s.desc = fmt.Sprintf("PostgreSQL %s at %s (DATABASE_URL)", version, where)
+	s.desc = fmt.Sprintf("PostgreSQL %s at %s (DATABASE_URL%s)", version, where, which)
 	if swept > 0 {
 		s.desc += fmt.Sprintf("; dropped %d %s left by killed bank-sim runs", swept, plural(swept, "database", "databases"))
 	}

@@ -249,11 +249,23 @@ func runHTML(h *chaos.History, res chaos.Result, c clock, o ChaosOptions) templa
 	}
 	rows = append(rows, []Cell{C("faults fired"), {Text: fmt.Sprint(fired), Class: "num"}, C(h.Config.Faults.String())})
 	for _, cr := range h.Crashes {
+		if line := cr.FailoverLine(); line != "" {
+			// The terminal's words: a failover is not a restart, and what
+			// it lost comes from the standby it promoted.
+			rows = append(rows, []Cell{C("failover"), C("1"), C(line)})
+			continue
+		}
 		what := fmt.Sprintf("killed with SIGKILL at %s, back on the same data at %s", c.at(cr.AtNs), c.at(cr.UpNs))
 		if cr.Error != "" {
 			what = fmt.Sprintf("killed with SIGKILL at %s; restart failed: %s", c.at(cr.AtNs), cr.Error)
 		}
 		rows = append(rows, []Cell{C("postgres"), C("1"), C(what)})
+	}
+	if fc := h.FailoverCommand; fc != nil {
+		rows = append(rows, []Cell{C("failover-cmd"), C("1"), {HTML: template.HTML(Esc(fc.Line()) + "<pre>" + Esc(fc.Output) + "</pre>")}})
+	}
+	for _, pc := range res.PrimaryChanges {
+		rows = append(rows, []Cell{C("primary changed"), C(fmt.Sprint(len(pc.Crossing))), C(pc.Line())})
 	}
 	switch {
 	case h.Deterministic != nil:
@@ -362,6 +374,7 @@ svg .viol { stroke: var(--bad); stroke-width: 1.6; }
 svg .strike { fill: var(--bad); }
 svg .audit { stroke: #1565c0; stroke-width: 1; stroke-dasharray: 3 2; }
 svg .crash { stroke: #000; stroke-width: 2; }
+svg .failover { fill: #000; fill-opacity: .1; stroke: #000; stroke-dasharray: 4 2; }
 svg .phase { stroke: var(--muted); stroke-width: 1; stroke-dasharray: 1 2; }
 svg .vmark { fill: var(--bad); font-size: 11px; font-weight: 700; }
 svg .sel { stroke: #ff6f00; stroke-width: 2.5; }

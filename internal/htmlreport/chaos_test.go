@@ -342,3 +342,62 @@ func TestChaosReportsInABrowser(t *testing.T) {
 	}
 	c.AssertClean()
 }
+
+// A run through a failover says so on the page, as the terminal does: the
+// run table's failover row (the intent, the replication, what the standby
+// lacked, the promotion, the first write after) instead of a restart "on
+// the same data", and a marked band on the timeline and on every plot.
+func TestChaosReportNamesAFailover(t *testing.T) {
+	t.Parallel()
+	h := history(60, 5, 3)
+	h.Config.Failover = chaos.ReplicationAsync
+	mid := h.Intents[30].Attempts[0].StartNs
+	h.Crashes = []chaos.Crash{{AfterIntent: 30, AtNs: mid + 2_000_000, UpNs: mid + 9_000_000, Failover: &chaos.FailoverRecord{
+		Replication: chaos.ReplicationAsync, StalledNs: mid, Commits: 3, KilledNs: mid + 3_000_000, PromotedNs: mid + 6_000_000,
+		PrimaryPort: 5433, ServingPort: 5434}}}
+	out := render(t, htmlreport.Chaos(h, chaos.Check(h), htmlreport.ChaosOptions{}))
+	line := h.Crashes[0].FailoverLine()
+	for _, want := range []string{"at intent 30 (async replication)", "3 commits the standby lacks", "the standby promoted 3ms later", "writes again 6ms after the kill"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("the failover line %q does not say %q", line, want)
+		}
+	}
+	if !strings.Contains(out, "<td>failover</td>") || !strings.Contains(out, htmlreport.Esc(line)) {
+		t.Errorf("the run table has no failover row saying %q", line)
+	}
+	if strings.Contains(out, "back on the same data") {
+		t.Error("the page calls the failover a restart on the same data")
+	}
+	plots := strings.Count(out, `class="plot `)
+	if bands := strings.Count(out, `<rect class="failover" x=`); plots == 0 || bands != plots+1 {
+		t.Errorf("failover bands: %d, want one on the timeline and one on each of the %d plots", bands, plots)
+	}
+}
+
+// A change of primary on a team's cluster is on the page too: the team's
+// command and its output, the change (from which host to which, the
+// unavailability, the losses that cross it) in the run table, and a band
+// on the timeline and every plot.
+func TestChaosReportNamesAChangeOfPrimary(t *testing.T) {
+	t.Parallel()
+	h := history(60, 5, 3)
+	mid := h.Intents[30].Attempts[0].StartNs
+	h.FailoverCommand = &chaos.FailoverCommand{Command: "patronictl failover --force", AfterIntent: 30, StartNs: mid, EndNs: mid + 4_000_000,
+		Output: "Current cluster topology\n+ Cluster: bank <x> +\n"}
+	h.PrimaryChanges = []chaos.PrimaryChange{{Cause: chaos.CauseCommand, From: "10.0.0.1:5432", To: "10.0.0.2:5432", FromTimeline: 1, ToTimeline: 2,
+		LastSeenNs: mid, LostNs: mid + 1_000_000, SeenNs: mid + 3_000_000}}
+	res := chaos.Check(h)
+	out := render(t, htmlreport.Chaos(h, res, htmlreport.ChaosOptions{}))
+	if len(res.PrimaryChanges) != 1 {
+		t.Fatalf("the checker measured %d changes, want 1", len(res.PrimaryChanges))
+	}
+	for _, want := range []string{htmlreport.Esc(res.PrimaryChanges[0].Line()), htmlreport.Esc(h.FailoverCommand.Line()), "&lt;x&gt;", "10.0.0.1:5432 (timeline 1) → 10.0.0.2:5432 (timeline 2)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the page lacks %q", want)
+		}
+	}
+	plots := strings.Count(out, `class="plot `)
+	if bands := strings.Count(out, `<rect class="failover" x=`); plots == 0 || bands != plots+1 {
+		t.Errorf("bands: %d, want one on the timeline and one on each of the %d plots", bands, plots)
+	}
+}

@@ -33,6 +33,9 @@ func newClock(h *chaos.History) clock {
 	for _, c := range h.Crashes {
 		see(c.UpNs)
 	}
+	for _, pc := range h.PrimaryChanges {
+		see(pc.SeenNs)
+	}
 	if h.Cleanup != nil {
 		see(h.Cleanup.AtNs)
 	}

@@ -374,7 +374,21 @@ func momentLines(h *chaos.History, c clock, x func(int64) float64, y1, y2, rugY 
 		fmt.Fprintf(&b, `<line class="phase" x1="%.1f" y1="%d" x2="%.1f" y2="%d"><title>the key cleanup job ran at %s (deleted %d keys)</title></line>%s`,
 			x(cl.AtNs), y1, x(cl.AtNs), y2, Esc(c.at(cl.AtNs)), len(cl.Deleted), momentLabel(x(cl.AtNs), y1+16, "cleanup"))
 	}
+	for _, pc := range h.PrimaryChanges {
+		// From the moment the old primary stopped answering to the moment
+		// the new one answered.
+		from, to := x(pc.LostNs), x(pc.SeenNs)
+		fmt.Fprintf(&b, `<rect class="failover" x="%.1f" y="%d" width="%.1f" height="%d"><title>the primary changed from %s to %s (%s): lost at %s, the new one answering at %s</title></rect>%s`,
+			from, y1, max(to-from, 2), y2-y1, Esc(pc.From), Esc(pc.To), Esc(pc.Cause), Esc(c.at(pc.LostNs)), Esc(c.at(pc.SeenNs)), momentLabel(from, y1+24, "primary changed"))
+	}
 	for _, cr := range h.Crashes {
+		if f := cr.Failover; f != nil && cr.Error == "" {
+			// A band from the stall to the first write after: the time the
+			// run was failing over, and what the standby missed.
+			from, to := x(f.StalledNs), x(cr.UpNs)
+			fmt.Fprintf(&b, `<rect class="failover" x="%.1f" y="%d" width="%.1f" height="%d"><title>failover %s</title></rect>%s`,
+				from, y1, max(to-from, 2), y2-y1, Esc(cr.FailoverLine()), momentLabel(from, y1+24, "failover"))
+		}
 		fmt.Fprintf(&b, `<line class="crash" x1="%.1f" y1="%d" x2="%.1f" y2="%d"><title>PostgreSQL killed with SIGKILL at %s</title></line>`,
 			x(cr.AtNs), y1, x(cr.AtNs), y2, Esc(c.at(cr.AtNs)))
 	}
@@ -401,7 +415,8 @@ const timelineLegend = `<p class="legend">
 <svg width="10" height="12" aria-hidden="true"><text x="5" y="10" class="vmark" text-anchor="middle">✗</text></svg> a violation, when first seen ·
 <svg width="12" height="12" aria-hidden="true"><line x1="6" y1="0" x2="6" y2="12" class="audit"/></svg> an audit's snapshot (a tick along the top when there are many) ·
 <svg width="12" height="12" aria-hidden="true"><line x1="6" y1="0" x2="6" y2="12" class="phase"/></svg> healing / cleanup ·
-<svg width="12" height="12" aria-hidden="true"><line x1="6" y1="0" x2="6" y2="12" class="crash"/></svg> PostgreSQL killed
+<svg width="12" height="12" aria-hidden="true"><line x1="6" y1="0" x2="6" y2="12" class="crash"/></svg> PostgreSQL killed ·
+<svg width="18" height="10" aria-hidden="true"><rect x="1" y="1" width="16" height="8" class="failover"/></svg> a failover: from the standby's stall to the first write after
 </p>`
 
 // timelineJS picks out every attempt of one intent: clicked on the
