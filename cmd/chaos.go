@@ -288,10 +288,24 @@ some defence, else 0.`,
 	f.StringVar(&o.shard, "shard", "", "with --seeds: run only shard `K/N` of the campaign (every N-th seed, from the K-th); merge the shards with 'bank-sim check --merge'")
 	f.StringVar(&o.campaignOut, "campaign-out", "", "with --seeds: write the campaign's results as JSON to `FILE`, for 'bank-sim check --merge'")
 	addHTMLFlag(f, &o.html)
+	groupFlags(c, chaosFlagGroups)
 	_ = c.RegisterFlagCompletionFunc("bug", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 		return mistakes.Names(), cobra.ShellCompDirectiveNoFileComp
 	})
 	return c
+}
+
+// chaosFlagGroups are chaos's flags as its help shows them: by what they
+// are about, each group a screen at most.
+var chaosFlagGroups = []flagGroup{
+	{"Workload flags", []string{"seed", "intents", "duration", "clients", "accounts", "attempts", "bug"}},
+	{"Fault flags", []string{"faults", "kill-postgres", "partition", "cuts", "cut-for", "cut-at", "loss", "delay"}},
+	{"Cluster flags", []string{"servers", "http", "failover", "replication"}},
+	{"Determinism and campaign flags", []string{"deterministic", "shrink", "save-recipe", "seeds", "parallel", "shard", "campaign-out"}},
+	{"Target flags (with --target: someone else's transfer API)", []string{"target", "amount", "token", "account", "path", "key-header", "auth-header", "auth-scheme",
+		"from-field", "to-field", "amount-field", "id-field", "balance-field", "replayed-header", "exact-replays", "lookup",
+		"balances-url", "balances-field", "balances-sql", "allow-remote", "dry-run"}},
+	{"Output flags", []string{"json", "history", "html", "junit"}},
 }
 
 func parseBug(name string) (*mistakes.Bug, error) {
