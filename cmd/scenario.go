@@ -383,6 +383,9 @@ func runScenarios(c *cobra.Command, app *App, o scenarioOptions, args []string) 
 			pace.keys = readKeys(runCtx, app.Env.Stdin, lineMode)
 		}
 	}
+	if pace != nil {
+		run.opts.Held = pace.held
+	}
 	var class *classroom
 	if o.web {
 		class, err = startClassroom()

@@ -329,6 +329,9 @@ func Execute(ctx context.Context, s Scenario, dbs banks.Databases, seed uint64, 
 // amount).
 func ExecuteWith(ctx context.Context, s Scenario, dbs banks.Databases, seed uint64, obs Observer, o Options) (Report, error) {
 	start := time.Now()
+	if o.Held != nil {
+		o.heldAtStart = o.Held()
+	}
 	if obs == nil {
 		obs = nopObserver{}
 	}
@@ -360,7 +363,7 @@ func ExecuteWith(ctx context.Context, s Scenario, dbs banks.Databases, seed uint
 		obs.PhaseEnd(pr)
 	}
 	rep.Changes = o.changes(s, fired)
-	rep.Duration = time.Since(start)
+	rep.Duration = time.Since(start) - o.heldSince()
 	rep.Verdict = verdict(rep, o.changed())
 	obs.ScenarioEnd(rep)
 	return rep, nil
@@ -399,6 +402,7 @@ func runPhase(ctx context.Context, s Scenario, p Phase, index int, dbs banks.Dat
 		DB:        db.Pool,
 		Seed:      seed + uint64(index)*0x9e3779b97f4a7c15,
 		start:     start,
+		held:      o.heldSince,
 		obs:       obs,
 		opening:   bank.LessonAccounts,
 		done:      ctx.Done(),
