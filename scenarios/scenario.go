@@ -202,7 +202,8 @@ type Observer interface {
 // the clients, "network", the servers and "database"); an event without
 // them is narration.
 type Event struct {
-	// Elapsed is real time since the scenario started.
+	// Elapsed is real time since the scenario started, less the time a
+	// watcher held it (Options.Held: a teacher's pauses).
 	Elapsed time.Duration `json:"elapsedNs"`
 	// Clock is the simulated clock's offset from its start, when the phase
 	// uses one ("+31 s"); lock expiry runs on it.
@@ -295,6 +296,7 @@ type Report struct {
 	Phases   []PhaseReport `json:"phases"`
 	Passed   bool          `json:"passed"`
 	Verdict  string        `json:"verdict"`
+	// Duration is the run's time, without a watcher's pauses (Options.Held).
 	Duration time.Duration `json:"durationNs"`
 }
 
