@@ -74,7 +74,11 @@ type chaosOptions struct {
 	html string
 }
 
-func newChaosCmd(app *App) *cobra.Command {
+func newChaosCmd(app *App) *cobra.Command { return newChaosCmdWith(app, runChaos) }
+
+// newChaosCmdWith is chaos with runF in place of runChaos: a test reads
+// the options a command line gives.
+func newChaosCmdWith(app *App, runF func(*cobra.Command, *App, chaosOptions) error) *cobra.Command {
 	var o chaosOptions
 	c := &cobra.Command{
 		Use:   "chaos",
@@ -264,7 +268,7 @@ some defence, else 0.`,
 			}
 			return cobra.NoArgs(c, args)
 		},
-		RunE: func(c *cobra.Command, _ []string) error { return runChaos(c, app, o) },
+		RunE: func(c *cobra.Command, _ []string) error { return runF(c, app, o) },
 	}
 	f := c.Flags()
 	f.StringVar(&o.seed, "seed", "", "seed of the workload and the faults (and with --deterministic of the whole run); printed on each run; default: a new one")
@@ -304,10 +308,24 @@ some defence, else 0.`,
 	f.StringVar(&o.shard, "shard", "", "with --seeds: run only shard `K/N` of the campaign (every N-th seed, from the K-th); merge the shards with 'bank-sim check --merge'")
 	f.StringVar(&o.campaignOut, "campaign-out", "", "with --seeds: write the campaign's results as JSON to `FILE`, for 'bank-sim check --merge'")
 	addHTMLFlag(f, &o.html)
+	groupFlags(c, chaosFlagGroups)
 	_ = c.RegisterFlagCompletionFunc("bug", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 		return mistakes.Names(), cobra.ShellCompDirectiveNoFileComp
 	})
 	return c
+}
+
+// chaosFlagGroups are chaos's flags as its help shows them: by what they
+// are about, each group a screen at most.
+var chaosFlagGroups = []flagGroup{
+	{"Workload flags", []string{"seed", "intents", "duration", "clients", "accounts", "attempts", "bug"}},
+	{"Fault flags", []string{"faults", "kill-postgres", "partition", "cuts", "cut-for", "cut-at", "loss", "delay"}},
+	{"Cluster flags", []string{"servers", "http", "failover", "replication"}},
+	{"Determinism and campaign flags", []string{"deterministic", "shrink", "save-recipe", "seeds", "parallel", "shard", "campaign-out"}},
+	{"Target flags (with --target: someone else's transfer API)", []string{"target", "amount", "token", "account", "path", "key-header", "auth-header", "auth-scheme",
+		"from-field", "to-field", "amount-field", "id-field", "balance-field", "replayed-header", "exact-replays", "lookup",
+		"balances-url", "balances-field", "balances-sql", "allow-remote", "dry-run"}},
+	{"Output flags", []string{"json", "history", "html", "junit"}},
 }
 
 func parseBug(name string) (*mistakes.Bug, error) {
@@ -610,26 +628,42 @@ func (o chaosOptions) verdict(env *Env, out io.Writer, p *palette, h *chaos.Hist
 func chaosHTML(h *chaos.History, res chaos.Result, recipe *chaos.Recipe) *htmlreport.Doc {
 	res.Coverage = targetCoverage(h, res.Coverage)
 	o := htmlreport.ChaosOptions{CheckTitle: checkTitle, Recipe: recipe}
-	cfg := h.Config
-	if cfg.Target != nil {
+	if h.Config.Target != nil {
 		o.CheckTitle = targetCheckTitle
-	} else if cfg.Intents > 0 {
-		o.Repeat = fmt.Sprintf("bank-sim chaos --seed %d", h.Seed)
-		if h.Deterministic != nil {
-			o.Repeat += " --deterministic"
-		}
-		o.Repeat += campaignFlags(cfg)
-		if cfg.HTTP {
-			o.Repeat += " --http"
-		}
-		if cfg.Failover != "" {
-			o.Repeat += " --failover --replication " + cfg.Failover
-		} else if cfg.KillPostgres {
-			o.Repeat += " --kill-postgres"
-		}
-		o.Repeat += partitionFlags(cfg)
+	} else {
+		o.Repeat = chaosRepeat(h)
 	}
 	return htmlreport.Chaos(h, res, o)
+}
+
+// chaosRepeat is the command line that repeats h's run: every flag that
+// changes the run, the terminal's "repeat with" and the HTML report's
+// alike. A target's run (its URLs and contract) is the user's own command.
+func chaosRepeat(h *chaos.History) string {
+	cfg := h.Config
+	s := fmt.Sprintf("bank-sim chaos --seed %d", h.Seed)
+	if cfg.Target != nil {
+		return s
+	}
+	if h.Deterministic != nil {
+		s += " --deterministic"
+	}
+	if cfg.Intents == 0 && cfg.Duration > 0 {
+		// A run for a time: --intents 0 would be refused.
+		flags := campaignFlags(cfg)
+		s += " --duration " + cfg.Duration.String() + flags[strings.Index(flags, " --clients"):]
+	} else {
+		s += campaignFlags(cfg)
+	}
+	if cfg.HTTP {
+		s += " --http"
+	}
+	if cfg.Failover != "" {
+		s += " --failover --replication " + cfg.Failover
+	} else if cfg.KillPostgres {
+		s += " --kill-postgres"
+	}
+	return s + partitionFlags(cfg)
 }
 
 // verdictError is the exit a verdict gives: 0 VALID, 1 INVALID, 4
@@ -861,15 +895,7 @@ func printChaosResult(out io.Writer, p *palette, h *chaos.History, res chaos.Res
 	if res.Worst != res.First {
 		show("worst violation", res.Worst)
 	}
-	repeat := fmt.Sprintf("--seed %d", h.Seed)
-	if h.Deterministic != nil {
-		repeat += " --deterministic"
-	}
-	if h.Config.Failover != "" {
-		repeat += " --failover --replication " + h.Config.Failover
-	}
-	repeat += partitionFlags(h.Config)
-	fmt.Fprintf(out, "\n%s %d violation(s) · seed %d (repeat with %s)\n", p.bad.Sprint("INVALID"), len(res.Violations), h.Seed, repeat)
+	fmt.Fprintf(out, "\n%s %d violation(s) · seed %d (repeat with %s)\n", p.bad.Sprint("INVALID"), len(res.Violations), h.Seed, chaosRepeat(h))
 }
 
 // printCoverage prints how often each defence path was taken and each fault

@@ -98,7 +98,7 @@ func runCompare(c *cobra.Command, app *App, s scenarios.Scenario, seed uint64, h
 	}
 	compareTable(out, p, s, rep, wrapOr(app.Env.Width, 80))
 	if html != "" {
-		if err := writeHTML(app.Env, html, htmlreport.CompareDoc(compareHTML(s, rep))); err != nil {
+		if err := writeHTML(app.Env, html, htmlreport.CompareDoc(compareHTML(s, rep, seed))); err != nil {
 			return err
 		}
 	}
@@ -440,14 +440,16 @@ func (r *attemptRow) lines() []string {
 	return out
 }
 
-// compareHTML is compare's model as the HTML report takes it.
-func compareHTML(s scenarios.Scenario, rep scenarios.Report) htmlreport.Compare {
+// compareHTML is compare's model as the HTML report takes it. seed is the
+// run's, the one --seed repeats: rep.Seed is the story's own, derived from
+// it, and would repeat nothing.
+func compareHTML(s scenarios.Scenario, rep scenarios.Report, seed uint64) htmlreport.Compare {
 	m := newCompareModel(rep)
 	status := "PASS"
 	if !rep.Passed {
 		status = "FAIL"
 	}
-	c := htmlreport.Compare{Story: s.Name, Title: s.DisplayTitle(), Seed: rep.Seed, Passed: rep.Passed,
+	c := htmlreport.Compare{Story: s.Name, Title: s.DisplayTitle(), Seed: seed, Passed: rep.Passed,
 		Verdict:  status + " " + rep.Scenario + ": " + rep.Verdict,
 		Duration: humanDuration(rep.Duration.Round(time.Millisecond)), LeftOut: m.same, End: m.end}
 	for i, pr := range rep.Phases {

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // pflag's parse errors name Go's parsers ("strconv.ParseInt: parsing
@@ -12,8 +13,25 @@ import (
 // same in the user's terms: which flag, what was given, what it takes.
 var badFlagValue = regexp.MustCompile(`^invalid argument "(.*)" for "(?:-\w, )?--([\w-]+)" flag: `)
 
+// unknownFlag is pflag's word for a flag the command does not have.
+var unknownFlag = regexp.MustCompile(`^unknown flag: --([\w-]+)$`)
+
 func flagError(c *cobra.Command, err error) string {
 	msg := err.Error()
+	if m := unknownFlag.FindStringSubmatch(msg); m != nil {
+		// A slip between commands ("scenario --fault", "chaos --faults")
+		// or of the keyboard: name the flag meant.
+		var names []string
+		c.Flags().VisitAll(func(f *pflag.Flag) { names = append(names, f.Name) })
+		c.InheritedFlags().VisitAll(func(f *pflag.Flag) { names = append(names, f.Name) })
+		if close := closest(m[1], names); len(close) > 0 {
+			for i := range close {
+				close[i] = "--" + close[i]
+			}
+			return msg + "; did you mean " + orList(close) + "?"
+		}
+		return msg
+	}
 	m := badFlagValue.FindStringSubmatch(msg)
 	if m == nil {
 		return msg

@@ -76,7 +76,10 @@ func TestFlagErrorsSpeakTheUsersTerms(t *testing.T) {
 	c := &cobra.Command{Use: "x"}
 	c.Flags().Int("parallel", 4, "")
 	c.Flags().Duration("pace", 0, "")
+	c.Flags().String("faults", "", "")
 	cases := map[string]string{
+		`unknown flag: --fault`:   `unknown flag: --fault; did you mean --faults?`,
+		`unknown flag: --paralel`: `unknown flag: --paralel; did you mean --parallel?`,
 		`invalid argument "abc" for "--parallel" flag: strconv.ParseInt: parsing "abc": invalid syntax`: `--parallel "abc" is not a whole number`,
 		`invalid argument "soon" for "--pace" flag: time: invalid duration "soon"`:                      `--pace "soon" is not a duration such as 500ms, 10s, 2m or 1h`,
 		`unknown flag: --nope`: `unknown flag: --nope`,

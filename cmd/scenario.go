@@ -384,6 +384,9 @@ func runScenarios(c *cobra.Command, app *App, o scenarioOptions, args []string) 
 			pace.keys = readKeys(runCtx, app.Env.Stdin, lineMode)
 		}
 	}
+	if pace != nil {
+		run.opts.Held = pace.held
+	}
 	var class *classroom
 	if o.web {
 		class, err = startClassroom()
@@ -423,7 +426,11 @@ func runScenarios(c *cobra.Command, app *App, o scenarioOptions, args []string) 
 		// The recipe carries its own seed and schedule: the same run every time.
 		fmt.Fprintf(out, "bank-sim %s · recipe %s (its own seed and schedule: the same run every time)\n", version(), run.recipe)
 	} else if human {
-		fmt.Fprintf(out, "bank-sim %s · seed %d (repeat this run with --seed %d)\n", version(), run.seed, run.seed)
+		repeat := fmt.Sprintf("--seed %d", run.seed)
+		if run.bug != nil {
+			repeat += " --bug " + run.bug.Name
+		}
+		fmt.Fprintf(out, "bank-sim %s · seed %d (repeat this run with %s)\n", version(), run.seed, repeat)
 		if run.bug != nil {
 			fmt.Fprintf(out, "%s\n", p.warn.Sprintf("bug %s is on in every protected phase: %s", run.bug.Name, run.bug.Mistake))
 		}

@@ -31,6 +31,41 @@ type pacer struct {
 	mu      sync.Mutex
 	stopped bool // q, or no more input: no more pauses
 	quitted bool // q
+
+	// heldMu guards what the story's clock leaves out (held): pause keeps
+	// mu for its whole wait.
+	heldMu    sync.Mutex
+	heldTotal time.Duration // pauses and --pace waits that have ended
+	holding   time.Time     // when the current one began; zero if none
+}
+
+// hold marks the start (true) or end (false) of a wait the story's clock
+// leaves out.
+func (pc *pacer) hold(on bool) {
+	pc.heldMu.Lock()
+	defer pc.heldMu.Unlock()
+	switch {
+	case on:
+		pc.holding = time.Now()
+	case !pc.holding.IsZero():
+		pc.heldTotal += time.Since(pc.holding)
+		pc.holding = time.Time{}
+	}
+}
+
+// held is how long the story has been held so far, the current wait
+// included: Options.Held. A nil pacer held nothing.
+func (pc *pacer) held() time.Duration {
+	if pc == nil {
+		return 0
+	}
+	pc.heldMu.Lock()
+	defer pc.heldMu.Unlock()
+	d := pc.heldTotal
+	if !pc.holding.IsZero() {
+		d += time.Since(pc.holding)
+	}
+	return d
 }
 
 // line slows the story down after each line (--pace).
@@ -38,6 +73,8 @@ func (pc *pacer) line() {
 	if pc.pace <= 0 {
 		return
 	}
+	pc.hold(true)
+	defer pc.hold(false)
 	select {
 	case <-pc.ctx.Done():
 	case <-time.After(pc.pace):
@@ -58,10 +95,12 @@ func (pc *pacer) pause() {
 	}
 	var k byte
 	var ok bool
+	pc.hold(true)
 	select {
 	case <-pc.ctx.Done():
 	case k, ok = <-pc.keys:
 	}
+	pc.hold(false)
 	if pc.waiting != nil {
 		pc.waiting(false)
 	}

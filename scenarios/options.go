@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/banksim/bank-sim/bank"
 	"github.com/banksim/bank-sim/faults"
@@ -31,6 +32,21 @@ type Options struct {
 	// Snapshots reads the balances after every request a server answers
 	// (Event.Ledger), for `bank-sim compare`.
 	Snapshots bool
+	// Held, when set, is how long the run has been held so far by whoever
+	// watches it (a teacher's pauses under --step, --pace's waits): the
+	// story's clock (Event.Elapsed, Report.Duration) leaves it out, so that
+	// a paused story's times are its run's, as --timeline shows them.
+	Held func() time.Duration
+
+	heldAtStart time.Duration // Held when the scenario started
+}
+
+// heldSince is how long the run was held since the scenario started.
+func (o Options) heldSince() time.Duration {
+	if o.Held == nil {
+		return 0
+	}
+	return o.Held() - o.heldAtStart
 }
 
 func (o Options) changed() bool { return len(o.Faults) > 0 || o.Amount > 0 }

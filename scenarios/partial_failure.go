@@ -3,6 +3,7 @@ package scenarios
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/banksim/bank-sim/bank"
 	"github.com/jackc/pgx/v5"
@@ -43,7 +44,9 @@ func init() {
 			Run: func(ctx context.Context, r *Run) error {
 				typo := bank.TransferRequest{From: 1, To: 99, AmountKobo: r.Amount()}
 				r.Step("Ada sends %s to account 99, a typo: debit, credit, record, one statement at a time", bank.Naira(typo.AmountKobo))
-				rows, err := bank.NaiveTransfer(bank.WithIntent(ctx, "ada-to-99"), r.DB, typo)
+				id := r.sendDirect(1, fmt.Sprintf("transfer %s to account 99", bank.Naira(typo.AmountKobo)))
+				rows, err := bank.NaiveTransfer(bank.WithIntent(ctx, "ada-to-99"), tracedStatements{Querier: r.DB, r: r, id: id}, typo)
+				r.answerDirect(id, 1, answerText(err))
 				r.Step("the credit changed %d rows, and did not fail", rows)
 				r.Step("failed: %v", pgMessage(err))
 				r.Lesson().Expect(isForeignKeyViolation(err), "the third statement fails on the foreign key")
@@ -56,10 +59,16 @@ func init() {
 			Run: func(ctx context.Context, r *Run) error {
 				typo := bank.TransferRequest{From: 1, To: 99, AmountKobo: r.Amount()}
 				r.Step("the same three statements, inside BEGIN … COMMIT")
+				id := r.sendDirect(1, fmt.Sprintf("transfer %s to account 99", bank.Naira(typo.AmountKobo)))
+				r.databaseDirect(id, "BEGIN")
 				err := pgx.BeginFunc(ctx, r.DB, func(tx pgx.Tx) error {
-					_, err := bank.NaiveTransfer(bank.WithIntent(ctx, "ada-to-99"), tx, typo)
+					_, err := bank.NaiveTransfer(bank.WithIntent(ctx, "ada-to-99"), tracedStatements{Querier: tx, r: r, id: id}, typo)
 					return err
 				})
+				if err != nil {
+					r.databaseDirect(id, "ROLLBACK")
+				}
+				r.answerDirect(id, 1, answerText(err))
 				r.Step("failed: %v; the transaction rolled back, the debit with it", pgMessage(err))
 				r.Lesson().Expect(isForeignKeyViolation(err), "the third statement fails on the foreign key")
 				r.Lesson().ExpectBalances(ctx, 5_000_000, 500_000, 2_000_000)
@@ -68,6 +77,15 @@ func init() {
 			},
 		}},
 	})
+}
+
+// answerText is what the naive server answers: it has no refusals of its
+// own, only the database's error.
+func answerText(err error) string {
+	if err != nil {
+		return "error"
+	}
+	return "done"
 }
 
 func isForeignKeyViolation(err error) bool {

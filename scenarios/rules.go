@@ -53,7 +53,9 @@ func init() {
 			Run: func(ctx context.Context, r *Run) error {
 				for i, q := range requests {
 					intent := fmt.Sprintf("rule-%d-%s", i+1, q.label)
+					id := r.sendDirect(q.userID, "POST "+q.body)
 					var resp bank.Response
+					read := false
 					err := bank.InTx(bank.WithIntent(ctx, intent), r.DB, func(tx pgx.Tx) error {
 						req, refusal := bank.ParseTransferRequest([]byte(q.body))
 						if refusal != nil {
@@ -61,15 +63,19 @@ func init() {
 							return nil
 						}
 						var err error
+						read = true
 						resp, err = bank.Transfer(bank.WithIntent(ctx, intent), tx, q.userID, req)
 						return err
 					})
 					if err != nil {
 						return err
 					}
+					if read {
+						r.databaseDirect(id, rulesDatabaseText(resp))
+					}
 					req, _ := bank.ParseTransferRequest([]byte(q.body))
 					r.Told(bank.Told{Intent: intent, UserID: q.userID, Request: req, Response: resp})
-					r.emit(Event{Kind: KindAttempt, Text: fmt.Sprintf("%-18s %s", q.label, Describe(resp))})
+					r.emit(Event{Kind: KindAttempt, From: "server", To: userName(q.userID), Delivery: id, Text: fmt.Sprintf("%-18s %s", q.label, Describe(resp))})
 					want := fmt.Sprintf("%d %s", q.status, q.code)
 					if q.code == "" {
 						want = fmt.Sprintf("%d transfer", q.status)
@@ -82,4 +88,14 @@ func init() {
 			},
 		}},
 	})
+}
+
+// rulesDatabaseText is what one of the rules' requests did in the
+// database: a refusal is decided on what the transaction read, and writes
+// nothing.
+func rulesDatabaseText(resp bank.Response) string {
+	if rc, ok := resp.Receipt(); ok {
+		return fmt.Sprintf("transfer %d, COMMIT", rc.TransferID)
+	}
+	return "reads the accounts, writes nothing: " + resp.Code()
 }

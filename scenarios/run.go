@@ -25,6 +25,7 @@ type Run struct {
 	mu           sync.Mutex
 	rng          *rand.Rand
 	start        time.Time
+	held         func() time.Duration // how long the story was held since start (Options.Held)
 	obs          Observer
 	opening      []bank.Account
 	clock        *faults.Clock
@@ -123,6 +124,9 @@ func (r *Run) emit(e Event) {
 	}
 	r.mu.Lock()
 	e.Elapsed = time.Since(r.start)
+	if r.held != nil {
+		e.Elapsed -= r.held()
+	}
 	if r.clock != nil {
 		e.Clock = "+" + Dur(r.clock.Now().Sub(r.clockStart))
 	}

@@ -215,7 +215,8 @@ type Observer interface {
 // the clients, "network", the servers and "database"); an event without
 // them is narration.
 type Event struct {
-	// Elapsed is real time since the scenario started.
+	// Elapsed is real time since the scenario started, less the time a
+	// watcher held it (Options.Held: a teacher's pauses).
 	Elapsed time.Duration `json:"elapsedNs"`
 	// Clock is the simulated clock's offset from its start, when the phase
 	// uses one ("+31 s"); lock expiry runs on it.
@@ -308,6 +309,7 @@ type Report struct {
 	Phases   []PhaseReport `json:"phases"`
 	Passed   bool          `json:"passed"`
 	Verdict  string        `json:"verdict"`
+	// Duration is the run's time, without a watcher's pauses (Options.Held).
 	Duration time.Duration `json:"durationNs"`
 }
 
@@ -342,6 +344,9 @@ func Execute(ctx context.Context, s Scenario, dbs banks.Databases, seed uint64, 
 // amount).
 func ExecuteWith(ctx context.Context, s Scenario, dbs banks.Databases, seed uint64, obs Observer, o Options) (Report, error) {
 	start := time.Now()
+	if o.Held != nil {
+		o.heldAtStart = o.Held()
+	}
 	if obs == nil {
 		obs = nopObserver{}
 	}
@@ -379,7 +384,7 @@ func ExecuteWith(ctx context.Context, s Scenario, dbs banks.Databases, seed uint
 		obs.PhaseEnd(pr)
 	}
 	rep.Changes = o.changes(s, fired)
-	rep.Duration = time.Since(start)
+	rep.Duration = time.Since(start) - o.heldSince()
 	rep.Verdict = verdict(rep, o.changed())
 	obs.ScenarioEnd(rep)
 	return rep, nil
@@ -423,6 +428,7 @@ func runPhase(ctx context.Context, s Scenario, p Phase, index int, dbs banks.Dat
 		Seed:      seed + uint64(index)*0x9e3779b97f4a7c15,
 		prepared:  prepared,
 		start:     start,
+		held:      o.heldSince,
 		obs:       obs,
 		opening:   bank.LessonAccounts,
 		done:      ctx.Done(),

@@ -3,6 +3,7 @@ package scenarios_test
 import (
 	"context"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -151,12 +152,34 @@ func TestEveryScenarioPassesWithTheLessonsNumbers(t *testing.T) {
 				if p.Error != "" {
 					t.Errorf("%s: %s", p.Title, p.Error)
 				}
+				// Its pictures (--timeline, the HTML's diagrams) have a lane
+				// per party: a story told as a column of notes shows no one.
+				if lanes := eventLanes(p); len(lanes) < 2 {
+					t.Errorf("%s: the diagram's lanes are %q; want at least 2 (the app, the server, the database…)", p.Title, lanes)
+				}
 			}
 			if !rep.Passed {
 				t.Errorf("verdict: %s", rep.Verdict)
 			}
 		})
 	}
+}
+
+// eventLanes are the lanes a phase's events name, as its diagrams draw
+// them.
+func eventLanes(p scenarios.PhaseReport) []string {
+	var lanes []string
+	for _, e := range p.Events {
+		for _, l := range []string{e.From, e.To, e.Lane} {
+			if l != "" && !slices.Contains(lanes, l) {
+				lanes = append(lanes, l)
+			}
+		}
+		if e.Kind == scenarios.KindServer && e.Lane == "" && !slices.Contains(lanes, "server") {
+			lanes = append(lanes, "server")
+		}
+	}
+	return lanes
 }
 
 // Each control must break the invariant that its protection exists for.

@@ -1,8 +1,10 @@
 package htmlreport
 
 import (
+	"cmp"
 	"fmt"
 	"html/template"
+	"slices"
 	"strings"
 
 	"github.com/banksim/bank-sim/bank"
@@ -131,7 +133,11 @@ func violationsHTML(h *chaos.History, res chaos.Result, c clock, involved []int,
 	}
 	b.WriteString("</p>\n")
 	t := Table{ID: "violation-list", Head: []string{"#", "rule broken", "seen at", "money involved", "intent", "what happened"}}
-	for i, v := range res.Violations {
+	// In the order they could be seen, as a timeline reads; the checker
+	// lists them rule by rule.
+	inTime := slices.Clone(res.Violations)
+	slices.SortStableFunc(inTime, func(a, b chaos.Violation) int { return cmp.Compare(a.AtNs, b.AtNs) })
+	for i, v := range inTime {
 		if i == maxViolationRows {
 			break
 		}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -399,5 +400,37 @@ func TestChaosReportNamesAChangeOfPrimary(t *testing.T) {
 	plots := strings.Count(out, `class="plot `)
 	if bands := strings.Count(out, `<rect class="failover" x=`); plots == 0 || bands != plots+1 {
 		t.Errorf("bands: %d, want one on the timeline and one on each of the %d plots", bands, plots)
+	}
+}
+
+// The violations table reads down in time, every time in one unit with
+// fixed decimals: the checker lists violations rule by rule, and Go's
+// durations mix "573.344ms" with "1.159278s".
+func TestChaosViolationsTableInTimeOrderInOneUnit(t *testing.T) {
+	t.Parallel()
+	h := history(40, 4, 3)
+	h.Duration = 2 * time.Second
+	res := chaos.Check(h)
+	res.Violations = []chaos.Violation{
+		{Kind: chaos.KindTwice, Detail: "late", Intent: 9, AtNs: 1_159_278_000},
+		{Kind: chaos.KindTwice, Detail: "early", Intent: 3, AtNs: 573_344_000},
+		{Kind: chaos.KindTwice, Detail: "soonest", Intent: 6, AtNs: 41_500},
+	}
+	res.ByKind = map[string]int{chaos.KindTwice: 3}
+	res.First, res.Worst = &res.Violations[0], &res.Violations[0]
+	out := render(t, htmlreport.Chaos(h, res, htmlreport.ChaosOptions{}))
+	start := strings.Index(out, `<table id="violation-list">`)
+	if start < 0 {
+		t.Fatal("no violations table")
+	}
+	table, _, _ := strings.Cut(out[start:], "</table>")
+	rows := regexp.MustCompile(`<tr><td>[^<]*</td><td[^>]*>.*?</td><td>([^<]*)</td>.*?<td>(\w+)</td></tr>`).FindAllStringSubmatch(table, -1)
+	var got []string
+	for _, r := range rows {
+		got = append(got, r[1]+" "+r[2])
+	}
+	want := []string{"0.042 ms soonest", "573.344 ms early", "1,159.278 ms late"}
+	if !slices.Equal(got, want) {
+		t.Errorf("violations table rows (seen at, what happened):\n got %q\nwant %q", got, want)
 	}
 }

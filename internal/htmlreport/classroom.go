@@ -51,8 +51,13 @@ func ClassroomPage(title, statePath, nextPath string) []byte {
 	return b.Bytes()
 }
 
+// The Next bar is fixed to the window's bottom: the page keeps room for it
+// (--bar, its height, which the script measures) below the last line and
+// when it scrolls the newest part into view, or the phase's verdict, the
+// last thing drawn, would lie under it.
 const classroomCSS = `
-body { max-width: none; font-size: 22px; padding: 1rem 2rem 6rem; }
+:root { --bar: 5rem; scroll-padding-bottom: calc(var(--bar) + 1rem); }
+body { max-width: none; font-size: 22px; padding: 1rem 2rem calc(var(--bar) + 2rem); }
 h1 { font-size: 2.2rem; }
 h2 { font-size: 1.6rem; }
 svg.seq { width: 100%; max-width: 1600px; height: auto; }
@@ -74,7 +79,7 @@ const classroomJS = `
   var version = 0, failures = 0;
   var body = document.body, stage = document.getElementById('stage');
   var next = document.getElementById('next'), status = document.getElementById('status');
-  var verdict = document.getElementById('verdict');
+  var verdict = document.getElementById('verdict'), bar = document.getElementById('bar');
   function apply(s) {
     version = s.version;
     stage.innerHTML = s.stage;
@@ -89,9 +94,16 @@ const classroomJS = `
       verdict.className = 'verdict ' + (s.ok ? 'ok' : 'bad');
       verdict.textContent = (s.ok ? '✓ ' : '✗ ') + s.verdict;
     }
+    fitBar();
     var last = s.done ? verdict : stage.lastElementChild;
     if (last && last.scrollIntoView) { last.scrollIntoView({block: 'end'}); }
   }
+  // --bar is the Next bar's height as drawn (its status may wrap): the
+  // room kept below the story and left clear by scrollIntoView.
+  function fitBar() {
+    document.documentElement.style.setProperty('--bar', bar.offsetHeight + 'px');
+  }
+  window.addEventListener('resize', fitBar);
   function poll() {
     fetch('%s?after=' + version, {cache: 'no-store'})
       .then(function (r) { if (!r.ok) { throw new Error('HTTP ' + r.status); } return r.json(); })

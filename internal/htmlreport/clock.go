@@ -55,20 +55,42 @@ func newClock(h *chaos.History) clock {
 	return c
 }
 
-// at says when an offset was: "12.345ms" or "step 1234".
+// at says when an offset was: "1,159.278 ms" or "step 1234". One unit
+// with fixed decimals for a whole report, so that a column of times reads
+// down without "573.344ms" beside "1.159278s".
 func (c clock) at(v int64) string {
 	if c.det {
 		return fmt.Sprintf("step %d", v)
 	}
-	return time.Duration(v).Round(time.Microsecond).String()
+	return millis(v)
 }
 
-// span says how long an offset difference is.
+// span says how long an offset difference is, in at's unit.
 func (c clock) span(v int64) string {
 	if c.det {
 		return fmt.Sprintf("%d steps", v)
 	}
-	return time.Duration(v).Round(time.Microsecond).String()
+	return millis(v)
+}
+
+// millis is ns in milliseconds with three decimals (to the microsecond)
+// and thousands grouped: "1,159.278 ms".
+func millis(ns int64) string {
+	sign := ""
+	if ns < 0 {
+		sign, ns = "-", -ns
+	}
+	us := (ns + 500) / 1000
+	return fmt.Sprintf("%s%s.%03d ms", sign, group(us/1000), us%1000)
+}
+
+// group writes n with commas between thousands.
+func group(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
 }
 
 // axisTitle names the time axis with its unit.

@@ -1,10 +1,12 @@
 package htmlreport_test
 
 import (
+	"html"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/banksim/bank-sim/internal/htmlreport"
 )
@@ -46,5 +48,51 @@ func TestSequenceDrawsEveryRowEscaped(t *testing.T) {
 	}
 	if strings.Contains(out, "<b>") || strings.Contains(out, "<phase>") {
 		t.Errorf("unescaped text in %s", out)
+	}
+}
+
+// Long text (PostgreSQL's errors, a constraint's name longer than a lane)
+// stays inside its box: every line of a note or fault within its rectangle,
+// every line of an arrow or a step within the picture.
+func TestSequenceKeepsLongTextInsideItsBox(t *testing.T) {
+	long := `INSERT INTO transfers VALUES (1, 99, 1000000, 'ada-to-99'): ERROR insert or update on table "transfers" violates foreign key constraint "transfers_to_account_fkey_with_a_much_longer_name_than_any_lane"`
+	q := htmlreport.Sequence{Label: "long", Lanes: []htmlreport.SeqLane{{ID: "Ada", Name: "Ada's app"}, {ID: "server", Name: "server"}, {ID: "database", Name: "database"}},
+		Rows: []htmlreport.SeqRow{
+			{Kind: htmlreport.SeqRequest, From: "server", To: "database", Label: long},
+			{Kind: htmlreport.SeqNote, Lane: "server", Label: long},
+			{Kind: htmlreport.SeqFault, Lane: "database", Label: long},
+			{Kind: htmlreport.SeqNote, Lane: "Ada", Label: long},
+			{Kind: htmlreport.SeqStep, Label: long},
+		}}
+	svg := string(q.SVG())
+	width, _ := strconv.ParseFloat(regexp.MustCompile(`viewBox="0 0 ([\d.]+) `).FindStringSubmatch(svg)[1], 64)
+	num := func(s string) float64 { f, _ := strconv.ParseFloat(s, 64); return f }
+	const charW = 7.2 // the diagram's own estimate of a character at 13px
+	rowRE := regexp.MustCompile(`<g class="(msg request|note|fault|step)"[^>]*>(.*?)</g>`)
+	rectRE := regexp.MustCompile(`<rect x="([\d.-]+)" y="[\d.-]+" width="([\d.]+)"`)
+	textRE := regexp.MustCompile(`<text x="([\d.-]+)" y="[\d.-]+" text-anchor="(\w+)" class="(?:label|note|fault|step)">([^<]*)</text>`)
+	rows := rowRE.FindAllStringSubmatch(svg, -1)
+	if len(rows) != len(q.Rows) {
+		t.Fatalf("%d rows drawn, want %d", len(rows), len(q.Rows))
+	}
+	for _, row := range rows {
+		lo, hi := 0.0, width
+		if r := rectRE.FindStringSubmatch(row[2]); r != nil && row[1] != "msg request" {
+			lo, hi = num(r[1]), num(r[1])+num(r[2])
+		}
+		texts := textRE.FindAllStringSubmatch(row[2], -1)
+		if len(texts) < 2 {
+			t.Errorf("%s: the long label is on %d line(s), want it wrapped", row[1], len(texts))
+		}
+		for _, tx := range texts {
+			n := float64(utf8.RuneCountInString(html.UnescapeString(tx[3])))
+			x0, x1 := num(tx[1]), num(tx[1])+n*charW
+			if tx[2] == "end" {
+				x0, x1 = num(tx[1])-n*charW, num(tx[1])
+			}
+			if x0 < lo-0.5 || x1 > hi+0.5 {
+				t.Errorf("%s: line %q spans %.0f–%.0f, outside its box %.0f–%.0f", row[1], tx[3], x0, x1, lo, hi)
+			}
+		}
 	}
 }
