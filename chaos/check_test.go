@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -703,6 +704,13 @@ func TestCheckerBreaksEachConditionAlone(t *testing.T) {
 			h.Intents[0].Attempts = h.Intents[0].Attempts[:1]
 			h.Intents[0].Outcome = chaos.SeenUnknown
 		}, []string{chaos.KindUnresolved}},
+		// key-lost: every final answer's key, a stored refusal's as well as a
+		// 201's, across a failover as across a plain run (issue 30, kind 4).
+		{chaos.KindKeyLost, "a stored refusal's key lost across a failover", "keys of 201s only (a.Seen != SeenOK skipped)", func(h *chaos.History) {
+			h.Config.Failover = chaos.ReplicationAsync
+			h.Crashes = []chaos.Crash{{AfterIntent: 1, AtNs: 30, UpNs: 40}}
+			h.CompletedKeys = slices.DeleteFunc(h.CompletedKeys, func(k string) bool { return k == "2/"+key(1) })
+		}, []string{chaos.KindKeyLost}},
 		// wrong-answer, a refusal the accounts decide: its status and its code.
 		{chaos.KindWrong, "a decided refusal's status", "resp.Status == x.status dropped", func(h *chaos.History) {
 			a := &h.Intents[3].Attempts[0] // another user's account: only 404 account_not_found
