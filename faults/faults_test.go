@@ -262,15 +262,29 @@ func TestDelayHoldsTheRequestAtLeastItsLatency(t *testing.T) {
 		t.Errorf("the request reached the server after %s, before its latency of %s", arrivedAfter, f.Latency)
 	}
 
-	reached := false
-	short, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
-	defer cancel()
-	_, err = f.Deliver(short, env(), delivery(), func(context.Context, idem.Request) (bank.Response, error) {
-		reached = true
-		return bank.Response{}, nil
-	})
-	if err == nil || reached {
-		t.Errorf("a client that gave up after 5 ms: err %v, reached the server %v; want an error and no request", err, reached)
+	// A client that gives up while its request is held: the request never
+	// reaches the server, and the client hears at once. The hold is an
+	// hour, so only the client's giving up can end it; no deadline races a
+	// timer on a loaded machine.
+	var reached atomic.Bool
+	long := &faults.Delay{Latency: time.Hour}
+	gaveUp, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := long.Deliver(gaveUp, env(), delivery(), func(context.Context, idem.Request) (bank.Response, error) {
+			reached.Store(true)
+			return bank.Response{}, nil
+		})
+		done <- err
+	}()
+	cancel()
+	select {
+	case err = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a client that gave up was still held 10 s later: the delay ignores its context")
+	}
+	if !errors.Is(err, context.Canceled) || reached.Load() {
+		t.Errorf("a client that gave up: err %v, reached the server %v; want context.Canceled and no request", err, reached.Load())
 	}
 }
 
