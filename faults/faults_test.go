@@ -201,8 +201,20 @@ func TestCrashAfterClaimLeavesTheKeyClaimed(t *testing.T) {
 				t.Fatalf("%d transfers while the server sleeps after its claim, want 0", n)
 			}
 			if !woken {
+				// A dead server does nothing: once its goroutine has ended
+				// (Wake after Kill returns then, and does not wake it), the
+				// key is still its.
 				s.Kill()
-				time.Sleep(50 * time.Millisecond) // a dead server does nothing; give it the chance to do something wrong
+				ended := make(chan struct{})
+				go func() { _, _ = s.Wake(); close(ended) }()
+				select {
+				case <-ended:
+				case <-time.After(10 * time.Second):
+					t.Fatal("the killed server's goroutine had not ended 10 s after the kill")
+				}
+				if s.CarriedOn() {
+					t.Errorf("the killed server carried on past its claim")
+				}
 				if st, lock := keyState(t, pool); st != "in_progress" || lock != s.Claim.LockID {
 					t.Errorf("after the kill the key is %s under %q, want still in_progress under the sleeper's lock", st, lock)
 				}
