@@ -91,8 +91,8 @@ func (t *Target) allows(in *Intent, a *probe.Answer) (bool, string) {
 }
 
 // checkTarget verifies a target run's history.
-func checkTarget(h *History) Result {
-	c := checker{h: h, f: newFacts(h), res: Result{ByKind: map[string]int{}}}
+func checkTarget(h *History, off map[string]bool) Result {
+	c := checker{h: h, f: newFacts(h), res: Result{ByKind: map[string]int{}}, off: off}
 	t := h.Config.Target
 	var skipped []Unchecked
 	if len(h.Final.Accounts) > 0 {

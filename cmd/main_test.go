@@ -78,6 +78,7 @@ func TestUsageErrorsExitTwoWithoutStartingPostgres(t *testing.T) {
 		"replication alone":    {"chaos", "--bug", "async-replication"},
 		"compare html dir":     {"compare", "lost-response", "--html", filepath.Join(t.TempDir(), "no", "such", "c.html")},
 		"audit html is a dir":  {"audit", "--html", t.TempDir()},
+		"audit unknown rule":   {"audit", "--off", "key-lost,nope"},
 		"probe html dir":       {"probe", "http://127.0.0.1:1", "--html", filepath.Join(t.TempDir(), "no", "such", "p.html")},
 		"probe html dry run":   {"probe", "http://127.0.0.1:1", "--dry-run", "--html", filepath.Join(t.TempDir(), "p.html")},
 		"partition det":        {"chaos", "--partition", "--deterministic", "--intents", "10"},
