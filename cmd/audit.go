@@ -247,11 +247,9 @@ func printAlone(out io.Writer, p *palette, rep chaos.AuditReport) {
 	fmt.Fprintln(out, "the mistakes each rule of the chaos checker alone catches (no scenario caught them; their chaos run broke that rule only):")
 	tw := tabwriter.NewWriter(out, 0, 0, 1, ' ', 0)
 	for _, k := range chaos.Kinds() {
-		bugs := "none: no built-in mistake needs this rule"
+		bugs := p.dim.Sprint("none: no built-in mistake needs this rule")
 		if len(alone[k]) > 0 {
 			bugs = strings.Join(alone[k], ", ")
-		} else {
-			bugs = p.dim.Sprint(bugs)
 		}
 		fmt.Fprintf(tw, "   %s\t%s\n", k, bugs)
 	}
