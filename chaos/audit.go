@@ -34,6 +34,10 @@ type AuditConfig struct {
 	// mistake caught?" in a fraction of the time; the whole matrix answers
 	// "by what?".
 	FirstCatch bool
+	// Off are the chaos checker's rules switched off (kinds): the chaos
+	// column judges its runs without them (CheckWithout), to show which
+	// mistakes a rule alone catches.
+	Off []string
 }
 
 // AuditRow is one bug (or the clean handler) against every check.
@@ -53,6 +57,9 @@ type AuditRow struct {
 	// Seeds are the seeds of the row's chaos runs: the audit's, and for the
 	// correct handler the next ones it took to reach every defence.
 	Seeds []Seed `json:"seeds,omitempty"`
+	// Broken are the rules the chaos run that caught the row broke, in
+	// Kinds' order.
+	Broken []string `json:"broken,omitempty"`
 }
 
 // Any reports whether some column caught the row's bug.
@@ -98,6 +105,30 @@ func (r AuditReport) Verdict() string {
 		return Inconclusive
 	}
 	return Valid
+}
+
+// Alone maps each rule of the chaos checker (Kinds) to the mistakes that
+// rule alone catches: no scenario caught them, and their chaos run broke
+// that rule and no other. Switched off, such a rule lets them through. A
+// rule with none is listed with none: no built-in mistake needs it.
+func (r AuditReport) Alone() map[string][]string {
+	out := map[string][]string{}
+	for _, k := range Kinds() {
+		out[k] = nil
+	}
+	for _, row := range r.Rows {
+		if len(row.Broken) != 1 || !row.Caught[ChaosColumn] {
+			continue
+		}
+		scenario := false
+		for c, caught := range row.Caught {
+			scenario = scenario || caught && c != ChaosColumn
+		}
+		if !scenario {
+			out[row.Broken[0]] = append(out[row.Broken[0]], row.Bug)
+		}
+	}
+	return out
 }
 
 // Passed reports whether every bug was caught, the clean handler by none,
@@ -184,7 +215,7 @@ func Audit(ctx context.Context, dbs banks.Databases, cfg AuditConfig) (AuditRepo
 			defer wg.Done()
 			defer func() { <-sem }()
 			for i, column := range j.columns {
-				caught, why, missing, seeds, err := cell(ctx, dbs, pools, cfg, bug, column)
+				caught, why, missing, seeds, broken, err := cell(ctx, dbs, pools, cfg, bug, column)
 				mu.Lock()
 				if err != nil {
 					if firstErr == nil {
@@ -195,7 +226,7 @@ func Audit(ctx context.Context, dbs banks.Databases, cfg AuditConfig) (AuditRepo
 				}
 				rows[j.row].Caught[column] = caught
 				if column == ChaosColumn {
-					rows[j.row].Missing, rows[j.row].Seeds = missing, seeds
+					rows[j.row].Missing, rows[j.row].Seeds, rows[j.row].Broken = missing, seeds, broken
 				}
 				if caught {
 					rows[j.row].Why[column] = why
@@ -223,9 +254,11 @@ func Audit(ctx context.Context, dbs banks.Databases, cfg AuditConfig) (AuditRepo
 }
 
 // cell runs one check with one bug (nil: the clean handler); for the chaos
-// column it also says what the runs never exercised, and their seeds.
-func cell(ctx context.Context, dbs banks.Databases, pools *poolCache, cfg AuditConfig, bug *mistakes.Bug, column string) (caught bool, why string, missing []string, seeds []Seed, err error) {
+// column it also says what the runs never exercised, their seeds, and the
+// rules the run that caught the bug broke.
+func cell(ctx context.Context, dbs banks.Databases, pools *poolCache, cfg AuditConfig, bug *mistakes.Bug, column string) (caught bool, why string, missing []string, seeds []Seed, broken []string, err error) {
 	if column == ChaosColumn {
+		var last Result
 		run := func(seed uint64) (Result, error) {
 			c := cfg.Chaos
 			c.Seed, c.Bug = seed, bug
@@ -233,26 +266,35 @@ func cell(ctx context.Context, dbs banks.Databases, pools *poolCache, cfg AuditC
 			if err != nil {
 				return Result{}, err
 			}
-			return Check(h), nil
+			last = CheckWithout(h, cfg.Off)
+			return last, nil
 		}
 		runs := 1
 		if bug == nil {
 			runs = AuditCoverageRuns
 		}
-		return chaosCell(cfg.Seed, runs, run)
+		caught, why, missing, seeds, err = chaosCell(cfg.Seed, runs, run)
+		if caught {
+			for _, k := range Kinds() {
+				if last.ByKind[k] > 0 {
+					broken = append(broken, k)
+				}
+			}
+		}
+		return caught, why, missing, seeds, broken, err
 	}
 	s, ok := scenarios.Get(column)
 	if !ok {
-		return false, "", nil, nil, fmt.Errorf("no scenario %s", column)
+		return false, "", nil, nil, nil, fmt.Errorf("no scenario %s", column)
 	}
 	rep, err := scenarios.ExecuteWith(ctx, s, dbs, cfg.Seed, nil, scenarios.Options{Bug: bug, SkipControls: true})
 	if err != nil {
-		return false, "", nil, nil, err
+		return false, "", nil, nil, nil, err
 	}
 	if !rep.Caught() {
-		return false, "", nil, nil, nil
+		return false, "", nil, nil, nil, nil
 	}
-	return true, rep.Verdict, nil, nil, nil
+	return true, rep.Verdict, nil, nil, nil, nil
 }
 
 // chaosCell is the chaos column of one row: run on seed, and while the runs

@@ -53,7 +53,13 @@ func TestAuditCatchesEveryBugAndNotTheCleanHandler(t *testing.T) {
 				t.Errorf("bug %s: caught by %v after %d checks, want the first catch to end its row", row.Bug, by, filled)
 			}
 		}
-		t.Logf("%-20s caught by %v", row.Bug, by)
+		if row.Caught[chaos.ChaosColumn] && len(row.Broken) == 0 {
+			t.Errorf("bug %s: caught by the chaos run, which names no rule broken", row.Bug)
+		}
+		t.Logf("%-20s caught by %v (chaos: %v)", row.Bug, by, row.Broken)
+	}
+	for _, k := range chaos.Kinds() {
+		t.Logf("%-26s alone catches %v", k, rep.Alone()[k])
 	}
 	caught, total := rep.KillRatio()
 	if !rep.Passed() {

@@ -3,6 +3,7 @@ package chaos_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"reflect"
 	"strings"
@@ -275,5 +276,28 @@ func TestKillPostgresNeedsACrash(t *testing.T) {
 	t.Parallel()
 	if _, err := chaos.RunWith(context.Background(), nil, chaos.Config{KillPostgres: true}, chaos.Options{}); !errors.Is(err, chaos.ErrNoCrash) {
 		t.Fatalf("got %v, want ErrNoCrash", err)
+	}
+}
+
+// Issue 30, kind 1: a defence path is counted on the event that proves it.
+// A server stopped after its claim counts as late-server-woken only when it
+// carried on past its claim, not when the call that wakes it returned: a run
+// whose stopped servers were killed instead takes the path zero times. Free
+// and deterministic, 20 intents, servers stopped often.
+func TestLateServerCountedOnlyWhenItCarriedOn(t *testing.T) {
+	t.Parallel()
+	for _, det := range []bool{false, true} {
+		t.Run(fmt.Sprintf("deterministic %v", det), func(t *testing.T) {
+			t.Parallel()
+			cfg := chaos.Config{Seed: 3, Clients: 2, Intents: 20, Deterministic: det, Faults: chaos.Rates{chaos.FaultCrashAfterClaim: 0.4}}
+			h := run(t, cfg)
+			stopped, woken := h.Fired[chaos.FaultCrashAfterClaim], h.Server[chaos.PathWoken]
+			if stopped == 0 {
+				t.Fatalf("seed %d: no server was stopped after its claim; pick another seed", cfg.Seed)
+			}
+			if woken == 0 || woken > stopped {
+				t.Errorf("seed %d: %d servers stopped after their claim, %d counted as woken: want between 1 and %d", cfg.Seed, stopped, woken, stopped)
+			}
+		})
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -703,6 +704,13 @@ func TestCheckerBreaksEachConditionAlone(t *testing.T) {
 			h.Intents[0].Attempts = h.Intents[0].Attempts[:1]
 			h.Intents[0].Outcome = chaos.SeenUnknown
 		}, []string{chaos.KindUnresolved}},
+		// key-lost: every final answer's key, a stored refusal's as well as a
+		// 201's, across a failover as across a plain run (issue 30, kind 4).
+		{chaos.KindKeyLost, "a stored refusal's key lost across a failover", "keys of 201s only (a.Seen != SeenOK skipped)", func(h *chaos.History) {
+			h.Config.Failover = chaos.ReplicationAsync
+			h.Crashes = []chaos.Crash{{AfterIntent: 1, AtNs: 30, UpNs: 40}}
+			h.CompletedKeys = slices.DeleteFunc(h.CompletedKeys, func(k string) bool { return k == "2/"+key(1) })
+		}, []string{chaos.KindKeyLost}},
 		// wrong-answer, a refusal the accounts decide: its status and its code.
 		{chaos.KindWrong, "a decided refusal's status", "resp.Status == x.status dropped", func(h *chaos.History) {
 			a := &h.Intents[3].Attempts[0] // another user's account: only 404 account_not_found
@@ -783,5 +791,57 @@ func TestCheckerBreaksEachConditionAlone(t *testing.T) {
 				t.Fatalf("kinds %v, want %v (the weakening this catches: %s); %+v", got, tt.want, tt.weakening, res.Violations)
 			}
 		})
+	}
+}
+
+// A rule switched off (CheckWithout, the audit's --off) reports nothing and
+// is not listed as checked; the others still judge the history.
+func TestCheckWithoutSwitchesOffOneRule(t *testing.T) {
+	t.Parallel()
+	h := goodHistory()
+	h.CompletedKeys = h.CompletedKeys[:3]
+	if got := kinds(chaos.Check(h)); !reflect.DeepEqual(got, []string{chaos.KindKeyLost}) {
+		t.Fatalf("keys lost, every rule on: broken %v, want %s", got, chaos.KindKeyLost)
+	}
+	res := chaos.CheckWithout(h, []string{chaos.KindKeyLost})
+	if !res.Valid() || len(res.ByKind) != 0 {
+		t.Errorf("keys lost, %s off: %+v, want no violation", chaos.KindKeyLost, res.Violations)
+	}
+	for _, c := range res.Checks {
+		if c.Kind == chaos.KindKeyLost {
+			t.Errorf("%s switched off, yet listed as checked", chaos.KindKeyLost)
+		}
+	}
+	if got := kinds(chaos.CheckWithout(h, []string{chaos.KindTotal})); !reflect.DeepEqual(got, []string{chaos.KindKeyLost}) {
+		t.Errorf("keys lost, %s off: broken %v, want %s still", chaos.KindTotal, got, chaos.KindKeyLost)
+	}
+}
+
+// The audit's rule-by-rule view: a mistake counts for a rule when no
+// scenario caught it and its chaos run broke that rule alone; every rule is
+// listed, with none when no mistake needs it.
+func TestAuditSaysWhatEachRuleAloneCatches(t *testing.T) {
+	t.Parallel()
+	row := func(bug string, story bool, broken ...string) chaos.AuditRow {
+		return chaos.AuditRow{Bug: bug, Caught: map[string]bool{"rules": story, chaos.ChaosColumn: len(broken) > 0}, Broken: broken}
+	}
+	rep := chaos.AuditReport{Columns: []string{"rules", chaos.ChaosColumn}, Rows: []chaos.AuditRow{
+		row("alone", false, chaos.KindKeyLost),
+		row("two-rules", false, chaos.KindTotal, chaos.KindLedger),
+		row("a-story-too", true, chaos.KindReplay),
+		row("a-story-only", true),
+	}}
+	alone := rep.Alone()
+	if len(alone) != len(chaos.Kinds()) {
+		t.Errorf("%d rules listed, want every one of %d", len(alone), len(chaos.Kinds()))
+	}
+	for k, bugs := range alone {
+		want := []string(nil)
+		if k == chaos.KindKeyLost {
+			want = []string{"alone"}
+		}
+		if !reflect.DeepEqual(bugs, want) {
+			t.Errorf("%s alone catches %v, want %v", k, bugs, want)
+		}
 	}
 }

@@ -655,12 +655,16 @@ func (e *engine) settle(ctx context.Context) error {
 		return err
 	}
 	// A woken server that lost its key fails the fencing check; the
-	// servers' wrapper counts that.
+	// servers' wrapper counts that. The path is counted on the server's own
+	// word that it carried on, not on the call that woke it.
 	for _, s := range e.crash.stopped() {
-		if err := s.wake(ctx); err != nil {
+		woken, err := s.wake(ctx)
+		if err != nil {
 			return err
 		}
-		e.count(PathWoken)
+		if woken {
+			e.count(PathWoken)
+		}
 	}
 	if err := e.sendDeferred(ctx); err != nil {
 		return err

@@ -39,3 +39,6 @@ func RunCounted(ctx context.Context, dbs banks.Databases, cfg Config, lockModel 
 	h, err := RunOnLent(ctx, dbs, cfg, Options{noLockModel: !lockModel, stats: &st})
 	return h, st, err
 }
+
+// KeepIntents is keepIntents, for the tests.
+var KeepIntents = keepIntents

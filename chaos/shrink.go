@@ -288,17 +288,21 @@ func without(units, drop []int) []int {
 }
 
 // keepIntents is sc with only the intents keep names (indices, sorted),
-// numbered again from 0; a follower goes with the intent it follows.
+// numbered again from 0; a follower goes with the intent it follows: it is
+// kept only if that one is (kept, not only named: its own leader may have
+// gone).
 func keepIntents(sc *Script, keep []int) *Script {
 	in := map[int]bool{}
 	for _, k := range keep {
 		in[k] = true
 	}
 	out := &Script{Opening: sc.Opening}
+	kept := make([]bool, len(sc.Intents))
 	for i, x := range sc.Intents {
-		if !in[i] || x.Follower && !in[i-1] {
+		if !in[i] || x.Follower && (i == 0 || !kept[i-1]) {
 			continue
 		}
+		kept[i] = true
 		x.Label = fmt.Sprintf("intent-%d", len(out.Intents))
 		if x.Reuse != "" {
 			x.ReuseOf = len(out.Intents) - 1

@@ -125,3 +125,41 @@ func TestCampaignSeedsAreTheirOwnRuns(t *testing.T) {
 		t.Fatal("the first failing seed kept no history or violation to shrink")
 	}
 }
+
+// Issue 30, kind 2: the shrinker never keeps a follower whose leader it
+// dropped, nor one whose leader was dropped for want of its own leader: the
+// follower would follow another intent, or none. What it keeps is a script
+// that validates, each kept follower after the intent it followed.
+func TestShrinkKeepsNoFollowerWithoutItsLeader(t *testing.T) {
+	t.Parallel()
+	intent := func(label string, follower bool) chaos.ScriptIntent {
+		return chaos.ScriptIntent{Label: label, UserID: 1, Key: "k-" + label, Follower: follower, Attempts: []chaos.ScriptAttempt{{}}}
+	}
+	// a; b follows a; c follows b; d; e reuses d's key, as its follower.
+	sc := &chaos.Script{Intents: []chaos.ScriptIntent{intent("a", false), intent("b", true), intent("c", true), intent("d", false), intent("e", true)}}
+	sc.Intents[4].Reuse, sc.Intents[4].ReuseOf = chaos.ReuseAmount, 3
+	cases := []struct {
+		keep []int
+		want string // the kept intents' keys' labels, in order
+	}{
+		{[]int{0, 1, 2, 3, 4}, "a b c d e"},
+		{[]int{1, 2, 3}, "d"},        // b's leader dropped, and so c's
+		{[]int{0, 2, 3, 4}, "a d e"}, // c's leader b dropped
+		{[]int{0, 1, 4}, "a b"},      // e's leader d dropped
+		{[]int{3, 4}, "d e"},
+	}
+	for _, tc := range cases {
+		got := chaos.KeepIntents(sc, tc.keep)
+		var keys []string
+		for _, in := range got.Intents {
+			keys = append(keys, strings.TrimPrefix(in.Key, "k-"))
+		}
+		if strings.Join(keys, " ") != tc.want {
+			t.Errorf("keeping %v: kept %v, want %s", tc.keep, keys, tc.want)
+			continue
+		}
+		if err := got.Validate(1); err != nil {
+			t.Errorf("keeping %v: the script kept does not validate: %v", tc.keep, err)
+		}
+	}
+}

@@ -519,3 +519,41 @@ func TestTargetRunAcceptsAWaitInsteadOfA409(t *testing.T) {
 		})
 	}
 }
+
+// Issue 30, kind 3: one transfer id told to two intents is one intent told
+// another's outcome, whoever sent them: two users, or one user's two
+// intents (two keys, the same request). A single intent told its transfer
+// twice is a replay, not a violation.
+func TestTargetFlagsOneTransferToldToTwoIntents(t *testing.T) {
+	ok := func(key, id string, n int) chaos.Attempt {
+		return chaos.Attempt{N: n, Phase: chaos.PhaseFault, Key: key, Status: 201, Seen: chaos.SeenOK, Body: chaos.Bytes(`{"transferId":` + id + `}`)}
+	}
+	req := bank.TransferRequest{From: 1, To: 2, AmountKobo: 10_000}
+	cases := []struct {
+		name       string
+		user2, id2 string
+		want       int
+	}{
+		{"two users", "2", "1", 1},
+		{"one user's two intents", "1", "1", 1},
+		{"one user's two intents, two transfers", "1", "2", 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			target := lessonTarget("http://127.0.0.1:1")
+			target.Balances, target.BalancesFrom = nil, ""
+			user2 := int64(1)
+			if tc.user2 == "2" {
+				user2 = 2
+			}
+			h := &chaos.History{Config: chaos.Config{Target: target}.WithDefaults(), Intents: []chaos.Intent{
+				{Index: 0, Label: "intent-0", UserID: 1, Key: "k", Request: req, Attempts: []chaos.Attempt{ok("k", "1", 1)}, Outcome: chaos.SeenOK},
+				{Index: 1, Label: "intent-1", UserID: user2, Key: "j", Request: req, Attempts: []chaos.Attempt{ok("j", tc.id2, 1)}, Outcome: chaos.SeenOK},
+			}}
+			res := chaos.Check(h)
+			if got := res.ByKind[chaos.KindAckMissing]; got != tc.want {
+				t.Errorf("%s broken %d times, want %d: %+v", chaos.KindAckMissing, got, tc.want, res.Violations)
+			}
+		})
+	}
+}

@@ -28,8 +28,10 @@ type stopper interface {
 // stoppedServer is a server stopped after its claim.
 type stoppedServer interface {
 	lockID() string
-	// wake lets it carry on and waits for it to finish.
-	wake(ctx context.Context) error
+	// wake lets it carry on and waits for it to finish; woken reports
+	// whether the server itself carried on past its claim (a server killed
+	// before its wake did not): what proves the late-server path.
+	wake(ctx context.Context) (woken bool, err error)
 }
 
 // freeCrash is faults' CrashAfterClaim, for a free run.
@@ -47,7 +49,7 @@ type freeSleeper struct{ *faults.Sleeper }
 
 func (s freeSleeper) lockID() string { return s.Claim.LockID }
 
-func (s freeSleeper) wake(context.Context) error {
+func (s freeSleeper) wake(context.Context) (bool, error) {
 	done := make(chan struct{})
 	go func() {
 		_, _ = s.Wake()
@@ -55,9 +57,9 @@ func (s freeSleeper) wake(context.Context) error {
 	}()
 	select {
 	case <-done:
-		return nil
+		return s.CarriedOn(), nil
 	case <-time.After(attemptTimeout):
-		return fmt.Errorf("a server stopped after claiming a key (lock %s) was woken and did not finish within %s", s.Claim.LockID, attemptTimeout)
+		return false, fmt.Errorf("a server stopped after claiming a key (lock %s) was woken and did not finish within %s", s.Claim.LockID, attemptTimeout)
 	}
 }
 
@@ -78,6 +80,8 @@ type taskStopped struct {
 	resp            bank.Response
 	err             error
 	e               *engine
+	// carried: the server carried on past its claim (woken, not killed).
+	carried bool
 }
 
 func (*taskCrash) Name() string { return FaultCrashAfterClaim }
@@ -92,6 +96,7 @@ func (c *taskCrash) Deliver(ctx context.Context, env *faults.Env, d faults.Deliv
 			// A process that dies runs none of its error handling.
 			runtime.Goexit()
 		}
+		st.carried = true
 	}}
 	// As in faults.CrashAfterClaim: the server outlives its client's
 	// patience, and runs with only the hook that stops it.
@@ -131,10 +136,10 @@ func (c *taskCrash) KillAll() {
 
 func (st *taskStopped) lockID() string { return st.claim.LockID }
 
-func (st *taskStopped) wake(ctx context.Context) error {
+func (st *taskStopped) wake(ctx context.Context) (bool, error) {
 	st.carryOn.fire()
 	st.e.sched.waitAny(ctx, "the woken server to finish", 0, st.done)
-	return nil
+	return st.carried, nil
 }
 
 // taskDuplicate is faults.Duplicate under the scheduler: the two copies are

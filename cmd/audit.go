@@ -3,6 +3,7 @@ package cmd
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -19,6 +20,7 @@ type auditOptions struct {
 	parallel int
 	asJSON   bool
 	html     string
+	off      []string
 }
 
 func newAuditCmd(app *App) *cobra.Command {
@@ -43,12 +45,20 @@ when a bug was missed or the correct handler caught; 4 when neither, but
 even 4 runs never reached some defence (INCONCLUSIVE: the report names
 it); 3 when PostgreSQL is unavailable.
 
+After the matrix, each rule of the chaos checker is listed with the
+mistakes it alone catches: no scenario caught them, and their chaos run
+broke that rule and no other. --off RULE switches a rule off (repeat it, or
+give a list: --off key-lost,replay-differs): the chaos runs are judged
+without it, so a mistake only that rule caught shows as MISSED, and the
+audit fails.
+
 --html FILE also writes the matrix as one self-contained HTML page: a
 symbol, a word and a colour in every cell, each cell's evidence a click
 away, the totals; it opens offline and prints.`,
 		Example: `  bank-sim audit
   bank-sim audit --seed 7 --json
-  bank-sim audit --html audit.html`,
+  bank-sim audit --html audit.html
+  bank-sim audit --off key-lost`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error { return runAudit(c, app, o) },
 	}
@@ -58,6 +68,7 @@ away, the totals; it opens offline and prints.`,
 	f.IntVar(&o.clients, "clients", 8, "clients in each chaos run")
 	f.IntVar(&o.parallel, "parallel", 4, "runs at once")
 	f.BoolVar(&o.asJSON, "json", false, "print the matrix as JSON")
+	f.StringSliceVar(&o.off, "off", nil, "switch off the chaos checker's `RULE` (a kind, as 'bank-sim audit' lists them): its chaos runs are judged without it")
 	addHTMLFlag(f, &o.html)
 	return c
 }
@@ -75,6 +86,11 @@ func runAudit(c *cobra.Command, app *App, o auditOptions) error {
 	case o.parallel < 1 || o.parallel > 16:
 		return usageError("--parallel %d: give 1 to 16", o.parallel)
 	}
+	for _, r := range o.off {
+		if !slices.Contains(chaos.Kinds(), r) {
+			return usageError("--off %q: no such rule of the chaos checker; give one of %s", r, strings.Join(chaos.Kinds(), ", "))
+		}
+	}
 	if o.html != "" {
 		if err := checkWritableFlag("--html", o.html); err != nil {
 			return err
@@ -85,13 +101,16 @@ func runAudit(c *cobra.Command, app *App, o auditOptions) error {
 	p := app.palette()
 	if !o.asJSON {
 		fmt.Fprintf(out, "bank-sim %s · audit · seed %d (repeat this run with --seed %d)\n", version(), seed, seed)
+		if len(o.off) > 0 {
+			fmt.Fprintf(out, "rules switched off in the chaos runs: %s\n", strings.Join(o.off, ", "))
+		}
 	}
 	srv, err := app.Server(ctx)
 	if err != nil {
 		return err
 	}
 	cfg := chaos.AuditConfig{Seed: seed, Parallel: o.parallel,
-		Chaos: chaos.Config{Intents: o.intents, Clients: o.clients}}
+		Chaos: chaos.Config{Intents: o.intents, Clients: o.clients}, Off: o.off}
 	bar := newProgress(app, "runs", "bank-sim audit:", o.asJSON)
 	cfg.Done = bar.update
 	rep, err := chaos.Audit(ctx, banks.OnServer(srv, banks.Options{}), cfg)
@@ -190,6 +209,7 @@ func printAudit(out io.Writer, p *palette, rep chaos.AuditReport) {
 			}
 		}
 	}
+	printAlone(out, p, rep)
 	seeds := make([]string, len(rep.Clean.Seeds))
 	for i, s := range rep.Clean.Seeds {
 		seeds[i] = fmt.Sprint(uint64(s))
@@ -216,6 +236,24 @@ func printAudit(out io.Writer, p *palette, rep chaos.AuditReport) {
 		return
 	}
 	fmt.Fprintf(out, "\n%s %s\n", p.bad.Sprint(line+": FAILED"), p.dim.Sprintf("(seed %d)", rep.Seed))
+}
+
+// printAlone lists each rule of the chaos checker with the mistakes it
+// alone catches (chaos.AuditReport.Alone): the rules that earn their place
+// in the audit, and those no built-in mistake needs.
+func printAlone(out io.Writer, p *palette, rep chaos.AuditReport) {
+	alone := rep.Alone()
+	fmt.Fprintln(out)
+	fmt.Fprintln(out, "the mistakes each rule of the chaos checker alone catches (no scenario caught them; their chaos run broke that rule only):")
+	tw := tabwriter.NewWriter(out, 0, 0, 1, ' ', 0)
+	for _, k := range chaos.Kinds() {
+		bugs := p.dim.Sprint("none: no built-in mistake needs this rule")
+		if len(alone[k]) > 0 {
+			bugs = strings.Join(alone[k], ", ")
+		}
+		fmt.Fprintf(tw, "   %s\t%s\n", k, bugs)
+	}
+	_ = tw.Flush()
 }
 
 func firstLine(s string) string {

@@ -55,3 +55,27 @@ func TestAuditDoesNotFailTheCorrectHandlerForAnUnreachedPath(t *testing.T) {
 		t.Errorf("a bug missed: exit %d, want %d", code, ExitFailed)
 	}
 }
+
+// The audit's report lists each rule of the chaos checker with the
+// mistakes it alone catches, and says of a rule with none that no built-in
+// mistake needs it.
+func TestAuditListsWhatEachRuleAloneCatches(t *testing.T) {
+	t.Parallel()
+	rep := chaos.AuditReport{Seed: 7, Columns: []string{"rules", chaos.ChaosColumn},
+		Clean: chaos.AuditRow{Bug: chaos.CleanRow, Caught: map[string]bool{}, Why: map[string]string{}},
+		Rows: []chaos.AuditRow{
+			{Bug: "keys-lost", Caught: map[string]bool{"rules": false, chaos.ChaosColumn: true}, Why: map[string]string{}, Broken: []string{chaos.KindKeyLost}},
+			{Bug: "two-rules", Caught: map[string]bool{"rules": false, chaos.ChaosColumn: true}, Why: map[string]string{}, Broken: []string{chaos.KindTotal, chaos.KindLedger}},
+			{Bug: "a-story-too", Caught: map[string]bool{"rules": true, chaos.ChaosColumn: true}, Why: map[string]string{}, Broken: []string{chaos.KindTotal}},
+		}}
+	var out bytes.Buffer
+	printAudit(&out, newPalette(false), rep)
+	for _, want := range []string{
+		"   " + chaos.KindKeyLost + " keys-lost\n",
+		"   " + chaos.KindTotal + " none: no built-in mistake needs this rule\n",
+	} {
+		if !strings.Contains(strings.Join(strings.Fields(out.String()), " ")+"\n", strings.Join(strings.Fields(want), " ")) {
+			t.Errorf("the report lacks %q:\n%s", want, out.String())
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"runtime"
 	"sync"
+	"sync/atomic"
 
 	"github.com/banksim/bank-sim/bank"
 	"github.com/banksim/bank-sim/idem"
@@ -30,6 +31,9 @@ type Sleeper struct {
 	wake    chan bool // true: carry on; false: die
 	done    chan CopyResult
 	once    sync.Once
+	// carried is set by the server itself once it carries on past its
+	// claim: the proof that it was woken, not killed.
+	carried atomic.Bool
 }
 
 // Deliver implements Fault.
@@ -42,6 +46,7 @@ func (f *CrashAfterClaim) Deliver(ctx context.Context, env *Env, d Delivery, nex
 			// is not released, the transaction never starts.
 			runtime.Goexit()
 		}
+		s.carried.Store(true)
 	}}
 	// The server outlives the client's patience, so it must not share the
 	// client's context.
@@ -80,6 +85,11 @@ func (s *Sleeper) Wake() (bank.Response, error) {
 	s.done <- r
 	return r.Response, r.Err
 }
+
+// CarriedOn reports whether the server carried on past its claim: it was
+// woken before it was killed. A killed server's Wake returns too, with
+// nothing done.
+func (s *Sleeper) CarriedOn() bool { return s.carried.Load() }
 
 // Kill makes the stopped server die where it stands. Safe to call after Wake.
 func (s *Sleeper) Kill() {

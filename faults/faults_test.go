@@ -201,8 +201,20 @@ func TestCrashAfterClaimLeavesTheKeyClaimed(t *testing.T) {
 				t.Fatalf("%d transfers while the server sleeps after its claim, want 0", n)
 			}
 			if !woken {
+				// A dead server does nothing: once its goroutine has ended
+				// (Wake after Kill returns then, and does not wake it), the
+				// key is still its.
 				s.Kill()
-				time.Sleep(50 * time.Millisecond) // a dead server does nothing; give it the chance to do something wrong
+				ended := make(chan struct{})
+				go func() { _, _ = s.Wake(); close(ended) }()
+				select {
+				case <-ended:
+				case <-time.After(10 * time.Second):
+					t.Fatal("the killed server's goroutine had not ended 10 s after the kill")
+				}
+				if s.CarriedOn() {
+					t.Errorf("the killed server carried on past its claim")
+				}
 				if st, lock := keyState(t, pool); st != "in_progress" || lock != s.Claim.LockID {
 					t.Errorf("after the kill the key is %s under %q, want still in_progress under the sleeper's lock", st, lock)
 				}
@@ -262,15 +274,29 @@ func TestDelayHoldsTheRequestAtLeastItsLatency(t *testing.T) {
 		t.Errorf("the request reached the server after %s, before its latency of %s", arrivedAfter, f.Latency)
 	}
 
-	reached := false
-	short, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
-	defer cancel()
-	_, err = f.Deliver(short, env(), delivery(), func(context.Context, idem.Request) (bank.Response, error) {
-		reached = true
-		return bank.Response{}, nil
-	})
-	if err == nil || reached {
-		t.Errorf("a client that gave up after 5 ms: err %v, reached the server %v; want an error and no request", err, reached)
+	// A client that gives up while its request is held: the request never
+	// reaches the server, and the client hears at once. The hold is an
+	// hour, so only the client's giving up can end it; no deadline races a
+	// timer on a loaded machine.
+	var reached atomic.Bool
+	long := &faults.Delay{Latency: time.Hour}
+	gaveUp, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := long.Deliver(gaveUp, env(), delivery(), func(context.Context, idem.Request) (bank.Response, error) {
+			reached.Store(true)
+			return bank.Response{}, nil
+		})
+		done <- err
+	}()
+	cancel()
+	select {
+	case err = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a client that gave up was still held 10 s later: the delay ignores its context")
+	}
+	if !errors.Is(err, context.Canceled) || reached.Load() {
+		t.Errorf("a client that gave up: err %v, reached the server %v; want context.Canceled and no request", err, reached.Load())
 	}
 }
 

@@ -167,8 +167,28 @@ func TestFinalWaitsForARowACutOffClaimStillLocks(t *testing.T) {
 		rep, err := (&outbox.Dispatcher{DB: pool, Name: "last", SMS: p}).Final(ctx)
 		done <- result{rep, err}
 	}()
+	// Final's claim is seen waiting for the lock in pg_locks: a drain
+	// that skipped the row returns first, the lock still held.
+	var holder int
+	if err := tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&holder); err != nil {
+		t.Fatal(err)
+	}
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for waiting := false; !waiting; {
+		select {
+		case res := <-done:
+			t.Fatalf("Final returned (%+v, %v) while row 2 was still locked, without waiting for it: it skipped the row", res.rep, res.err)
+		case <-ctx.Done():
+			t.Fatalf("no claim was seen waiting for row 2's lock in pg_locks within 30s: %v", context.Cause(ctx))
+		case <-tick.C:
+		}
+		err := pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE NOT granted AND $1 = ANY(pg_blocking_pids(pid)))", holder).Scan(&waiting)
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
 	// Its backend goes: the lock with it.
-	time.Sleep(200 * time.Millisecond)
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}

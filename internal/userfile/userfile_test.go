@@ -94,3 +94,62 @@ func TestAReadStopsWhenItsContextEnds(t *testing.T) {
 		t.Fatalf("a read cancelled after its third chunk: %v, want context.Canceled", err)
 	}
 }
+
+// grower is a context whose first Err, asked before the first chunk is
+// read, appends extra bytes to a file: a file that grows after its size
+// was taken at open.
+type grower struct {
+	context.Context
+	path  string
+	extra int
+	once  atomic.Bool
+	err   error
+}
+
+func (g *grower) Err() error {
+	if g.once.CompareAndSwap(false, true) {
+		f, err := os.OpenFile(g.path, os.O_WRONLY|os.O_APPEND, 0)
+		if err == nil {
+			_, err = f.Write(make([]byte, g.extra))
+			err = errors.Join(err, f.Close())
+		}
+		g.err = err
+	}
+	return nil
+}
+
+// Issue 30, kind 10: the cap is on the bytes read, not on the size the file
+// reported at open. A file of 10 bytes at open that grows past the limit
+// while it is read is refused as too large, not read whole nor cut short;
+// a /proc file, whose size says 0, is read whole under the limit and
+// refused over it.
+func TestTheLimitIsOnTheBytesReadNotTheSizeAtOpen(t *testing.T) {
+	const max = 3 << 20
+	path := filepath.Join(t.TempDir(), "growing.json")
+	if err := os.WriteFile(path, []byte(`{"seed":1}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	g := &grower{Context: context.Background(), path: path, extra: max}
+	b, err := userfile.Read(g, path, max, "a history")
+	if g.err != nil {
+		t.Fatalf("growing the file: %v", g.err)
+	}
+	var ue *userfile.Error
+	if !errors.As(err, &ue) || !ue.TooBig {
+		t.Errorf("a file of 10 bytes at open that grew to %d while read, limit %d: %d bytes, %v; want a userfile.Error saying it is too large", max+10, max, len(b), err)
+	}
+
+	const proc = "/proc/self/status"
+	st, err := os.Stat(proc)
+	if err != nil || st.Size() != 0 {
+		t.Skipf("%s: size %v, %v; this test needs a file whose size says 0", proc, st, err)
+	}
+	b, err = userfile.Read(context.Background(), proc, 0, "a status")
+	if err != nil || len(b) < 100 || !strings.Contains(string(b), "Name:") {
+		t.Fatalf("%s under the limit: %d bytes, %v; want it whole (more than 100 bytes, with Name:)", proc, len(b), err)
+	}
+	b, err = userfile.Read(context.Background(), proc, 64, "a status")
+	if !errors.As(err, &ue) || !ue.TooBig || !strings.Contains(err.Error(), "larger than 64 bytes") {
+		t.Errorf("%s over a limit of 64 bytes: %d bytes, %v; want a userfile.Error saying it is larger than 64 bytes", proc, len(b), err)
+	}
+}
