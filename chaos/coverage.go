@@ -208,11 +208,19 @@ func Cover(h *History) Coverage {
 			counts[PathOverBalance]++
 		}
 	}
-	refused := func(a Attempt) bool { return a.Response().Code() == idem.CodeKeyReused }
-	if t := h.Config.Target; t != nil {
-		refused = t.refusedAsReused
+	own := func(in *Intent) bool {
+		return slices.ContainsFunc(in.Attempts, func(a Attempt) bool { return a.Seen != SeenUnknown }) &&
+			!slices.ContainsFunc(in.Attempts, func(a Attempt) bool { return a.Response().Code() == idem.CodeKeyReused })
 	}
-	counts[PathSharedKey] = sharedKeys(byKey, refused)
+	if t := h.Config.Target; t != nil {
+		// From outside, only a transfer of its own proves a user was
+		// answered for their own request: a refusal may be the key's under
+		// a code the judge does not know.
+		own = func(in *Intent) bool {
+			return len(t.receipts(in)) > 0 && !slices.ContainsFunc(in.Attempts, t.refusedAsReused)
+		}
+	}
+	counts[PathSharedKey] = sharedKeys(byKey, own)
 	if h.Config.Target != nil {
 		counts[PathConcurrentCopy] = concurrentCopies(counts)
 	}
@@ -277,9 +285,9 @@ func applies(h *History, p string) bool {
 }
 
 // sharedKeys counts the key texts that two or more users sent, where every
-// one of those users' own intents (not a reuse) got a final answer and none
-// was told its key had been reused.
-func sharedKeys(byKey map[string][]*Intent, refusedAsReused func(Attempt) bool) int {
+// one of those users' own intents (not a reuse) was answered for its own
+// request (own).
+func sharedKeys(byKey map[string][]*Intent, own func(*Intent) bool) int {
 	n := 0
 	for _, ins := range byKey {
 		users := map[int64]bool{}
@@ -289,16 +297,7 @@ func sharedKeys(byKey map[string][]*Intent, refusedAsReused func(Attempt) bool) 
 				continue
 			}
 			users[in.UserID] = true
-			final := false
-			for _, a := range in.Attempts {
-				if a.Seen != SeenUnknown {
-					final = true
-					if refusedAsReused(a) {
-						ok = false
-					}
-				}
-			}
-			ok = ok && final
+			ok = ok && own(in)
 		}
 		if ok && len(users) > 1 {
 			n++

@@ -9,6 +9,7 @@ import (
 	"github.com/banksim/bank-sim/bank"
 	"github.com/banksim/bank-sim/faults"
 	"github.com/banksim/bank-sim/probe"
+	"github.com/banksim/bank-sim/probe/judge"
 )
 
 // The rules a black box allows. A target's history has no ledger of
@@ -66,28 +67,27 @@ func (t *Target) ledger(h *History) []bank.TransferRow {
 	return rows
 }
 
-// keyRefusal reports whether a refusal's code says the key was used
-// before: the lesson's idempotency_key_reused, or any code of the target's
-// that speaks of a key.
-func keyRefusal(code string) bool {
-	return strings.Contains(strings.ToLower(code), "key")
-}
-
 // allows reports whether a final answer is one the contract allows for in,
 // and if not, what it allows. The target's rules (who may send, which
 // accounts are active, what a balance allows) are not known from outside:
 // a transfer between the two payers' own accounts may be made or refused
-// (422), never answered as if its key had been used; a key reused for
-// another request must be refused with 422.
+// (422), never refused as if its key had been used; a key reused for
+// another request must not be answered with a transfer. Whether a refusal
+// of a reuse was a refusal of the key is coverage's question (a refusal of
+// another kind moved nothing either).
 func (t *Target) allows(in *Intent, a *probe.Answer) (bool, string) {
 	if in.Reuse != "" {
-		return a.Status == 422 && !a.OK(), "only 422: the key was first used for another request"
+		return !a.OK(), "only a refusal: the key was first used for another request"
 	}
-	if a.Receipt() || a.Status == 422 && !keyRefusal(a.Code) {
+	if a.Receipt() || a.Class == judge.BusinessRefusal && a.Status == 422 {
 		return true, ""
 	}
-	return false, "only 2xx with a transfer id (" + t.Contract.IDField + "), or 422 for a refusal such as insufficient funds, never a refusal of the key: " +
+	why := "only 2xx with a transfer id (" + t.Contract.IDField + "), or 422 for a refusal such as insufficient funds, never a refusal of the key: " +
 		"the user sends from their own account with their own key"
+	if a.Class == judge.Other {
+		why += fmt.Sprintf(" (%d is an answer the lesson never gives; if it is this target's refusal of a reused key, --key-refusal %d names it, and the answer is still wrong here)", a.Status, a.Status)
+	}
+	return false, why
 }
 
 // checkTarget verifies a target run's history.
@@ -121,10 +121,46 @@ func checkTarget(h *History) Result {
 	c.targetReplays()
 	c.finish()
 	c.res.Unchecked = append(t.unchecked(len(h.Final.Accounts) > 0, len(h.Audits) > 0), skipped...)
+	c.res.Unchecked = append(c.res.Unchecked, t.unrecognised(h)...)
 	for _, u := range skipped {
 		c.res.Checks = slices.DeleteFunc(c.res.Checks, func(s CheckSummary) bool { return s.Kind == u.Kind })
 	}
 	return c.res
+}
+
+// unrecognised names the refusals of reused keys the judge could not take
+// for refusals of the key, grouped by status and code: nothing moved, but
+// the run cannot say the key was checked, and the reader learns the flag
+// that would say so.
+func (t *Target) unrecognised(h *History) []Unchecked {
+	type refusal struct {
+		status int
+		code   string
+	}
+	count := map[refusal]int{}
+	var order []refusal
+	for _, in := range h.Intents {
+		if in.Reuse == "" {
+			continue
+		}
+		for _, a := range in.Attempts {
+			ans := t.answer(a)
+			if a.Seen != SeenRejected || ans.Class == judge.KeyRefusal {
+				continue
+			}
+			r := refusal{a.Status, ans.Code}
+			if count[r] == 0 {
+				order = append(order, r)
+			}
+			count[r]++
+		}
+	}
+	var out []Unchecked
+	for _, r := range order {
+		out = append(out, Unchecked{"key refusals", fmt.Sprintf("%d answer(s) to a key reused for another request were refused %s: %s",
+			count[r], strings.TrimSpace(fmt.Sprintf("%d %s", r.status, r.code)), t.Contract.Judge().Unrecognised(r.status, r.code))})
+	}
+	return out
 }
 
 // unresolved counts the intents without a final answer after healing.
@@ -144,6 +180,14 @@ func unresolved(h *History) int {
 func (c *checker) targetIntents() {
 	t := c.h.Config.Target
 	owner := map[string]*Intent{}
+	// byKey: each key text's own intents (not reuses), to name another
+	// user's when a user's own transfer is refused as a reused key.
+	byKey := map[string][]*Intent{}
+	for idx := range c.h.Intents {
+		if in := &c.h.Intents[idx]; in.Reuse == "" {
+			byKey[in.Key] = append(byKey[in.Key], in)
+		}
+	}
 	for idx := range c.h.Intents {
 		in := &c.h.Intents[idx]
 		amount := in.Request.AmountKobo
@@ -174,8 +218,15 @@ func (c *checker) targetIntents() {
 			}
 			ans := t.answer(*a)
 			if ok, allowed := t.allows(in, ans); !ok {
-				c.add(Violation{Kind: KindWrong, Intent: in.Index, AtNs: a.EndNs, Kobo: amount,
-					Detail: fmt.Sprintf("%s was told %s (attempt %d); the contract allows %s", t.describe(in), ans, a.N, allowed)})
+				detail := fmt.Sprintf("%s was told %s (attempt %d); the contract allows %s", t.describe(in), ans, a.N, allowed)
+				if ans.Class == judge.KeyRefusal {
+					if k := slices.IndexFunc(byKey[in.Key], func(o *Intent) bool { return o.UserID != in.UserID }); k >= 0 {
+						other := byKey[in.Key][k]
+						detail += fmt.Sprintf(". %s, another user, sent the same key text (%s): keys are shared by all users instead of scoped to each, so one user's key refused another's own transfer",
+							t.user(other.UserID).Name, other.Label)
+					}
+				}
+				c.add(Violation{Kind: KindWrong, Intent: in.Index, AtNs: a.EndNs, Kobo: amount, Detail: detail})
 				break
 			}
 		}
@@ -293,9 +344,9 @@ func (t *Target) unchecked(money, audits bool) []Unchecked {
 }
 
 // refusedAsReused reports whether a is the target's refusal of a key used
-// before.
+// before, as the judge names it.
 func (t *Target) refusedAsReused(a Attempt) bool {
-	return a.Status == 422 && keyRefusal(t.answer(a).Code)
+	return a.Seen != SeenUnknown && t.answer(a).Class == judge.KeyRefusal
 }
 
 // applies reports whether a target run can take defence path p: those its

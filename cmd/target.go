@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/banksim/bank-sim/probe"
+	"github.com/banksim/bank-sim/probe/judge"
 	"github.com/jackc/pgx/v5"
 	"github.com/spf13/pflag"
 )
@@ -43,6 +44,7 @@ func (o *targetFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&o.contract.BalanceField, "balance-field", o.contract.BalanceField, "the answer member with the sender's balance after the transfer ('' if the answers have none)")
 	f.StringVar(&o.contract.ReplayedHeader, "replayed-header", o.contract.ReplayedHeader, "the header that marks a replayed answer, if any (only ever evidence)")
 	f.BoolVar(&o.contract.ExactReplays, "exact-replays", false, "the target promises that a replay is its first answer byte for byte (bank-sim serve does): a replay in other bytes fails instead of being warned about")
+	f.Var(&keyRefusalFlag{&o.contract.KeyRefusals}, "key-refusal", "the target's own refusal of a key reused for another request, as `STATUS[:CODE]` (the code from the body's code, error or error.code member), beyond the lesson's 422 with a code naming the key; repeat for more, like --key-refusal 417 --key-refusal 422:IDEMPOTENCY_FINGERPRINT_MISMATCH")
 	f.StringVar(&o.lookup, "lookup", o.contract.Lookup, "the GET path, with {key}, that answers what became of a key ('none' if there is none)")
 	f.StringVar(&o.balancesURL, "balances-url", "", "read each balance with a GET of this `TEMPLATE` ({id} is the account), as the account's owner")
 	f.StringVar(&o.balancesField, "balances-field", "balanceKobo", "the member of the --balances-url answer with the balance (a dotted path for a nested one)")
@@ -160,3 +162,29 @@ func (o targetFlags) balanceSources(app *App) []string {
 	}
 	return extra
 }
+
+// keyRefusalFlag is --key-refusal: each use adds one of the target's own
+// refusals of a reused key to the contract's judge.
+type keyRefusalFlag struct{ rules *[]judge.Rule }
+
+func (f *keyRefusalFlag) String() string {
+	if f.rules == nil {
+		return ""
+	}
+	var s []string
+	for _, r := range *f.rules {
+		s = append(s, r.String())
+	}
+	return strings.Join(s, ",")
+}
+
+func (f *keyRefusalFlag) Set(v string) error {
+	r, err := judge.ParseRule(v)
+	if err != nil {
+		return err
+	}
+	*f.rules = append(*f.rules, r)
+	return nil
+}
+
+func (f *keyRefusalFlag) Type() string { return "STATUS[:CODE]" }

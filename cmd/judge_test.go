@@ -1,0 +1,246 @@
+package cmd_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// misuser is a transfer API in the lesson's spelling, keys in a map, that
+// refuses a key reused for another request its own way (status and body),
+// as the idempotency libraries of issue 27 do, and never marks a replay
+// with a header. shared: keys are shared by all users, so one user's key
+// refuses another's own transfer.
+type misuser struct {
+	status int
+	body   string
+	shared bool
+
+	mu       sync.Mutex
+	balances map[string]int64
+	keys     map[string]answer
+	next     int
+}
+
+type answer struct {
+	fp     string
+	status int
+	body   string
+}
+
+var misuserTokens = map[string]string{"token-ada": "1", "token-bola": "2", "token-chidi": "3"}
+
+func startMisuser(t *testing.T, status int, body string, shared bool) string {
+	t.Helper()
+	m := &misuser{status: status, body: body, shared: shared, balances: map[string]int64{"1": 5_000_000, "2": 500_000, "3": 0}, keys: map[string]answer{}}
+	srv := httptest.NewServer(m)
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+func (m *misuser) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	acc, ok := misuserTokens[strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")]
+	reply := func(status int, body string) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		_, _ = io.WriteString(w, body)
+	}
+	switch {
+	case !ok:
+		reply(401, `{"error":"unauthenticated"}`)
+		return
+	case r.Method == "GET" && r.URL.Path == "/accounts/"+acc:
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		reply(200, fmt.Sprintf(`{"balanceKobo":%d}`, m.balances[acc]))
+		return
+	case r.Method != "POST" || r.URL.Path != "/transfers":
+		reply(404, `{"error":"not_found"}`)
+		return
+	}
+	var req struct {
+		From, To   json.Number
+		AmountKobo int64
+	}
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.AmountKobo <= 0 {
+		reply(400, `{"error":"bad_request"}`)
+		return
+	}
+	key := r.Header.Get("Idempotency-Key")
+	if key == "" {
+		reply(400, `{"error":"idempotency_key_required"}`)
+		return
+	}
+	if req.From.String() != acc {
+		reply(404, `{"error":"account_not_found"}`)
+		return
+	}
+	if !m.shared {
+		key = acc + "|" + key
+	}
+	fp := fmt.Sprintf("%s>%s:%d", req.From, req.To, req.AmountKobo)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if a, seen := m.keys[key]; seen {
+		if a.fp != fp {
+			reply(m.status, m.body)
+			return
+		}
+		reply(a.status, a.body)
+		return
+	}
+	a := answer{fp: fp, status: 422, body: `{"error":"insufficient_funds"}`}
+	switch {
+	case req.To.String() == "3":
+		a.body = `{"error":"recipient_closed"}`
+	case req.To.String() == acc:
+		a.body = `{"error":"same_account"}`
+	case m.balances[acc] >= req.AmountKobo:
+		m.balances[acc] -= req.AmountKobo
+		m.balances[req.To.String()] += req.AmountKobo
+		m.next++
+		a.status, a.body = 201, fmt.Sprintf(`{"transferId":%d,"balanceKobo":%d}`, m.next, m.balances[acc])
+	}
+	m.keys[key] = a
+	reply(a.status, a.body)
+}
+
+// judged is what probe and chaos --target said of one target.
+type judged struct {
+	probe map[string]struct{ Status, Reason string }
+	chaos struct {
+		Verdict string
+		Result  struct {
+			ByKind     map[string]int
+			Violations []struct{ Kind, Detail string }
+			Coverage   struct {
+				Paths []struct {
+					Path  string
+					Count int
+				}
+			}
+			Unchecked []struct{ Kind, Why string }
+		}
+	}
+}
+
+func (j judged) path(name string) int {
+	for _, p := range j.chaos.Result.Coverage.Paths {
+		if p.Path == name {
+			return p.Count
+		}
+	}
+	return -1
+}
+
+func (j judged) unchecked() string {
+	var s []string
+	for _, u := range j.chaos.Result.Unchecked {
+		s = append(s, u.Kind+": "+u.Why)
+	}
+	return strings.Join(s, "\n")
+}
+
+// judge runs probe (the key checks) and chaos --target against a new
+// misuser, with the flags given to both.
+func judge(t *testing.T, status int, body string, shared bool, flags ...string) judged {
+	t.Helper()
+	url := startMisuser(t, status, body, shared)
+	var j judged
+	args := append([]string{"probe", url, "--lookup", "none", "--json", "--seed", "5", "--only", "replay,key-reused-amount,key-reused-recipient,other-user-same-key"}, flags...)
+	r := run(t, context.Background(), mustNotStart(t), args...)
+	var rep struct {
+		Checks []struct{ Name, Status, Reason string }
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil || len(rep.Checks) == 0 {
+		t.Fatalf("probe exit %d: %v\n%s\nstderr:\n%s", r.code, err, r.stdout, r.stderr)
+	}
+	j.probe = map[string]struct{ Status, Reason string }{}
+	for _, c := range rep.Checks {
+		j.probe[c.Name] = struct{ Status, Reason string }{c.Status, c.Reason}
+	}
+	args = append([]string{"chaos", "--target", url, "--lookup", "none", "--json", "--seed", "5", "--intents", "200", "--clients", "4",
+		"--balances-url", url + "/accounts/{id}", "--token", "chidi=token-chidi"}, flags...)
+	r = run(t, context.Background(), mustNotStart(t), args...)
+	if err := json.Unmarshal([]byte(r.stdout), &j.chaos); err != nil || j.chaos.Verdict == "" {
+		t.Fatalf("chaos --target exit %d: %v\n%s\nstderr:\n%s", r.code, err, r.stdout, r.stderr)
+	}
+	return j
+}
+
+// A target that refuses a reused key its own way is judged alike by probe
+// and chaos --target: with --key-refusal naming the way, as refusals of the
+// key (reached, and no contract violated); without it, neither calls it a
+// violation nor a pass, and both name the answer and the flag.
+func TestProbeAndChaosJudgeATargetsOwnKeyRefusalAlike(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name, body string
+		status     int
+		rule       string
+	}{
+		{"417", `{"message":"Expectation Failed"}`, 417, "417"},
+		{"422 with its own code", `{"error":{"code":"IDEMPOTENCY_FINGERPRINT_MISMATCH","message":"the request differs"}}`, 422, "422:IDEMPOTENCY_FINGERPRINT_MISMATCH"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			mapped := judge(t, tc.status, tc.body, false, "--key-refusal", tc.rule)
+			for _, name := range []string{"key-reused-amount", "key-reused-recipient"} {
+				if c := mapped.probe[name]; c.Status != "PASS" {
+					t.Errorf("with --key-refusal %s, probe's %s: %s %s, want PASS", tc.rule, name, c.Status, c.Reason)
+				}
+				if n := mapped.path(name); n <= 0 {
+					t.Errorf("with --key-refusal %s, chaos counted %s %d times, want reached", tc.rule, name, n)
+				}
+			}
+			if n := mapped.chaos.Result.ByKind["wrong-answer"]; n != 0 || mapped.chaos.Verdict == "INVALID" {
+				t.Errorf("with --key-refusal %s, chaos: %s, %d wrong answers: %+v", tc.rule, mapped.chaos.Verdict, n, mapped.chaos.Result.Violations)
+			}
+
+			bare := judge(t, tc.status, tc.body, false)
+			flag := "--key-refusal " + tc.rule
+			for _, name := range []string{"key-reused-amount", "key-reused-recipient"} {
+				if c := bare.probe[name]; c.Status != "UNKNOWN" || !strings.Contains(c.Reason, flag) {
+					t.Errorf("without the flag, probe's %s: %s %q, want UNKNOWN naming %s", name, c.Status, c.Reason, flag)
+				}
+				if n := bare.path(name); n != 0 {
+					t.Errorf("without the flag, chaos counted %s %d times: an unrecognised refusal is not the key's", name, n)
+				}
+			}
+			if bare.chaos.Verdict != "INCONCLUSIVE" || len(bare.chaos.Result.Violations) != 0 {
+				t.Errorf("without the flag, chaos: %s, want INCONCLUSIVE with no violation: %+v", bare.chaos.Verdict, bare.chaos.Result.Violations)
+			}
+			if u := bare.unchecked(); !strings.Contains(u, flag) {
+				t.Errorf("without the flag, chaos does not name %s among what it could not check:\n%s", flag, u)
+			}
+		})
+	}
+}
+
+// Keys shared by all users: a user's own transfer refused because another
+// user sent the same key text is a violation in chaos --target, as it is a
+// FAIL in probe, and is never counted as the shared-key path reached.
+func TestChaosTargetFailsAUsersTransferRefusedForAnothersKey(t *testing.T) {
+	t.Parallel()
+	j := judge(t, 422, `{"error":{"code":"IDEMPOTENCY_FINGERPRINT_MISMATCH"}}`, true, "--key-refusal", "422:IDEMPOTENCY_FINGERPRINT_MISMATCH")
+	if c := j.probe["other-user-same-key"]; c.Status != "FAIL" || !strings.Contains(c.Reason, "refused as a reused key") {
+		t.Errorf("probe's other-user-same-key: %s %q", c.Status, c.Reason)
+	}
+	found := false
+	for _, v := range j.chaos.Result.Violations {
+		found = found || v.Kind == "wrong-answer" && strings.Contains(v.Detail, "another user, sent the same key text")
+	}
+	if j.chaos.Verdict != "INVALID" || !found {
+		t.Errorf("chaos --target: %s, violations %+v; want a wrong answer naming the other user's key", j.chaos.Verdict, j.chaos.Result.Violations)
+	}
+	if n := j.path("shared-key"); n != 0 {
+		t.Errorf("shared-key counted %d times though each user's transfer was refused", n)
+	}
+}
