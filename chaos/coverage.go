@@ -127,13 +127,18 @@ type FaultCount struct {
 type Coverage struct {
 	Paths  []PathCount  `json:"paths"`
 	Faults []FaultCount `json:"faults"`
+	// Unrecognised, in a target run, names the answers that reached a path
+	// in a way the judge cannot name (a reuse refused with a status or code
+	// that is not a refusal of the key), with the flag that would name
+	// them: the run cannot vouch for that path until they are named.
+	Unrecognised []string `json:"unrecognised,omitempty"`
 }
 
 // Missing lists what the run should have exercised and did not: every
-// defence path never taken, and every fault kind with a rate above zero that
-// never fired.
+// defence path never taken, every fault kind with a rate above zero that
+// never fired, and every answer it could not name (Unrecognised).
 func (c Coverage) Missing() []string {
-	var out []string
+	out := append([]string{}, c.Unrecognised...)
 	for _, f := range c.Faults {
 		if f.Rate > 0 && f.Fired == 0 {
 			out = append(out, fmt.Sprintf("fault %s (rate %g) never fired", f.Kind, f.Rate))
@@ -164,14 +169,17 @@ func Cover(h *History) Coverage {
 		if in.Healed && in.Outcome != SeenUnknown {
 			counts[PathHealed]++
 		}
-		countAnswers(counts, in, h.Cleanup != nil)
 		if t := h.Config.Target; t != nil {
-			// Only what the contract says: the target's rules are its own.
-			if in.Reuse != "" && slices.ContainsFunc(in.Attempts, t.refusedAsReused) {
+			// Only what the answers show: the target's rules are its own.
+			// A reuse refused is the reuse path reached; whether the
+			// refusal was the key's is Unrecognised's to say.
+			countAnswers(counts, in, t.replays(in), false)
+			if in.Reuse != "" && slices.ContainsFunc(in.Attempts, func(a Attempt) bool { return a.Seen == SeenRejected }) {
 				counts["key-reused-"+in.Reuse]++
 			}
 			continue
 		}
+		countAnswers(counts, in, nil, h.Cleanup != nil)
 		x := f.expect(in)
 		reused, exact, over, rule := false, false, false, false
 		for _, a := range in.Attempts {
@@ -227,6 +235,9 @@ func Cover(h *History) Coverage {
 	counts[PathCrossing] = crossings(h)
 
 	var c Coverage
+	if t := h.Config.Target; t != nil {
+		c.Unrecognised = t.unrecognised(h)
+	}
 	for _, p := range pathList {
 		if !applies(h, p.name) {
 			continue
@@ -245,13 +256,19 @@ func Cover(h *History) Coverage {
 
 // countAnswers counts the paths any client sees in in's answers: a 409, a
 // replay (of a retry, of a repeat after the final answer, of a repeat after
-// the cleanup job ran).
-func countAnswers(counts map[string]int, in *Intent, cleaned bool) {
-	for _, a := range in.Attempts {
+// the cleanup job ran). replays, when given, says which attempts were
+// replays by the evidence of their transfer ids (a target's); otherwise
+// the replay mark says.
+func countAnswers(counts map[string]int, in *Intent, replays []bool, cleaned bool) {
+	for k, a := range in.Attempts {
+		replayed := a.Replayed && a.Seen != SeenUnknown
+		if replays != nil {
+			replayed = replays[k]
+		}
 		switch {
 		case a.Status == 409:
 			counts[PathConflict]++
-		case a.Replayed && a.Seen != SeenUnknown && !a.Lookup:
+		case replayed && !a.Lookup:
 			switch a.Phase {
 			case PhaseRepeat:
 				counts[PathReplayAfterFinal]++

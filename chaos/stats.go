@@ -52,9 +52,13 @@ func Summarize(h *History) Stats {
 				s.Resolved++
 			}
 		}
-		for _, a := range in.Attempts {
+		var replays []bool
+		if t := h.Config.Target; t != nil {
+			replays = t.replays(&in) // by transfer id, header or not
+		}
+		for k, a := range in.Attempts {
 			switch {
-			case a.Replayed:
+			case a.Replayed && replays == nil, replays != nil && replays[k]:
 				s.Replays++
 			case a.Status == 409:
 				s.Conflicts++

@@ -26,14 +26,17 @@ func (t *Target) answer(a Attempt) *probe.Answer {
 	return t.Contract.Read(a.Status, h, a.Bytes())
 }
 
-// receipts are the distinct transfer ids in's answers named, in order.
+// receipts are the distinct transfer ids in's answers named, in order:
+// those its client got, and those the proxy dropped on their way (the
+// target made those transfers too).
 func (t *Target) receipts(in *Intent) []string {
 	var ids []string
 	for _, a := range in.Attempts {
-		if a.Seen != SeenOK {
-			continue
+		id := t.lostID(a)
+		if id == "" && a.Seen == SeenOK {
+			id = t.answer(a).TransferID
 		}
-		if id := t.answer(a).TransferID; id != "" && !contains(ids, id) {
+		if id != "" && !contains(ids, id) {
 			ids = append(ids, id)
 		}
 	}
@@ -121,46 +124,10 @@ func checkTarget(h *History) Result {
 	c.targetReplays()
 	c.finish()
 	c.res.Unchecked = append(t.unchecked(len(h.Final.Accounts) > 0, len(h.Audits) > 0), skipped...)
-	c.res.Unchecked = append(c.res.Unchecked, t.unrecognised(h)...)
 	for _, u := range skipped {
 		c.res.Checks = slices.DeleteFunc(c.res.Checks, func(s CheckSummary) bool { return s.Kind == u.Kind })
 	}
 	return c.res
-}
-
-// unrecognised names the refusals of reused keys the judge could not take
-// for refusals of the key, grouped by status and code: nothing moved, but
-// the run cannot say the key was checked, and the reader learns the flag
-// that would say so.
-func (t *Target) unrecognised(h *History) []Unchecked {
-	type refusal struct {
-		status int
-		code   string
-	}
-	count := map[refusal]int{}
-	var order []refusal
-	for _, in := range h.Intents {
-		if in.Reuse == "" {
-			continue
-		}
-		for _, a := range in.Attempts {
-			ans := t.answer(a)
-			if a.Seen != SeenRejected || ans.Class == judge.KeyRefusal {
-				continue
-			}
-			r := refusal{a.Status, ans.Code}
-			if count[r] == 0 {
-				order = append(order, r)
-			}
-			count[r]++
-		}
-	}
-	var out []Unchecked
-	for _, r := range order {
-		out = append(out, Unchecked{"key refusals", fmt.Sprintf("%d answer(s) to a key reused for another request were refused %s: %s",
-			count[r], strings.TrimSpace(fmt.Sprintf("%d %s", r.status, r.code)), t.Contract.Judge().Unrecognised(r.status, r.code))})
-	}
-	return out
 }
 
 // unresolved counts the intents without a final answer after healing.
@@ -350,13 +317,11 @@ func (t *Target) refusedAsReused(a Attempt) bool {
 }
 
 // applies reports whether a target run can take defence path p: those its
-// clients see in the answers. A replay is seen only when the target marks
-// it (Contract.ReplayedHeader); the rest happen inside a server.
+// clients see in the answers (a replay by its transfer id, marked or not);
+// the rest happen inside a server.
 func (t *Target) applies(p string) bool {
 	switch p {
-	case PathReplay, PathReplayAfterFinal:
-		return t.Contract.ReplayedHeader != ""
-	case PathConcurrentCopy, PathHealed, PathReuseRecipient, PathReuseAmount, PathSharedKey, PathCrossing:
+	case PathReplay, PathReplayAfterFinal, PathConcurrentCopy, PathHealed, PathReuseRecipient, PathReuseAmount, PathSharedKey, PathCrossing:
 		return true
 	}
 	return false

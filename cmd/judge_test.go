@@ -116,8 +116,10 @@ type judged struct {
 	probe map[string]struct{ Status, Reason string }
 	chaos struct {
 		Verdict string
+		Missing []string
 		Result  struct {
 			ByKind     map[string]int
+			Stats      struct{ Replays int }
 			Violations []struct{ Kind, Detail string }
 			Coverage   struct {
 				Paths []struct {
@@ -146,6 +148,8 @@ func (j judged) unchecked() string {
 	}
 	return strings.Join(s, "\n")
 }
+
+func (j judged) missing() string { return strings.Join(j.chaos.Missing, "\n") }
 
 // judge runs probe (the key checks) and chaos --target against a new
 // misuser, with the flags given to both.
@@ -176,8 +180,9 @@ func judge(t *testing.T, status int, body string, shared bool, flags ...string) 
 
 // A target that refuses a reused key its own way is judged alike by probe
 // and chaos --target: with --key-refusal naming the way, as refusals of the
-// key (reached, and no contract violated); without it, neither calls it a
-// violation nor a pass, and both name the answer and the flag.
+// key (reached, and no contract violated); without it, the reuse is still
+// reached (refused), but neither calls it a violation nor a pass, and both
+// name the answer and the flag.
 func TestProbeAndChaosJudgeATargetsOwnKeyRefusalAlike(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
@@ -210,15 +215,15 @@ func TestProbeAndChaosJudgeATargetsOwnKeyRefusalAlike(t *testing.T) {
 				if c := bare.probe[name]; c.Status != "UNKNOWN" || !strings.Contains(c.Reason, flag) {
 					t.Errorf("without the flag, probe's %s: %s %q, want UNKNOWN naming %s", name, c.Status, c.Reason, flag)
 				}
-				if n := bare.path(name); n != 0 {
-					t.Errorf("without the flag, chaos counted %s %d times: an unrecognised refusal is not the key's", name, n)
+				if n := bare.path(name); n <= 0 {
+					t.Errorf("without the flag, chaos counted %s %d times: a refused reuse is the path reached", name, n)
 				}
 			}
 			if bare.chaos.Verdict != "INCONCLUSIVE" || len(bare.chaos.Result.Violations) != 0 {
 				t.Errorf("without the flag, chaos: %s, want INCONCLUSIVE with no violation: %+v", bare.chaos.Verdict, bare.chaos.Result.Violations)
 			}
-			if u := bare.unchecked(); !strings.Contains(u, flag) {
-				t.Errorf("without the flag, chaos does not name %s among what it could not check:\n%s", flag, u)
+			if m := bare.missing(); !strings.Contains(m, flag) {
+				t.Errorf("without the flag, chaos does not name %s among what it cannot vouch for:\n%s", flag, m)
 			}
 		})
 	}
@@ -242,5 +247,26 @@ func TestChaosTargetFailsAUsersTransferRefusedForAnothersKey(t *testing.T) {
 	}
 	if n := j.path("shared-key"); n != 0 {
 		t.Errorf("shared-key counted %d times though each user's transfer was refused", n)
+	}
+}
+
+// A target that never marks a replay with a header: its replays are
+// recognised by their transfer ids (the same transfer again for the same
+// key, also after an answer the proxy dropped), so the replay paths are
+// reached and the run is VALID, not INCONCLUSIVE for "replay never
+// happened".
+func TestChaosTargetRecognisesReplaysWithoutAHeader(t *testing.T) {
+	t.Parallel()
+	j := judge(t, 422, `{"error":"idempotency_key_reused"}`, false)
+	for _, p := range []string{"replay", "replay-after-final", "key-reused-amount", "key-reused-recipient", "shared-key"} {
+		if n := j.path(p); n <= 0 {
+			t.Errorf("path %s counted %d times, want reached", p, n)
+		}
+	}
+	if j.chaos.Verdict != "VALID" || j.chaos.Result.Stats.Replays == 0 {
+		t.Errorf("chaos --target: %s, %d replays; missing %v, violations %+v", j.chaos.Verdict, j.chaos.Result.Stats.Replays, j.chaos.Missing, j.chaos.Result.Violations)
+	}
+	if c := j.probe["replay"]; c.Status != "PASS" {
+		t.Errorf("probe's replay: %s %s", c.Status, c.Reason)
 	}
 }
