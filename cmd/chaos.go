@@ -675,6 +675,13 @@ func printChaosResult(out io.Writer, p *palette, h *chaos.History, res chaos.Res
 	fmt.Fprintf(tw, "intents\t%d\t(%d ok, %d rejected, %d unknown after the fault phase → %d resolved by healing)\n",
 		s.Intents, s.OK, s.Rejected, s.Healed, s.Resolved)
 	fmt.Fprintf(tw, "attempts\t%d\t(%d replays, %d × 409, %d × 5xx)\n", s.Attempts, s.Replays, s.Conflicts, s.ServerErrors)
+	for k, c := range s.Causes {
+		label := ""
+		if k == 0 {
+			label = "causes"
+		}
+		fmt.Fprintf(tw, "%s\t%d ×\t%s\n", label, c.Count, c.Cause)
+	}
 	for _, c := range s.Crashes {
 		after := "on a timer"
 		if c.AfterIntent >= 0 {

@@ -7,6 +7,9 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -21,6 +24,11 @@ type misuser struct {
 	status int
 	body   string
 	shared bool
+	// failEvery, when set, fails every failEvery-th new request (a fresh
+	// key) with failure, storing nothing: a transient server error.
+	failEvery int
+	failure   string
+	fresh     int
 
 	mu       sync.Mutex
 	balances map[string]int64
@@ -93,6 +101,10 @@ func (m *misuser) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		reply(a.status, a.body)
+		return
+	}
+	if m.fresh++; m.failEvery > 0 && m.fresh%m.failEvery == 0 {
+		reply(500, m.failure)
 		return
 	}
 	a := answer{fp: fp, status: 422, body: `{"error":"insufficient_funds"}`}
@@ -268,5 +280,56 @@ func TestChaosTargetRecognisesReplaysWithoutAHeader(t *testing.T) {
 	}
 	if c := j.probe["replay"]; c.Status != "PASS" {
 		t.Errorf("probe's replay: %s %s", c.Status, c.Reason)
+	}
+}
+
+// A target that fails with a transient error: chaos --target's summary
+// says why, grouped by status and the body's message ("N × 500 deadlock
+// detected"), in the terminal, the JSON and the HTML report, the message's
+// control characters escaped.
+func TestChaosTargetSummaryGroupsCauses(t *testing.T) {
+	t.Parallel()
+	const want = `500 deadlock detected\x1b[2J`
+	start := func() string {
+		m := &misuser{status: 422, body: `{"error":"idempotency_key_reused"}`, failEvery: 4, failure: `{"message":"deadlock detected\u001b[2J"}`,
+			balances: map[string]int64{"1": 5_000_000, "2": 500_000, "3": 0}, keys: map[string]answer{}}
+		srv := httptest.NewServer(m)
+		t.Cleanup(srv.Close)
+		return srv.URL
+	}
+	html := filepath.Join(t.TempDir(), "r.html")
+	r := run(t, context.Background(), mustNotStart(t), "chaos", "--target", start(), "--lookup", "none", "--json", "--seed", "3", "--intents", "100", "--html", html)
+	var out struct {
+		Result struct {
+			Stats struct {
+				ServerErrors int
+				Causes       []struct {
+					Count int
+					Cause string
+				}
+			}
+		}
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil {
+		t.Fatalf("chaos --json: %v\n%s\nstderr:\n%s", err, r.stdout, r.stderr)
+	}
+	n := 0
+	for _, c := range out.Result.Stats.Causes {
+		if c.Cause == want {
+			n = c.Count
+		}
+	}
+	if n == 0 || n != out.Result.Stats.ServerErrors {
+		t.Errorf("causes %+v, want %q counted once per 5xx (%d)", out.Result.Stats.Causes, want, out.Result.Stats.ServerErrors)
+	}
+	page, err := os.ReadFile(html)
+	if err != nil || !strings.Contains(string(page), fmt.Sprint(n)) || !strings.Contains(string(page), "500 deadlock detected") || strings.Contains(string(page), "\x1b") {
+		t.Errorf("the HTML report does not list the cause (%v)", err)
+	}
+	r = run(t, context.Background(), mustNotStart(t), "chaos", "--target", start(), "--lookup", "none", "--seed", "3", "--intents", "100", "--no-color")
+	fivexx := regexp.MustCompile(`(\d+) × 5xx`).FindStringSubmatch(r.stdout)
+	cause := regexp.MustCompile(`causes +(\d+) × +` + regexp.QuoteMeta(want) + "\n").FindStringSubmatch(r.stdout)
+	if fivexx == nil || cause == nil || fivexx[1] != cause[1] || fivexx[1] == "0" || strings.Contains(r.stdout, "\x1b[2J") {
+		t.Errorf("the terminal summary does not say N × %s once per 5xx (or prints the escape raw):\n%s", want, r.stdout)
 	}
 }
