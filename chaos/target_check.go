@@ -306,6 +306,9 @@ func (t *Target) unchecked(money, audits bool) []Unchecked {
 	if !t.Contract.ExactReplays {
 		out = append(out, Unchecked{KindReplay + " (bytes)", "replays are compared by status and transfer id only: the target does not promise byte-for-byte replays (--exact-replays)"})
 	}
+	for _, u := range probe.Outside(len(t.URLs), "a second --target URL", t.Given) {
+		out = append(out, Unchecked{u.What, u.Why + "; to check it: " + u.Flag})
+	}
 	out = append(out, Unchecked{"server-side faults", "cannot be injected into someone else's server: " + strings.Join(ServerSideFaultKinds(), ", ")})
 	return out
 }

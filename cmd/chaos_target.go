@@ -44,7 +44,7 @@ func (o chaosOptions) targetConfig(app *App, c *cobra.Command, seed uint64, rate
 	if err != nil {
 		return chaos.Config{}, usageError("%v", err)
 	}
-	t := &chaos.Target{URLs: o.targets, Contract: o.targetContract(), Users: users, Amount: amount, AllowRemote: o.allowRemote}
+	t := &chaos.Target{URLs: o.targets, Contract: o.targetContract(), Users: users, Amount: amount, AllowRemote: o.allowRemote, Given: o.given()}
 	owner := probe.Owners(users...)
 	cfg := chaos.Config{Seed: seed, Clients: o.clients, Intents: o.intents, Faults: rates, MaxAttempts: o.maxAttempts, Target: t}.WithDefaults()
 	if cfg.Target.Balances, err = o.balances(app, t.Contract, owner, cfg.Target.Timeout); err != nil {

@@ -333,3 +333,67 @@ func TestChaosTargetSummaryGroupsCauses(t *testing.T) {
 		t.Errorf("the terminal summary does not say N × %s once per 5xx (or prints the escape raw):\n%s", want, r.stdout)
 	}
 }
+
+// Every report of probe and chaos --target says what it could not check on
+// this target and the flag that would check it: a restart, the database's
+// failures, and, with one URL, a second copy.
+func TestReportsSayWhatTheyCouldNotCheck(t *testing.T) {
+	t.Parallel()
+	want := map[string]string{"keys lost at a restart": "--restart", "database failures": "--db-proxy", "a second copy": "a second"}
+	for _, copies := range []int{1, 2} {
+		url := startMisuser(t, 422, `{"error":"idempotency_key_reused"}`, false)
+		urls := []string{url}
+		if copies == 2 {
+			urls = append(urls, strings.Replace(url, "127.0.0.1", "localhost", 1)) // the same server by another name: its keys are shared
+		}
+		html := filepath.Join(t.TempDir(), "probe.html")
+		r := run(t, context.Background(), mustNotStart(t), append(append([]string{"probe"}, urls...), "--lookup", "none", "--seed", "2", "--only", "replay", "--json", "--html", html)...)
+		var rep struct {
+			Verdict   string
+			Unchecked []struct{ What, Flag, Why string }
+		}
+		if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+			t.Fatalf("probe --json: %v\n%s\n%s", err, r.stdout, r.stderr)
+		}
+		page, _ := os.ReadFile(html)
+		got := map[string]string{}
+		for _, u := range rep.Unchecked {
+			got[u.What] = u.Flag
+			if !strings.Contains(string(page), "not checked: "+u.What) {
+				t.Errorf("the probe's HTML report does not list %q as not checked", u.What)
+			}
+			if !strings.Contains(rep.Verdict, u.What+" ("+u.Flag+")") {
+				t.Errorf("the probe's verdict %q does not say %s went unchecked", rep.Verdict, u.What)
+			}
+		}
+		terminal := run(t, context.Background(), mustNotStart(t), append(append([]string{"probe"}, urls...), "--lookup", "none", "--seed", "3", "--only", "replay", "--no-color")...)
+		args := []string{"chaos", "--lookup", "none", "--seed", "2", "--intents", "40", "--json"}
+		for _, u := range urls {
+			args = append(args, "--target", u)
+		}
+		r = run(t, context.Background(), mustNotStart(t), args...)
+		var out struct {
+			Result struct{ Unchecked []struct{ Kind, Why string } }
+		}
+		if err := json.Unmarshal([]byte(r.stdout), &out); err != nil {
+			t.Fatalf("chaos --json: %v\n%s\n%s", err, r.stdout, r.stderr)
+		}
+		chaosSays := map[string]string{}
+		for _, u := range out.Result.Unchecked {
+			chaosSays[u.Kind] = u.Why
+		}
+		for what, flag := range want {
+			listed := copies == 1 || what != "a second copy"
+			if _, ok := got[what]; ok != listed || ok && !strings.HasPrefix(got[what], flag) {
+				t.Errorf("%d URL(s): probe lists %q: %v (flag %q), want %v with %s", copies, what, ok, got[what], listed, flag)
+			}
+			if ok := strings.Contains(terminal.stdout, what+" ("+flag); ok != listed {
+				t.Errorf("%d URL(s): probe's terminal report lists %q with %s: %v, want %v:\n%s", copies, what, flag, ok, listed, terminal.stdout)
+			}
+			why, ok := chaosSays[what]
+			if ok != listed || ok && !strings.Contains(why, "to check it: "+flag) {
+				t.Errorf("%d URL(s): chaos --target lists %q: %v (%q), want %v with %s", copies, what, ok, why, listed, flag)
+			}
+		}
+	}
+}

@@ -141,6 +141,7 @@ func (o probeOptions) config(app *App, args []string) (probe.Config, error) {
 		Only:        o.only,
 		Skip:        o.skip,
 		AllowRemote: o.allowRemote,
+		Given:       o.given(),
 		NoRestore:   o.noRestore,
 		Now:         app.Env.Now,
 	}
@@ -332,6 +333,13 @@ func printSummary(out io.Writer, p *palette, rep *probe.Report) {
 			mark = p.warn.Sprint(rep.Restore.Result)
 		}
 		fmt.Fprintf(out, "%-9s %s\n", "restore", mark)
+	}
+	for k, u := range rep.Unchecked {
+		label := ""
+		if k == 0 {
+			label = "unchecked"
+		}
+		fmt.Fprintf(out, "%-9s %s %s %s\n", label, u.What, p.warn.Sprint("("+u.Flag+")"), p.dim.Sprint("— "+u.Why))
 	}
 	verdict := p.ok.Sprint(rep.Verdict)
 	if rep.Failed > 0 {

@@ -26,11 +26,27 @@ type targetFlags struct {
 	balancesSQL      string
 	allowRemote      bool
 	dryRun           bool
+	// flags is the command's flag set, to ask which flags were given.
+	flags *pflag.FlagSet
+}
+
+// given names the flags given that make a class of defect checkable on a
+// target (probe.FlagRestart, probe.FlagDBProxy): a report lists the others
+// as unchecked, with the flag.
+func (o targetFlags) given() []string {
+	var out []string
+	for _, name := range []string{probe.FlagRestart, probe.FlagDBProxy} {
+		if f := o.flags.Lookup(name); f != nil && f.Changed {
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 // register adds the flags to f, with the lesson's contract as defaults.
 func (o *targetFlags) register(f *pflag.FlagSet) {
 	o.contract = probe.LessonContract()
+	o.flags = f
 	f.StringArrayVar(&o.tokens, "token", nil, "a user's credentials as `NAME=TOKEN`: ada pays, bola receives and is the second user, chidi owns the third account (default ada=token-ada, bola=token-bola)")
 	f.StringArrayVar(&o.accounts, "account", nil, "a user's account as `NAME=ID` (default ada=1, bola=2, chidi=3)")
 	f.StringVar(&o.contract.Path, "path", o.contract.Path, "the transfer endpoint's path")
