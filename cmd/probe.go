@@ -283,6 +283,7 @@ func printPlan(out io.Writer, p *palette, plan *probe.Plan, cfg *probe.Config) {
 	fmt.Fprintf(out, "%-9s %s\n", "money", plan.Money)
 	fmt.Fprintf(out, "%-9s %s\n", "balances", plan.Balances)
 	fmt.Fprintf(out, "%-9s %s\n", "replays", plan.Replays)
+	printKeyRefusals(out, cfg.Contract)
 	fmt.Fprintf(out, "%-9s %s\n", "restore", plan.Restore)
 	fmt.Fprintf(out, "%-9s %d:\n", "checks", len(plan.Checks))
 	for _, ch := range plan.Checks {

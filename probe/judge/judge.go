@@ -103,15 +103,12 @@ func (j Judge) Class(status int, code string, replayed bool) Class {
 	return Other
 }
 
-// Unrecognised says, for an answer to a reused key that the judge did not
-// take for a key refusal, what it was and the flag that would map it: the
-// reader learns what bank-sim could not name, and how to name it.
+// Unrecognised says, of an answer of status and code to a reused key that
+// the judge did not take for a key refusal, why it is not one and the flag
+// that would map it: the reader learns what bank-sim could not name, and
+// how to name it.
 func (j Judge) Unrecognised(status int, code string) string {
 	rule := Rule{Status: status, Code: code}
-	what := strconv.Itoa(status)
-	if code != "" {
-		what += " " + code
-	}
-	return fmt.Sprintf("%s is not a refusal of the key that bank-sim recognises (the lesson's: 422 with a code naming the key, like idempotency_key_reused); "+
-		"if it is how this target refuses a key used for another request, say so with --key-refusal %s", what, rule)
+	return fmt.Sprintf("not a refusal of the key that bank-sim recognises (the lesson's: 422 with a code naming the key, like idempotency_key_reused), "+
+		"so the refusal may be of the request rather than of its key; if it is how this target refuses a key used for another request, say so with --key-refusal %s", rule)
 }
