@@ -153,14 +153,6 @@ func (j judged) path(name string) int {
 	return -1
 }
 
-func (j judged) unchecked() string {
-	var s []string
-	for _, u := range j.chaos.Result.Unchecked {
-		s = append(s, u.Kind+": "+u.Why)
-	}
-	return strings.Join(s, "\n")
-}
-
 func (j judged) missing() string { return strings.Join(j.chaos.Missing, "\n") }
 
 // judge runs probe (the key checks) and chaos --target against a new
