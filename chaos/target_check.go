@@ -165,7 +165,7 @@ func (c *checker) targetIntents() {
 		ids := t.receipts(in)
 		if len(ids) > 1 {
 			c.add(Violation{Kind: KindTwice, Intent: in.Index, AtNs: last, Kobo: int64(len(ids)-1) * amount,
-				Detail: fmt.Sprintf("%s, one key, was told %d different transfers (%s): the target moved the money %d times", in.Label, len(ids), strings.Join(ids, ", "), len(ids))})
+				Detail: fmt.Sprintf("%s, one key, was answered with %d different transfers (%s; an answer the proxy dropped counts too): the target moved the money %d times", in.Label, len(ids), strings.Join(ids, ", "), len(ids))})
 		}
 		for _, id := range ids {
 			first, seen := owner[id]

@@ -775,7 +775,11 @@ func printChaosResult(out io.Writer, p *palette, h *chaos.History, res chaos.Res
 		fmt.Fprintf(out, "\n%s %s\n", p.ok.Sprint("VALID"), p.dim.Sprintf("seed %d", h.Seed))
 		return
 	case chaos.Inconclusive:
-		fmt.Fprintf(out, "\n%s no rule broken, but this run cannot vouch for what it never exercised:\n", p.bad.Sprint("INCONCLUSIVE"))
+		what := "what it never exercised"
+		if len(res.Coverage.Unrecognised) > 0 {
+			what = "what it never exercised, nor for answers it could not name"
+		}
+		fmt.Fprintf(out, "\n%s no rule broken, but this run cannot vouch for %s:\n", p.bad.Sprint("INCONCLUSIVE"), what)
 		for _, m := range res.Coverage.Missing() {
 			fmt.Fprintf(out, "   - %s\n", m)
 		}

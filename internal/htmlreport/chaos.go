@@ -45,6 +45,9 @@ func Chaos(h *chaos.History, res chaos.Result, o ChaosOptions) *Doc {
 		d.Verdict = "VALID: no rule broken, and every defence path taken and every fault fired"
 	case chaos.Inconclusive:
 		d.Verdict = fmt.Sprintf("INCONCLUSIVE: no rule broken, but %d thing(s) never exercised, which this run cannot vouch for", len(res.Coverage.Missing()))
+		if n := len(res.Coverage.Unrecognised); n > 0 {
+			d.Verdict = fmt.Sprintf("INCONCLUSIVE: no rule broken, but %d thing(s) never exercised or not recognised in the answers (%d), which this run cannot vouch for", len(res.Coverage.Missing()), n)
+		}
 	default:
 		d.Verdict = fmt.Sprintf("INVALID: %d violation(s) of %d rule(s)", len(res.Violations), len(res.ByKind))
 	}
