@@ -107,6 +107,7 @@ func seedResult(seed uint64, h *History, err error) SeedResult {
 	}
 	res := Check(h)
 	r.Verdict, r.Stats, r.Unknowns, r.Wall = res.Verdict(), res.Stats, res.Stats.Healed, h.Wall
+	r.Stats.Causes = nil // a seed's line stays short; its own run lists them
 	for _, n := range h.Fired {
 		r.Faults += n
 	}

@@ -127,13 +127,18 @@ type FaultCount struct {
 type Coverage struct {
 	Paths  []PathCount  `json:"paths"`
 	Faults []FaultCount `json:"faults"`
+	// Unrecognised, in a target run, names the answers that reached a path
+	// in a way the judge cannot name (a reuse refused with a status or code
+	// that is not a refusal of the key), with the flag that would name
+	// them: the run cannot vouch for that path until they are named.
+	Unrecognised []string `json:"unrecognised,omitempty"`
 }
 
 // Missing lists what the run should have exercised and did not: every
-// defence path never taken, and every fault kind with a rate above zero that
-// never fired.
+// defence path never taken, every fault kind with a rate above zero that
+// never fired, and every answer it could not name (Unrecognised).
 func (c Coverage) Missing() []string {
-	var out []string
+	out := append([]string{}, c.Unrecognised...)
 	for _, f := range c.Faults {
 		if f.Rate > 0 && f.Fired == 0 {
 			out = append(out, fmt.Sprintf("fault %s (rate %g) never fired", f.Kind, f.Rate))
@@ -164,14 +169,17 @@ func Cover(h *History) Coverage {
 		if in.Healed && in.Outcome != SeenUnknown {
 			counts[PathHealed]++
 		}
-		countAnswers(counts, in, h.Cleanup != nil)
 		if t := h.Config.Target; t != nil {
-			// Only what the contract says: the target's rules are its own.
-			if in.Reuse != "" && slices.ContainsFunc(in.Attempts, t.refusedAsReused) {
+			// Only what the answers show: the target's rules are its own.
+			// A reuse refused is the reuse path reached; whether the
+			// refusal was the key's is Unrecognised's to say.
+			countAnswers(counts, in, t.replays(in), false)
+			if in.Reuse != "" && slices.ContainsFunc(in.Attempts, func(a Attempt) bool { return a.Seen == SeenRejected }) {
 				counts["key-reused-"+in.Reuse]++
 			}
 			continue
 		}
+		countAnswers(counts, in, nil, h.Cleanup != nil)
 		x := f.expect(in)
 		reused, exact, over, rule := false, false, false, false
 		for _, a := range in.Attempts {
@@ -208,17 +216,28 @@ func Cover(h *History) Coverage {
 			counts[PathOverBalance]++
 		}
 	}
-	refused := func(a Attempt) bool { return a.Response().Code() == idem.CodeKeyReused }
-	if t := h.Config.Target; t != nil {
-		refused = t.refusedAsReused
+	own := func(in *Intent) bool {
+		return slices.ContainsFunc(in.Attempts, func(a Attempt) bool { return a.Seen != SeenUnknown }) &&
+			!slices.ContainsFunc(in.Attempts, func(a Attempt) bool { return a.Response().Code() == idem.CodeKeyReused })
 	}
-	counts[PathSharedKey] = sharedKeys(byKey, refused)
+	if t := h.Config.Target; t != nil {
+		// From outside, only a transfer of its own proves a user was
+		// answered for their own request: a refusal may be the key's under
+		// a code the judge does not know.
+		own = func(in *Intent) bool {
+			return len(t.receipts(in)) > 0 && !slices.ContainsFunc(in.Attempts, t.refusedAsReused)
+		}
+	}
+	counts[PathSharedKey] = sharedKeys(byKey, own)
 	if h.Config.Target != nil {
 		counts[PathConcurrentCopy] = concurrentCopies(counts)
 	}
 	counts[PathCrossing] = crossings(h)
 
 	var c Coverage
+	if t := h.Config.Target; t != nil {
+		c.Unrecognised = t.unrecognised(h)
+	}
 	for _, p := range pathList {
 		if !applies(h, p.name) {
 			continue
@@ -237,13 +256,19 @@ func Cover(h *History) Coverage {
 
 // countAnswers counts the paths any client sees in in's answers: a 409, a
 // replay (of a retry, of a repeat after the final answer, of a repeat after
-// the cleanup job ran).
-func countAnswers(counts map[string]int, in *Intent, cleaned bool) {
-	for _, a := range in.Attempts {
+// the cleanup job ran). replays, when given, says which attempts were
+// replays by the evidence of their transfer ids (a target's); otherwise
+// the replay mark says.
+func countAnswers(counts map[string]int, in *Intent, replays []bool, cleaned bool) {
+	for k, a := range in.Attempts {
+		replayed := a.Replayed && a.Seen != SeenUnknown
+		if replays != nil {
+			replayed = replays[k]
+		}
 		switch {
 		case a.Status == 409:
 			counts[PathConflict]++
-		case a.Replayed && a.Seen != SeenUnknown && !a.Lookup:
+		case replayed && !a.Lookup:
 			switch a.Phase {
 			case PhaseRepeat:
 				counts[PathReplayAfterFinal]++
@@ -277,9 +302,9 @@ func applies(h *History, p string) bool {
 }
 
 // sharedKeys counts the key texts that two or more users sent, where every
-// one of those users' own intents (not a reuse) got a final answer and none
-// was told its key had been reused.
-func sharedKeys(byKey map[string][]*Intent, refusedAsReused func(Attempt) bool) int {
+// one of those users' own intents (not a reuse) was answered for its own
+// request (own).
+func sharedKeys(byKey map[string][]*Intent, own func(*Intent) bool) int {
 	n := 0
 	for _, ins := range byKey {
 		users := map[int64]bool{}
@@ -289,16 +314,7 @@ func sharedKeys(byKey map[string][]*Intent, refusedAsReused func(Attempt) bool) 
 				continue
 			}
 			users[in.UserID] = true
-			final := false
-			for _, a := range in.Attempts {
-				if a.Seen != SeenUnknown {
-					final = true
-					if refusedAsReused(a) {
-						ok = false
-					}
-				}
-			}
-			ok = ok && final
+			ok = ok && own(in)
 		}
 		if ok && len(users) > 1 {
 			n++

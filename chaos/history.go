@@ -259,6 +259,10 @@ type Attempt struct {
 	// Lookup marks a GET /transfers?key= that asked for the key's stored
 	// answer (HTTP runs, healing) rather than a delivery of the transfer.
 	Lookup bool `json:"lookup,omitempty"`
+	// Lost, in a target run, is the answer the target sent to an attempt
+	// whose answer the proxy dropped (lose-response): evidence that a
+	// later answer naming the same transfer is a replay.
+	Lost *Lost `json:"lost,omitempty"`
 }
 
 // Response is what the client was told, as a bank.Response.

@@ -63,6 +63,9 @@ type httpRig struct {
 	// gone holds, per "intent/attempt", a channel closed when the client
 	// has finished that attempt: a late request waits for it.
 	gone sync.Map
+	// lost holds, per "intent/attempt", what a target answered to an
+	// attempt whose answer the proxy dropped (*Lost).
+	lost sync.Map
 }
 
 func startHTTP(e *engine) (*httpRig, error) {
@@ -145,6 +148,9 @@ func (r *httpRig) connFault(_ int, req *http.Request) faults.ConnFault {
 		}
 		return &faults.HalfClose{}
 	case FaultLoseResponse:
+		if r.target != nil {
+			return &lostAnswer{rig: r, at: fmt.Sprintf("%d/%d", i, n)} // and keeps what the target said
+		}
 		return &faults.Tunnel{} // the server commits; the connection drops
 	case FaultDropRequest:
 		return &faults.Reset{} // reset before the request reaches the server
@@ -383,7 +389,11 @@ func (r *httpRig) faultPhase(ctx context.Context, i int, p Planned) *Intent {
 			e.mu.Unlock()
 		}
 		end := e.since()
-		in.Attempts = append(in.Attempts, r.attemptOf(a, a.N, PhaseFault, fault, start, end))
+		at := r.attemptOf(a, a.N, PhaseFault, fault, start, end)
+		if fault == FaultLoseResponse {
+			r.keepLost(&at, i, a.N)
+		}
+		in.Attempts = append(in.Attempts, at)
 		if fault == FaultLate {
 			r.markGone(i, a.N)
 		}

@@ -53,6 +53,10 @@ type Target struct {
 	BalancesFrom string `json:"balances,omitempty"`
 	// AllowRemote lets the target be another machine.
 	AllowRemote bool `json:"allowRemote,omitempty"`
+	// Given names the flags given that make a class of defect checkable
+	// (probe.FlagRestart, probe.FlagDBProxy): the report lists the others
+	// as unchecked.
+	Given []string `json:"given,omitempty"`
 }
 
 // DefaultTargetSettle is how long healing retries one unknown intent of a

@@ -9,6 +9,7 @@ import (
 	"github.com/banksim/bank-sim/bank"
 	"github.com/banksim/bank-sim/faults"
 	"github.com/banksim/bank-sim/probe"
+	"github.com/banksim/bank-sim/probe/judge"
 )
 
 // The rules a black box allows. A target's history has no ledger of
@@ -25,14 +26,17 @@ func (t *Target) answer(a Attempt) *probe.Answer {
 	return t.Contract.Read(a.Status, h, a.Bytes())
 }
 
-// receipts are the distinct transfer ids in's answers named, in order.
+// receipts are the distinct transfer ids in's answers named, in order:
+// those its client got, and those the proxy dropped on their way (the
+// target made those transfers too).
 func (t *Target) receipts(in *Intent) []string {
 	var ids []string
 	for _, a := range in.Attempts {
-		if a.Seen != SeenOK {
-			continue
+		id := t.lostID(a)
+		if id == "" && a.Seen == SeenOK {
+			id = t.answer(a).TransferID
 		}
-		if id := t.answer(a).TransferID; id != "" && !contains(ids, id) {
+		if id != "" && !contains(ids, id) {
 			ids = append(ids, id)
 		}
 	}
@@ -66,28 +70,27 @@ func (t *Target) ledger(h *History) []bank.TransferRow {
 	return rows
 }
 
-// keyRefusal reports whether a refusal's code says the key was used
-// before: the lesson's idempotency_key_reused, or any code of the target's
-// that speaks of a key.
-func keyRefusal(code string) bool {
-	return strings.Contains(strings.ToLower(code), "key")
-}
-
 // allows reports whether a final answer is one the contract allows for in,
 // and if not, what it allows. The target's rules (who may send, which
 // accounts are active, what a balance allows) are not known from outside:
 // a transfer between the two payers' own accounts may be made or refused
-// (422), never answered as if its key had been used; a key reused for
-// another request must be refused with 422.
+// (422), never refused as if its key had been used; a key reused for
+// another request must not be answered with a transfer. Whether a refusal
+// of a reuse was a refusal of the key is coverage's question (a refusal of
+// another kind moved nothing either).
 func (t *Target) allows(in *Intent, a *probe.Answer) (bool, string) {
 	if in.Reuse != "" {
-		return a.Status == 422 && !a.OK(), "only 422: the key was first used for another request"
+		return !a.OK(), "only a refusal: the key was first used for another request"
 	}
-	if a.Receipt() || a.Status == 422 && !keyRefusal(a.Code) {
+	if a.Receipt() || a.Class == judge.BusinessRefusal && a.Status == 422 {
 		return true, ""
 	}
-	return false, "only 2xx with a transfer id (" + t.Contract.IDField + "), or 422 for a refusal such as insufficient funds, never a refusal of the key: " +
+	why := "only 2xx with a transfer id (" + t.Contract.IDField + "), or 422 for a refusal such as insufficient funds, never a refusal of the key: " +
 		"the user sends from their own account with their own key"
+	if a.Class == judge.Other {
+		why += fmt.Sprintf(" (%d is an answer the lesson never gives; if it is this target's refusal of a reused key, --key-refusal %d names it, and the answer is still wrong here)", a.Status, a.Status)
+	}
+	return false, why
 }
 
 // checkTarget verifies a target run's history.
@@ -144,6 +147,14 @@ func unresolved(h *History) int {
 func (c *checker) targetIntents() {
 	t := c.h.Config.Target
 	owner := map[string]*Intent{}
+	// byKey: each key text's own intents (not reuses), to name another
+	// user's when a user's own transfer is refused as a reused key.
+	byKey := map[string][]*Intent{}
+	for idx := range c.h.Intents {
+		if in := &c.h.Intents[idx]; in.Reuse == "" {
+			byKey[in.Key] = append(byKey[in.Key], in)
+		}
+	}
 	for idx := range c.h.Intents {
 		in := &c.h.Intents[idx]
 		amount := in.Request.AmountKobo
@@ -154,7 +165,7 @@ func (c *checker) targetIntents() {
 		ids := t.receipts(in)
 		if len(ids) > 1 {
 			c.add(Violation{Kind: KindTwice, Intent: in.Index, AtNs: last, Kobo: int64(len(ids)-1) * amount,
-				Detail: fmt.Sprintf("%s, one key, was told %d different transfers (%s): the target moved the money %d times", in.Label, len(ids), strings.Join(ids, ", "), len(ids))})
+				Detail: fmt.Sprintf("%s, one key, was answered with %d different transfers (%s; an answer the proxy dropped counts too): the target moved the money %d times", in.Label, len(ids), strings.Join(ids, ", "), len(ids))})
 		}
 		for _, id := range ids {
 			// Every intent has a transfer of its own, even one user's two
@@ -177,8 +188,15 @@ func (c *checker) targetIntents() {
 			}
 			ans := t.answer(*a)
 			if ok, allowed := t.allows(in, ans); !ok {
-				c.add(Violation{Kind: KindWrong, Intent: in.Index, AtNs: a.EndNs, Kobo: amount,
-					Detail: fmt.Sprintf("%s was told %s (attempt %d); the contract allows %s", t.describe(in), ans, a.N, allowed)})
+				detail := fmt.Sprintf("%s was told %s (attempt %d); the contract allows %s", t.describe(in), ans, a.N, allowed)
+				if ans.Class == judge.KeyRefusal {
+					if k := slices.IndexFunc(byKey[in.Key], func(o *Intent) bool { return o.UserID != in.UserID }); k >= 0 {
+						other := byKey[in.Key][k]
+						detail += fmt.Sprintf(". %s, another user, sent the same key text (%s): keys are shared by all users instead of scoped to each, so one user's key refused another's own transfer",
+							t.user(other.UserID).Name, other.Label)
+					}
+				}
+				c.add(Violation{Kind: KindWrong, Intent: in.Index, AtNs: a.EndNs, Kobo: amount, Detail: detail})
 				break
 			}
 		}
@@ -291,24 +309,25 @@ func (t *Target) unchecked(money, audits bool) []Unchecked {
 	if !t.Contract.ExactReplays {
 		out = append(out, Unchecked{KindReplay + " (bytes)", "replays are compared by status and transfer id only: the target does not promise byte-for-byte replays (--exact-replays)"})
 	}
+	for _, u := range probe.Outside(len(t.URLs), "a second --target URL", t.Given) {
+		out = append(out, Unchecked{u.What, u.Why + "; to check it: " + u.Flag})
+	}
 	out = append(out, Unchecked{"server-side faults", "cannot be injected into someone else's server: " + strings.Join(ServerSideFaultKinds(), ", ")})
 	return out
 }
 
 // refusedAsReused reports whether a is the target's refusal of a key used
-// before.
+// before, as the judge names it.
 func (t *Target) refusedAsReused(a Attempt) bool {
-	return a.Status == 422 && keyRefusal(t.answer(a).Code)
+	return a.Seen != SeenUnknown && t.answer(a).Class == judge.KeyRefusal
 }
 
 // applies reports whether a target run can take defence path p: those its
-// clients see in the answers. A replay is seen only when the target marks
-// it (Contract.ReplayedHeader); the rest happen inside a server.
+// clients see in the answers (a replay by its transfer id, marked or not);
+// the rest happen inside a server.
 func (t *Target) applies(p string) bool {
 	switch p {
-	case PathReplay, PathReplayAfterFinal:
-		return t.Contract.ReplayedHeader != ""
-	case PathConcurrentCopy, PathHealed, PathReuseRecipient, PathReuseAmount, PathSharedKey, PathCrossing:
+	case PathReplay, PathReplayAfterFinal, PathConcurrentCopy, PathHealed, PathReuseRecipient, PathReuseAmount, PathSharedKey, PathCrossing:
 		return true
 	}
 	return false

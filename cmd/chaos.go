@@ -774,6 +774,13 @@ func printChaosResult(out io.Writer, p *palette, h *chaos.History, res chaos.Res
 	fmt.Fprintf(tw, "intents\t%d\t(%d ok, %d rejected, %d unknown after the fault phase → %d resolved by healing)\n",
 		s.Intents, s.OK, s.Rejected, s.Healed, s.Resolved)
 	fmt.Fprintf(tw, "attempts\t%d\t(%d replays, %d × 409, %d × 5xx)\n", s.Attempts, s.Replays, s.Conflicts, s.ServerErrors)
+	for k, c := range s.Causes {
+		label := ""
+		if k == 0 {
+			label = "causes"
+		}
+		fmt.Fprintf(tw, "%s\t%d ×\t%s\n", label, c.Count, c.Cause)
+	}
 	for _, c := range s.Crashes {
 		after := "on a timer"
 		if c.AfterIntent >= 0 {
@@ -876,7 +883,11 @@ func printChaosResult(out io.Writer, p *palette, h *chaos.History, res chaos.Res
 		fmt.Fprintf(out, "\n%s %s\n", p.ok.Sprint("VALID"), p.dim.Sprintf("seed %d", h.Seed))
 		return
 	case chaos.Inconclusive:
-		fmt.Fprintf(out, "\n%s no rule broken, but this run cannot vouch for what it never exercised:\n", p.bad.Sprint("INCONCLUSIVE"))
+		what := "what it never exercised"
+		if len(res.Coverage.Unrecognised) > 0 {
+			what = "what it never exercised, nor for answers it could not name"
+		}
+		fmt.Fprintf(out, "\n%s no rule broken, but this run cannot vouch for %s:\n", p.bad.Sprint("INCONCLUSIVE"), what)
 		for _, m := range res.Coverage.Missing() {
 			fmt.Fprintf(out, "   - %s\n", m)
 		}

@@ -44,7 +44,7 @@ func (o chaosOptions) targetConfig(app *App, c *cobra.Command, seed uint64, rate
 	if err != nil {
 		return chaos.Config{}, usageError("%v", err)
 	}
-	t := &chaos.Target{URLs: o.targets, Contract: o.targetContract(), Users: users, Amount: amount, AllowRemote: o.allowRemote}
+	t := &chaos.Target{URLs: o.targets, Contract: o.targetContract(), Users: users, Amount: amount, AllowRemote: o.allowRemote, Given: o.given()}
 	owner := probe.Owners(users...)
 	cfg := chaos.Config{Seed: seed, Clients: o.clients, Intents: o.intents, Faults: rates, MaxAttempts: o.maxAttempts, Target: t}.WithDefaults()
 	if cfg.Target.Balances, err = o.balances(app, t.Contract, owner, cfg.Target.Timeout); err != nil {
@@ -128,6 +128,21 @@ type targetPlan struct {
 	Faults   string            `json:"faults"`
 	Checks   []string          `json:"checks"`
 	Cannot   []chaos.Unchecked `json:"cannot"`
+	contract probe.Contract
+}
+
+// printKeyRefusals says, when the target refuses reused keys its own way
+// (--key-refusal), how its answers are judged: the reader sees what a
+// refusal of a key will be taken to be.
+func printKeyRefusals(out io.Writer, c probe.Contract) {
+	if len(c.KeyRefusals) == 0 {
+		return
+	}
+	var rules []string
+	for _, r := range c.KeyRefusals {
+		rules = append(rules, r.String())
+	}
+	fmt.Fprintf(out, "%-9s a reused key is refused with 422 and a code naming the key (the lesson's), or %s (--key-refusal)\n", "key", strings.Join(rules, ", "))
 }
 
 func newTargetPlan(cfg chaos.Config) targetPlan {
@@ -143,7 +158,7 @@ func newTargetPlan(cfg chaos.Config) targetPlan {
 		Faults: cfg.Faults.String() + " (the network's only)",
 		Checks: []string{"at most one transfer per key", "no transfer told to two intents", "every final answer one the contract allows",
 			"every later answer to a key its first, replayed", "every intent settled"},
-		Cannot: t.Unchecked(),
+		Cannot: t.Unchecked(), contract: t.Contract,
 	}
 	if t.Balances != nil {
 		plan.Balances = "exact: " + t.BalancesFrom
@@ -160,6 +175,7 @@ func printTargetPlan(out io.Writer, p *palette, plan targetPlan) {
 	fmt.Fprintf(out, "%-9s %s\n", "money", plan.Money)
 	fmt.Fprintf(out, "%-9s %s\n", "balances", plan.Balances)
 	fmt.Fprintf(out, "%-9s %s\n", "faults", plan.Faults)
+	printKeyRefusals(out, plan.contract)
 	fmt.Fprintf(out, "%-9s %s\n", "checks", strings.Join(plan.Checks, " · "))
 	printUnchecked(out, p, "cannot", plan.Cannot)
 }

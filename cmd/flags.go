@@ -48,6 +48,8 @@ func flagError(c *cobra.Command, err error) string {
 			want = "true or false"
 		case "float64", "float32":
 			want = "a number"
+		case "STATUS[:CODE]": // --key-refusal
+			want = "STATUS or STATUS:CODE with a 4xx status, like 417 or 422:IDEMPOTENCY_FINGERPRINT_MISMATCH"
 		}
 	}
 	return "--" + name + " " + quoteValue(value) + " is not " + want

@@ -142,6 +142,7 @@ func (o probeOptions) config(app *App, args []string) (probe.Config, error) {
 		Only:        o.only,
 		Skip:        o.skip,
 		AllowRemote: o.allowRemote,
+		Given:       o.given(),
 		NoRestore:   o.noRestore,
 		Now:         app.Env.Now,
 	}
@@ -283,6 +284,7 @@ func printPlan(out io.Writer, p *palette, plan *probe.Plan, cfg *probe.Config) {
 	fmt.Fprintf(out, "%-9s %s\n", "money", plan.Money)
 	fmt.Fprintf(out, "%-9s %s\n", "balances", plan.Balances)
 	fmt.Fprintf(out, "%-9s %s\n", "replays", plan.Replays)
+	printKeyRefusals(out, cfg.Contract)
 	fmt.Fprintf(out, "%-9s %s\n", "restore", plan.Restore)
 	fmt.Fprintf(out, "%-9s %d:\n", "checks", len(plan.Checks))
 	for _, ch := range plan.Checks {
@@ -336,6 +338,13 @@ func printSummary(out io.Writer, p *palette, rep *probe.Report) {
 			mark = p.warn.Sprint(rep.Restore.Result)
 		}
 		fmt.Fprintf(out, "%-9s %s\n", "restore", mark)
+	}
+	for k, u := range rep.Unchecked {
+		label := ""
+		if k == 0 {
+			label = "unchecked"
+		}
+		fmt.Fprintf(out, "%-9s %s %s %s\n", label, u.What, p.warn.Sprint("("+u.Flag+")"), p.dim.Sprint("— "+u.Why))
 	}
 	verdict := p.ok.Sprint(rep.Verdict)
 	if rep.Failed > 0 {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/banksim/bank-sim/probe"
+	"github.com/banksim/bank-sim/probe/judge"
 	"github.com/jackc/pgx/v5"
 	"github.com/spf13/pflag"
 )
@@ -25,11 +26,27 @@ type targetFlags struct {
 	balancesSQL      string
 	allowRemote      bool
 	dryRun           bool
+	// flags is the command's flag set, to ask which flags were given.
+	flags *pflag.FlagSet
+}
+
+// given names the flags given that make a class of defect checkable on a
+// target (probe.FlagRestart, probe.FlagDBProxy): a report lists the others
+// as unchecked, with the flag.
+func (o targetFlags) given() []string {
+	var out []string
+	for _, name := range []string{probe.FlagRestart, probe.FlagDBProxy} {
+		if f := o.flags.Lookup(name); f != nil && f.Changed {
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 // register adds the flags to f, with the lesson's contract as defaults.
 func (o *targetFlags) register(f *pflag.FlagSet) {
 	o.contract = probe.LessonContract()
+	o.flags = f
 	f.StringArrayVar(&o.tokens, "token", nil, "a user's credentials as `NAME=TOKEN`: ada pays, bola receives and is the second user, chidi owns the third account (default ada=token-ada, bola=token-bola)")
 	f.StringArrayVar(&o.accounts, "account", nil, "a user's account as `NAME=ID` (default ada=1, bola=2, chidi=3)")
 	f.StringVar(&o.contract.Path, "path", o.contract.Path, "the transfer endpoint's path")
@@ -43,6 +60,7 @@ func (o *targetFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&o.contract.BalanceField, "balance-field", o.contract.BalanceField, "the answer member with the sender's balance after the transfer ('' if the answers have none)")
 	f.StringVar(&o.contract.ReplayedHeader, "replayed-header", o.contract.ReplayedHeader, "the header that marks a replayed answer, if any (only ever evidence)")
 	f.BoolVar(&o.contract.ExactReplays, "exact-replays", false, "the target promises that a replay is its first answer byte for byte (bank-sim serve does): a replay in other bytes fails instead of being warned about")
+	f.Var(&keyRefusalFlag{&o.contract.KeyRefusals}, "key-refusal", "the target's own refusal of a key reused for another request, as `STATUS[:CODE]` (the code from the body's code, error or error.code member), beyond the lesson's 422 with a code naming the key; repeat for more, like --key-refusal 417 --key-refusal 422:IDEMPOTENCY_FINGERPRINT_MISMATCH")
 	f.StringVar(&o.lookup, "lookup", o.contract.Lookup, "the GET path, with {key}, that answers what became of a key ('none' if there is none)")
 	f.StringVar(&o.balancesURL, "balances-url", "", "read each balance with a GET of this `TEMPLATE` ({id} is the account), as the account's owner")
 	f.StringVar(&o.balancesField, "balances-field", "balanceKobo", "the member of the --balances-url answer with the balance (a dotted path for a nested one)")
@@ -160,3 +178,29 @@ func (o targetFlags) balanceSources(app *App) []string {
 	}
 	return extra
 }
+
+// keyRefusalFlag is --key-refusal: each use adds one of the target's own
+// refusals of a reused key to the contract's judge.
+type keyRefusalFlag struct{ rules *[]judge.Rule }
+
+func (f *keyRefusalFlag) String() string {
+	if f.rules == nil {
+		return ""
+	}
+	var s []string
+	for _, r := range *f.rules {
+		s = append(s, r.String())
+	}
+	return strings.Join(s, ",")
+}
+
+func (f *keyRefusalFlag) Set(v string) error {
+	r, err := judge.ParseRule(v)
+	if err != nil {
+		return err
+	}
+	*f.rules = append(*f.rules, r)
+	return nil
+}
+
+func (f *keyRefusalFlag) Type() string { return "STATUS[:CODE]" }

@@ -3,6 +3,8 @@ package probe
 import (
 	"context"
 	"fmt"
+
+	"github.com/banksim/bank-sim/probe/judge"
 )
 
 var checkReusedAmount = Check{
@@ -35,7 +37,8 @@ var checkReusedRecipient = Check{
 }
 
 // reused makes a transfer, then sends other with the same key: it must be
-// refused (the lesson: 422), and the key must still answer the first.
+// refused as a reused key (judge.KeyRefusal: the lesson's 422, or the
+// target's own --key-refusal), and the key must still answer the first.
 func reused(ctx context.Context, c *checkRun, other Transfer, what string) {
 	in := c.intent("first use", c.cfg.Payer, c.pay(c.amount()))
 	first := c.first(ctx, in, sendOpts{})
@@ -56,10 +59,12 @@ func reused(ctx context.Context, c *checkRun, other Transfer, what string) {
 		c.failf("%s made a second transfer, %s, under a key already used: the key was not checked against its request", what, a.TransferID)
 	case a.OK():
 		c.failf("%s was answered %s: a success for a request that must be refused", what, a)
-	case a.Status == 422:
-		c.okf("%s was refused: %s", what, a)
+	case a.Class == judge.KeyRefusal:
+		c.okf("%s was refused as a reused key: %s", what, a)
 	default:
-		c.okf("%s was refused: %s (the lesson answers 422)", what, a)
+		// Nothing moved, but a refusal of the request itself (its amount,
+		// its recipient) would say the same: the key's check is not seen.
+		c.unknownf("%s was answered %s: %s", what, a, c.cfg.Contract.Judge().Unrecognised(a.Status, a.Code))
 	}
 	c.saw(c.send(ctx, in, sendOpts{}))
 	c.same(in, c.settled(ctx, in, 0), first, "the first request, sent again with its key")

@@ -3,6 +3,8 @@ package probe
 import (
 	"context"
 	"fmt"
+
+	"github.com/banksim/bank-sim/probe/judge"
 )
 
 var checkOtherUser = Check{
@@ -36,8 +38,10 @@ var checkOtherUser = Check{
 			c.debit(receipt{theirs, a})
 			c.acknowledged(theirs)
 			c.okf("%s is a transfer of its own: %s", who, a.TransferID)
-		case a.Status == 422:
+		case a.Class == judge.KeyRefusal:
 			c.failf("%s was refused as a reused key (%s): keys are shared by all users instead of scoped to each, so one user's key blocks another's transfer", who, a)
+		case a.Class == judge.Other:
+			c.failf("%s was answered %s, not a transfer (an answer the lesson never gives; if it is this target's refusal of a reused key, --key-refusal %d names it, and keys are then shared by all users)", who, a, a.Status)
 		default:
 			c.failf("%s was answered %s, not a transfer", who, a)
 		}

@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/banksim/bank-sim/probe/judge"
 )
 
 // Contract is how a target spells the lesson's transfer API: where it lives,
@@ -47,7 +49,14 @@ type Contract struct {
 	// to a JSON client; it matters to one that verifies a signed body or
 	// compares bytes.
 	ExactReplays bool `json:"exactReplays,omitempty"`
+	// KeyRefusals are the target's own refusals of a reused key
+	// (--key-refusal), beyond the lesson's 422 with a code naming the key.
+	KeyRefusals []judge.Rule `json:"keyRefusals,omitempty"`
 }
+
+// Judge is how answers are judged through c: the lesson's defaults and the
+// target's own key refusals. probe and chaos --target both judge by it.
+func (c Contract) Judge() judge.Judge { return judge.Judge{KeyRefusals: c.KeyRefusals} }
 
 // LessonContract is the contract of the lesson's server.js and of bank-sim
 // serve.
@@ -214,10 +223,13 @@ type Answer struct {
 	Balance *int64 `json:"balance,omitempty"`
 	// Replayed is the replay header's verdict, when the target sends one.
 	Replayed bool `json:"replayed,omitempty"`
-	// Code is a refusal's machine-readable code, from "code" or "error".
+	// Code is a refusal's machine-readable code, from "code", "error" or
+	// "error.code".
 	Code string `json:"code,omitempty"`
 	// RetryAfter is the Retry-After header's seconds, when sent.
 	RetryAfter int `json:"-"`
+	// Class is what the answer means to its client (package judge).
+	Class judge.Class `json:"class,omitempty"`
 }
 
 // OK reports a 2xx.
@@ -266,6 +278,7 @@ func (c Contract) read(status int, h http.Header, body []byte) *Answer {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
 	if dec.Decode(&doc) != nil {
+		a.Class = c.Judge().Class(status, "", a.Replayed)
 		return a
 	}
 	if v, ok := lookup(doc, c.IDField); ok && v != nil {
@@ -286,7 +299,7 @@ func (c Contract) read(status int, h http.Header, body []byte) *Answer {
 			}
 		}
 	}
-	for _, f := range []string{"code", "error"} {
+	for _, f := range []string{"code", "error", "error.code"} {
 		if v, ok := lookup(doc, f); ok {
 			if s, ok := v.(string); ok && s != "" {
 				a.Code = s
@@ -294,6 +307,7 @@ func (c Contract) read(status int, h http.Header, body []byte) *Answer {
 			}
 		}
 	}
+	a.Class = c.Judge().Class(status, a.Code, a.Replayed)
 	return a
 }
 

@@ -70,6 +70,9 @@ type Config struct {
 	Only, Skip []string
 	// AllowRemote lets the target be another machine.
 	AllowRemote bool
+	// Given names the flags given that make a class of defect checkable
+	// (FlagRestart, FlagDBProxy): the report lists the others as unchecked.
+	Given []string
 	// NoRestore leaves the money where the checks moved it; by default the
 	// probe sends the net amount back at the end.
 	NoRestore bool
@@ -325,7 +328,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	defer r.close()
 
-	rep := &Report{Seed: cfg.Seed, Target: cfg.URLs, Contract: cfg.Contract, Started: cfg.Now()}
+	rep := &Report{Seed: cfg.Seed, Target: cfg.URLs, Contract: cfg.Contract, Started: cfg.Now(), Unchecked: Outside(len(cfg.URLs), "a second URL", cfg.Given)}
 	if cfg.Balances != nil {
 		rep.Balances = cfg.Balances.Describe()
 	}

@@ -18,7 +18,10 @@ type Report struct {
 	Capabilities Capabilities `json:"capabilities"`
 	Checks       []Result     `json:"checks"`
 	Restore      *Restore     `json:"restore,omitempty"`
-	Duration     Duration     `json:"duration"`
+	// Unchecked is what this run could not check on this target, and the
+	// flag that would check it.
+	Unchecked []Unchecked `json:"unchecked"`
+	Duration  Duration    `json:"duration"`
 
 	Passed  int `json:"passed"`
 	Failed  int `json:"failed"`
@@ -94,6 +97,14 @@ func (r *Report) tally() {
 		r.Verdict = fmt.Sprintf("PASS on what could be checked: %d of %d checks passed; %s could not be made, so this run says nothing about %s", r.Passed, n, what, it)
 	default:
 		r.Verdict = fmt.Sprintf("PASS: all %d checks passed", n)
+	}
+	if r.Failed == 0 && len(r.Unchecked) > 0 {
+		// A pass vouches only for what was tried.
+		var what []string
+		for _, u := range r.Unchecked {
+			what = append(what, u.What+" ("+u.Flag+")")
+		}
+		r.Verdict += "; not checked on this target: " + strings.Join(what, ", ")
 	}
 }
 

@@ -47,6 +47,9 @@ func Chaos(h *chaos.History, res chaos.Result, o ChaosOptions) *Doc {
 		d.Verdict = "VALID: no rule broken, and every defence path taken and every fault fired"
 	case chaos.Inconclusive:
 		d.Verdict = fmt.Sprintf("INCONCLUSIVE: no rule broken, but %d thing(s) never exercised, which this run cannot vouch for", len(res.Coverage.Missing()))
+		if n := len(res.Coverage.Unrecognised); n > 0 {
+			d.Verdict = fmt.Sprintf("INCONCLUSIVE: no rule broken, but %d thing(s) never exercised or not recognised in the answers (%d), which this run cannot vouch for", len(res.Coverage.Missing()), n)
+		}
 	default:
 		d.Verdict = fmt.Sprintf("INVALID: %d violation(s) of %d rule(s)", len(res.Violations), len(res.ByKind))
 	}
@@ -246,9 +249,18 @@ func runHTML(h *chaos.History, res chaos.Result, c clock, o ChaosOptions) templa
 	rows := [][]Cell{
 		{C("intents"), {Text: fmt.Sprint(s.Intents), Class: "num"}, C(fmt.Sprintf("%d ok, %d rejected, %d unknown after the fault phase → %d resolved by healing", s.OK, s.Rejected, s.Healed, s.Resolved))},
 		{C("attempts"), {Text: fmt.Sprint(s.Attempts), Class: "num"}, C(fmt.Sprintf("%d replays, %d × 409, %d × 5xx", s.Replays, s.Conflicts, s.ServerErrors))},
-		{C("transfers"), {Text: fmt.Sprint(s.Transfers), Class: "num"}, C("in the final ledger")},
-		{C("audits"), {Text: fmt.Sprint(s.Audits), Class: "num"}, C("snapshots of every balance taken while clients ran")},
 	}
+	for k, cause := range s.Causes {
+		label := ""
+		if k == 0 {
+			label = "causes"
+		}
+		rows = append(rows, []Cell{C(label), {Text: fmt.Sprint(cause.Count), Class: "num"}, C(cause.Cause)})
+	}
+	rows = append(rows,
+		[]Cell{C("transfers"), {Text: fmt.Sprint(s.Transfers), Class: "num"}, C("in the final ledger")},
+		[]Cell{C("audits"), {Text: fmt.Sprint(s.Audits), Class: "num"}, C("snapshots of every balance taken while clients ran")},
+	)
 	fired := 0
 	for _, n := range h.Fired {
 		fired += n

@@ -341,6 +341,9 @@ func Probe(rep *probe.Report) *Doc {
 		}
 		dt("restore", mark+rep.Restore.Result)
 	}
+	for _, u := range rep.Unchecked {
+		dt("not checked: "+u.What, u.Why+"; to check it: "+u.Flag)
+	}
 	g := Table{ID: "target-table", Head: []string{"", ""}, Rows: rows}.HTML()
 	d.Section("target", "The target", g)
 	return d
