@@ -48,6 +48,7 @@ func Checks() []Check {
 		checkNoKey,
 		checkNoToken,
 		checkHangUp,
+		checkCrossUserReplay,
 		checkDrain,
 	}
 }

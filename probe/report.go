@@ -158,7 +158,7 @@ func (c *Config) plannedTotal() int64 {
 		}
 		amount := c.Amount + int64(i+1)
 		switch ch.Name {
-		case "replay", "other-copy", "double-tap", "storm", "other-user-same-key", "no-key", "no-token":
+		case "replay", "other-copy", "double-tap", "storm", "other-user-same-key", "no-key", "no-token", "cross-user-replay":
 			total += amount
 		case "lost-response", "key-reused-amount", "key-reused-recipient": // two intents, or one and a witness
 			total += 2 * amount
