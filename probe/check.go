@@ -49,6 +49,7 @@ func Checks() []Check {
 		checkNoToken,
 		checkHangUp,
 		checkCrossUserReplay,
+		checkRefusedThenMoved,
 		checkDrain,
 	}
 }

@@ -75,3 +75,31 @@ func mustBug(t *testing.T, name string) mistakes.Bug {
 	}
 	return b
 }
+
+// A transfer refused for want of money, retried with its key after money
+// arrived: a target that stores only its successes pays it.
+func TestRefusedThenMoved(t *testing.T) {
+	t.Parallel()
+	t.Run("correct", func(t *testing.T) {
+		t.Parallel()
+		sim := startBankSim(t, simOptions{})
+		res, rep := onlyCheck(t, lesson(sim.urls...), "refused-then-moved")
+		wantPass(t, res, rep)
+		checkLedger(t, sim.ledger(t))
+	})
+	t.Run("correct-reference", func(t *testing.T) {
+		t.Parallel()
+		ref := startRef(t, &refServer{})
+		res, rep := onlyCheck(t, lesson(ref.url()), "refused-then-moved")
+		wantPass(t, res, rep)
+	})
+	t.Run("stores-only-2xx", func(t *testing.T) {
+		t.Parallel()
+		ref := startRef(t, &refServer{only2xx: true})
+		res, rep := onlyCheck(t, lesson(ref.url()), "refused-then-moved")
+		wantFail(t, res, rep, "the refusal (422 insufficient_funds) was not stored as the key's answer")
+		if ref.total() != 7_500_000 {
+			t.Errorf("total %d, want 7500000", ref.total())
+		}
+	})
+}

@@ -162,6 +162,8 @@ func (c *Config) plannedTotal() int64 {
 			total += amount
 		case "lost-response", "key-reused-amount", "key-reused-recipient": // two intents, or one and a witness
 			total += 2 * amount
+		case "refused-then-moved": // bola's transfer to ada, which the probe sends back
+			total -= amount
 		case "hang-up":
 			total += int64(c.HangUps) * amount
 		}
