@@ -50,6 +50,7 @@ func Checks() []Check {
 		checkHangUp,
 		checkCrossUserReplay,
 		checkRefusedThenMoved,
+		checkRestart,
 		checkDrain,
 	}
 }

@@ -42,7 +42,15 @@ var checkRefusedThenMoved = Check{
 		}
 		c.okf("%s was refused: %s", what, refusal)
 
-		// The money arrives: the same request would now be paid.
+		// The money arrives: the same request would now be paid. The
+		// payee's balance is not what this check is about: known from
+		// answers only, it may miss a transfer of unknown outcome in an
+		// earlier check, so its answer here establishes it afresh.
+		if c.cfg.Balances == nil {
+			c.mu.Lock()
+			delete(c.known, payee.Account)
+			c.mu.Unlock()
+		}
 		fund := c.intent("money arrives", payee, Transfer{From: payee.Account, To: payer.Account, Amount: c.amount()})
 		if c.first(ctx, fund, sendOpts{}) == nil {
 			return

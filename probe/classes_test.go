@@ -1,13 +1,23 @@
 package probe_test
 
 import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/banksim/bank-sim/bank"
 	"github.com/banksim/bank-sim/idem/mistakes"
 	"github.com/banksim/bank-sim/probe"
 )
+
+// uncheckedByDefault are the checks that need a flag the tests' plain runs
+// do not give (--restart, --db-proxy): SKIPPED there, naming it.
+var uncheckedByDefault = map[string]bool{"restart": true, "db-faults": true}
 
 // onlyCheck probes urls with one check and returns its result.
 func onlyCheck(t *testing.T, cfg probe.Config, name string) (probe.Result, *probe.Report) {
@@ -100,6 +110,106 @@ func TestRefusedThenMoved(t *testing.T) {
 		wantFail(t, res, rep, "the refusal (422 insufficient_funds) was not stored as the key's answer")
 		if ref.total() != 7_500_000 {
 			t.Errorf("total %d, want 7500000", ref.total())
+		}
+	})
+}
+
+// restartCommand is a shell command that restarts ref the way a team's
+// "systemctl restart api" restarts their server, and returns when it is
+// done: it asks through one named pipe and waits for the answer on another.
+func restartCommand(t *testing.T, ref *refServer) string {
+	t.Helper()
+	dir := t.TempDir()
+	req, ack := filepath.Join(dir, "restart"), filepath.Join(dir, "done")
+	for _, p := range []string{req, ack} {
+		if err := syscall.Mkfifo(p, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done := make(chan struct{})
+	go func() {
+		for {
+			b, err := os.ReadFile(req) // blocks until the command writes
+			select {
+			case <-done:
+				return
+			default:
+			}
+			msg := "restarted"
+			if err != nil {
+				msg = err.Error()
+			} else if err := ref.restart(); err != nil {
+				msg = err.Error()
+			}
+			_ = os.WriteFile(ack, []byte(msg+" ("+strings.TrimSpace(string(b))+")\n"), 0o600)
+		}
+	}()
+	t.Cleanup(func() {
+		close(done)
+		// Opening the pipe for writing lets the reader's open return.
+		if f, err := os.OpenFile(req, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+			_ = f.Close()
+		}
+	})
+	return fmt.Sprintf("echo restart > %s && cat %s", req, ack)
+}
+
+// A retry after the server restarted: a target whose keys live in its
+// process's memory forgets them, and the retry moves the money again.
+func TestRestart(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		durable bool
+	}{{"keys-in-memory", false}, {"correct", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ref := startRef(t, &refServer{durable: tc.durable})
+			cfg := lesson(ref.url())
+			cfg.RestartCommand = restartCommand(t, ref)
+			cfg.Restart = probe.ShellRestart(cfg.RestartCommand, 10*time.Second)
+			cfg.WaitFor = 5 * time.Second
+			res, rep := onlyCheck(t, cfg, "restart")
+			if n := ref.restarted(); n != 1 {
+				t.Errorf("the target was restarted %d times, want 1\n%s", n, dump(rep))
+			}
+			if tc.durable {
+				wantPass(t, res, rep)
+			} else {
+				wantFail(t, res, rep, "the retry after the restart made another transfer")
+			}
+			if !strings.Contains(strings.Join(res.Evidence, "\n"), "--restart printed: restarted (restart)") {
+				t.Errorf("the restart's output is not in the evidence:\n%s", dump(rep))
+			}
+			if ref.total() != 7_500_000 {
+				t.Errorf("total %d, want 7500000", ref.total())
+			}
+		})
+	}
+	t.Run("without-restart", func(t *testing.T) {
+		t.Parallel()
+		ref := startRef(t, &refServer{})
+		res, rep := onlyCheck(t, lesson(ref.url()), "restart")
+		if res.Status != probe.Skipped || !strings.Contains(res.Reason, "Give --restart CMD") {
+			t.Fatalf("restart without --restart is %s (%s), want SKIPPED naming the flag\n%s", res.Status, res.Reason, dump(rep))
+		}
+	})
+	t.Run("command-fails", func(t *testing.T) {
+		t.Parallel()
+		ref := startRef(t, &refServer{})
+		cfg := lesson(ref.url())
+		cfg.RestartCommand = "echo no such unit >&2; exit 5"
+		cfg.Restart = probe.ShellRestart(cfg.RestartCommand, 10*time.Second)
+		res, rep := onlyCheck(t, cfg, "restart")
+		if res.Status != probe.Unknown || !strings.Contains(res.Reason, "exit status 5") || !strings.Contains(strings.Join(res.Evidence, "\n"), "no such unit") {
+			t.Fatalf("a failing --restart is %s (%s), want UNKNOWN with its exit status and output\n%s", res.Status, res.Reason, dump(rep))
+		}
+	})
+	t.Run("command-hangs", func(t *testing.T) {
+		t.Parallel()
+		out, err := probe.ShellRestart("echo going; sleep 30", 200*time.Millisecond)(context.Background())
+		if err == nil || !strings.Contains(err.Error(), "did not finish within --restart-timeout 200ms") || out != "going" {
+			t.Fatalf("a hanging --restart: %q, %v; want killed at the bound with its output kept", out, err)
 		}
 	})
 }

@@ -37,6 +37,7 @@ const (
 	DefaultCopies  = 8
 	DefaultHangUps = 40
 	DefaultDrain   = 8
+	DefaultWaitFor = 30 * time.Second
 )
 
 // Config is one probe run.
@@ -73,6 +74,12 @@ type Config struct {
 	// NoRestore leaves the money where the checks moved it; by default the
 	// probe sends the net amount back at the end.
 	NoRestore bool
+	// Restart, when set, restarts the target for the restart check, and
+	// RestartCommand says what it runs; WaitFor bounds how long the target
+	// may take to answer again after it (DefaultWaitFor when zero).
+	Restart        Restarter
+	RestartCommand string
+	WaitFor        time.Duration
 	// OnCheck, when set, hears each check as it ends (for live output).
 	OnCheck func(Result)
 	// Now is the clock of the report; time.Now when nil.
@@ -97,6 +104,9 @@ func (c *Config) defaults() {
 	}
 	if c.Drain <= 0 {
 		c.Drain = DefaultDrain
+	}
+	if c.WaitFor <= 0 {
+		c.WaitFor = DefaultWaitFor
 	}
 	if c.Now == nil {
 		c.Now = time.Now

@@ -19,6 +19,9 @@ type refServer struct {
 	// only2xx stores an answer under its key only when it is a success:
 	// a refusal is worked out afresh on every retry.
 	only2xx bool
+	// durable keeps the keys across a restart, as keys in the database
+	// are: the correct target of the restart check.
+	durable bool
 
 	mu       sync.Mutex
 	balances map[int64]int64
@@ -73,7 +76,9 @@ func (r *refServer) restart() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	_ = r.srv.Close()
-	r.keys = nil
+	if !r.durable {
+		r.keys = nil
+	}
 	r.restarts++
 	var ln net.Listener
 	var err error
@@ -101,10 +106,11 @@ func (r *refServer) total() int64 {
 	return t
 }
 
-func (r *refServer) transfers() int64 {
+// restarted is how many times the target was restarted.
+func (r *refServer) restarted() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.nextID
+	return r.restarts
 }
 
 func (r *refServer) handle(w http.ResponseWriter, req *http.Request) {
