@@ -29,6 +29,8 @@ type probeOptions struct {
 	restart         string
 	restartTimeout  time.Duration
 	waitFor         time.Duration
+	dbProxy         string
+	lockTTL         time.Duration
 }
 
 func newProbeCmd(app *App) *cobra.Command {
@@ -98,6 +100,8 @@ opens offline and prints.`,
 	f.StringVar(&o.restart, "restart", "", "a command (run with sh -c) that restarts the target, for the restart check: 'systemctl restart api', 'docker restart api', a script")
 	f.DurationVar(&o.restartTimeout, "restart-timeout", time.Minute, "how long --restart may run before it is killed")
 	f.DurationVar(&o.waitFor, "wait-for", probe.DefaultWaitFor, "how long the target may take to answer again after --restart (it is polled until it does)")
+	f.StringVar(&o.dbProxy, "db-proxy", "", "LISTEN=UPSTREAM: put bank-sim's database fault proxy on LISTEN in front of the target's PostgreSQL at UPSTREAM, for the db-faults check (point the API's database URL at LISTEN)")
+	f.DurationVar(&o.lockTTL, "lock-ttl", 0, "how long the target holds a key's lock: after a database failure a retry may be told 409 that long (plus --settle), and no longer")
 	addHTMLFlag(f, &o.html)
 	_ = c.RegisterFlagCompletionFunc("only", checkNameCompletion)
 	_ = c.RegisterFlagCompletionFunc("skip", checkNameCompletion)
@@ -161,6 +165,17 @@ func (o probeOptions) config(app *App, args []string) (probe.Config, error) {
 		cfg.RestartCommand = o.restart
 		cfg.WaitFor = o.waitFor
 	}
+	if o.dbProxy != "" {
+		listen, upstream, ok := strings.Cut(o.dbProxy, "=")
+		if !ok || listen == "" || upstream == "" {
+			return cfg, usageError("--db-proxy %q: give LISTEN=UPSTREAM, like 127.0.0.1:6433=127.0.0.1:5432 (the proxy listens on the first, PostgreSQL is the second)", o.dbProxy)
+		}
+		cfg.DBListen, cfg.DBUpstream = listen, upstream
+	}
+	if o.lockTTL < 0 {
+		return cfg, usageError("--lock-ttl must be zero or more")
+	}
+	cfg.LockTTL = o.lockTTL
 	if o.hangUps < 0 {
 		return cfg, usageError("--hang-ups must be zero or more")
 	}

@@ -51,6 +51,7 @@ func Checks() []Check {
 		checkCrossUserReplay,
 		checkRefusedThenMoved,
 		checkRestart,
+		checkDBFaults,
 		checkDrain,
 	}
 }

@@ -3,6 +3,8 @@ package probe_test
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,9 +12,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/banksim/bank-sim/api"
 	"github.com/banksim/bank-sim/bank"
+	"github.com/banksim/bank-sim/idem"
 	"github.com/banksim/bank-sim/idem/mistakes"
+	"github.com/banksim/bank-sim/postgres/pgtest"
 	"github.com/banksim/bank-sim/probe"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // uncheckedByDefault are the checks that need a flag the tests' plain runs
@@ -210,6 +216,80 @@ func TestRestart(t *testing.T) {
 		out, err := probe.ShellRestart("echo going; sleep 30", 200*time.Millisecond)(context.Background())
 		if err == nil || !strings.Contains(err.Error(), "did not finish within --restart-timeout 200ms") || out != "going" {
 			t.Fatalf("a hanging --restart: %q, %v; want killed at the bound with its output kept", out, err)
+		}
+	})
+}
+
+// startBankSimThroughDBProxy is bank-sim's server whose database pool
+// connects to listen, a free port of 127.0.0.1 where the probe's database
+// fault proxy will listen, in front of the test's PostgreSQL (returned as
+// upstream).
+func startBankSimThroughDBProxy(t *testing.T, bug *mistakes.Bug) (sim *bankSim, listen, upstream string) {
+	t.Helper()
+	direct := pgtest.NewBank(t, 8)
+	cfg := direct.Config()
+	upstream = net.JoinHostPort(cfg.ConnConfig.Host, fmt.Sprint(cfg.ConnConfig.Port))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	listen = ln.Addr().String()
+	_ = ln.Close() // the probe listens here
+	port := ln.Addr().(*net.TCPAddr).Port
+	cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Fallbacks = "127.0.0.1", uint16(port), nil
+	cfg.MaxConnIdleTime = time.Minute
+	viaProxy, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(viaProxy.Close)
+	h := &idem.Handler{DB: viaProxy, Store: &idem.Store{LockTTL: 500 * time.Millisecond}}
+	if bug != nil {
+		bug.Apply(h)
+	}
+	srv := httptest.NewServer(api.NewServer(api.Config{Handler: h, Tokens: api.DemoTokens()}))
+	t.Cleanup(srv.Close)
+	return &bankSim{urls: []string{srv.URL}, pool: direct}, listen, upstream
+}
+
+// The database fails at the commit, before it or after it: a server that
+// stores the 500 of a passing database failure as the key's answer replays
+// it forever (serve --bug stored-5xx), where the correct one ends each
+// intent as one transfer.
+func TestDBFaults(t *testing.T) {
+	t.Parallel()
+	stored5xx := mustBug(t, "stored-5xx")
+	for _, tc := range []struct {
+		name string
+		bug  *mistakes.Bug
+	}{{"correct", nil}, {"stored-5xx", &stored5xx}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			sim, listen, upstream := startBankSimThroughDBProxy(t, tc.bug)
+			cfg := lesson(sim.urls...)
+			cfg.DBListen, cfg.DBUpstream = listen, upstream
+			cfg.LockTTL = 500 * time.Millisecond
+			cfg.Settle = 1500 * time.Millisecond
+			res, rep := onlyCheck(t, cfg, "db-faults")
+			t.Log("\n" + dump(rep))
+			if tc.bug == nil {
+				wantPass(t, res, rep)
+			} else {
+				wantFail(t, res, rep, "a server error was stored as the key's final answer")
+			}
+			if !strings.Contains(dump(rep), "the database connection was cut before COMMIT no. 1") ||
+				!strings.Contains(dump(rep), "PostgreSQL committed COMMIT no. 1, and its answer was dropped") {
+				t.Errorf("the faults did not both fire:\n%s", dump(rep))
+			}
+			checkLedger(t, sim.ledger(t))
+		})
+	}
+	t.Run("without-db-proxy", func(t *testing.T) {
+		t.Parallel()
+		ref := startRef(t, &refServer{})
+		res, rep := onlyCheck(t, lesson(ref.url()), "db-faults")
+		if res.Status != probe.Skipped || !strings.Contains(res.Reason, "Give --db-proxy LISTEN=UPSTREAM") {
+			t.Fatalf("db-faults without --db-proxy is %s (%s), want SKIPPED naming the flag\n%s", res.Status, res.Reason, dump(rep))
 		}
 	})
 }

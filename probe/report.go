@@ -164,6 +164,10 @@ func (c *Config) plannedTotal() int64 {
 			total += 2 * amount
 		case "refused-then-moved": // bola's transfer to ada, which the probe sends back
 			total -= amount
+		case "db-faults":
+			if c.DBListen != "" {
+				total += 2 * dbRounds * amount
+			}
 		case "restart":
 			if c.Restart != nil {
 				total += amount
