@@ -74,6 +74,18 @@ func TestCrossUserReplay(t *testing.T) {
 		wantPass(t, res, rep)
 		checkLedger(t, sim.ledger(t))
 	})
+	t.Run("refused-as-a-fresh-key-is", func(t *testing.T) {
+		t.Parallel()
+		ref := startRef(t, &refServer{notYours: 422})
+		res, rep := onlyCheck(t, lesson(ref.url()), "cross-user-replay")
+		wantPass(t, res, rep)
+	})
+	t.Run("tells-the-key-exists", func(t *testing.T) {
+		t.Parallel()
+		ref := startRef(t, &refServer{keyTextOnly: true})
+		res, rep := onlyCheck(t, lesson(ref.url()), "cross-user-replay")
+		wantFail(t, res, rep, "but a key of bola's own gets 404 account_not_found for the same body")
+	})
 	t.Run("unscoped-keys", func(t *testing.T) {
 		t.Parallel()
 		sim := startBankSim(t, simOptions{bug: &unscoped})

@@ -22,6 +22,13 @@ type refServer struct {
 	// durable keeps the keys across a restart, as keys in the database
 	// are: the correct target of the restart check.
 	durable bool
+	// notYours is the status of a transfer from someone else's account
+	// (404 when zero), refused as invalid where the lesson says not found.
+	notYours int
+	// keyTextOnly finds a key by its text alone and refuses another user's
+	// request under it as a reused key: it tells the second user that the
+	// key exists.
+	keyTextOnly bool
 
 	mu       sync.Mutex
 	balances map[int64]int64
@@ -142,6 +149,10 @@ func (r *refServer) handle(w http.ResponseWriter, req *http.Request) {
 		r.keys = map[[2]string]refAnswer{}
 	}
 	k := [2]string{user, key}
+	if r.keyTextOnly {
+		k[0] = ""
+		fp = user + ":" + fp
+	}
 	if old, seen := r.keys[k]; seen {
 		if old.fingerprint != fp {
 			refWrite(w, 422, map[string]any{"code": "idempotency_key_reused"})
@@ -167,7 +178,7 @@ func (r *refServer) transfer(user string, from, to, amount int64) (int, map[stri
 	_, toExists := r.owners[to]
 	switch {
 	case r.owners[from] != user:
-		return 404, map[string]any{"code": "account_not_found"}
+		return max(r.notYours, 404), map[string]any{"code": "account_not_found"}
 	case !toExists || from == to:
 		return 422, map[string]any{"code": "recipient_unavailable"}
 	case amount <= 0:
