@@ -18,6 +18,7 @@ import (
 	"github.com/banksim/bank-sim/idem/mistakes"
 	"github.com/banksim/bank-sim/postgres/pgtest"
 	"github.com/banksim/bank-sim/probe"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -236,7 +237,7 @@ func TestRestart(t *testing.T) {
 // connects to listen, a free port of 127.0.0.1 where the probe's database
 // fault proxy will listen, in front of the test's PostgreSQL (returned as
 // upstream).
-func startBankSimThroughDBProxy(t *testing.T, bug *mistakes.Bug) (sim *bankSim, listen, upstream string) {
+func startBankSimThroughDBProxy(t *testing.T, bug *mistakes.Bug, mode ...pgx.QueryExecMode) (sim *bankSim, listen, upstream string) {
 	t.Helper()
 	direct := pgtest.NewBank(t, 8)
 	cfg := direct.Config()
@@ -250,6 +251,9 @@ func startBankSimThroughDBProxy(t *testing.T, bug *mistakes.Bug) (sim *bankSim, 
 	port := ln.Addr().(*net.TCPAddr).Port
 	cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Fallbacks = "127.0.0.1", uint16(port), nil
 	cfg.MaxConnIdleTime = time.Minute
+	for _, m := range mode {
+		cfg.ConnConfig.DefaultQueryExecMode = m
+	}
 	viaProxy, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -311,4 +315,33 @@ func TestDBFaults(t *testing.T) {
 			t.Fatalf("db-faults without --db-proxy is %s (%s), want SKIPPED naming the flag\n%s", res.Status, res.Reason, dump(rep))
 		}
 	})
+}
+
+// A driver that sends every statement as a simple query, COMMIT included
+// (node-postgres does): the proxy fails its commits as it fails pgx's
+// prepared ones.
+func TestDBFaultsSimpleProtocol(t *testing.T) {
+	pgtest.Exhaustive(t)
+	t.Parallel()
+	stored5xx := mustBug(t, "stored-5xx")
+	for _, bug := range []*mistakes.Bug{nil, &stored5xx} {
+		t.Run(fmt.Sprint(bug != nil), func(t *testing.T) {
+			t.Parallel()
+			sim, listen, upstream := startBankSimThroughDBProxy(t, bug, pgx.QueryExecModeSimpleProtocol)
+			cfg := lesson(sim.urls...)
+			cfg.DBListen, cfg.DBUpstream = listen, upstream
+			cfg.LockTTL = 500 * time.Millisecond
+			cfg.Settle = 1500 * time.Millisecond
+			res, rep := onlyCheck(t, cfg, "db-faults")
+			if bug == nil {
+				wantPass(t, res, rep)
+			} else {
+				wantFail(t, res, rep, "a server error was stored as the key's final answer")
+			}
+			if !strings.Contains(dump(rep), "the database connection was cut before COMMIT no. 1") {
+				t.Errorf("the cut did not fire:\n%s", dump(rep))
+			}
+			checkLedger(t, sim.ledger(t))
+		})
+	}
 }
