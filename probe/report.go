@@ -162,7 +162,7 @@ func (c *Config) plannedTotal() int64 {
 			total += amount
 		case "lost-response", "key-reused-amount", "key-reused-recipient": // two intents, or one and a witness
 			total += 2 * amount
-		case "refused-then-moved": // bola's transfer to ada, which the probe sends back
+		case "refused-then-moved": // bola pays ada the amount: ada needs that much less
 			total -= amount
 		case "db-faults":
 			if c.DBListen != "" {
