@@ -27,6 +27,11 @@ type probeOptions struct {
 	strict          bool
 	noRestore       bool
 	html            string
+	restart         string
+	restartTimeout  time.Duration
+	waitFor         time.Duration
+	dbProxy         string
+	lockTTL         time.Duration
 }
 
 func newProbeCmd(app *App) *cobra.Command {
@@ -93,6 +98,11 @@ opens offline and prints.`,
 	f.BoolVar(&o.asJSON, "json", false, "print the report (or, with --dry-run, the plan) as JSON")
 	f.BoolVar(&o.strict, "strict", false, "exit 1 also when a check could not be made (UNKNOWN or SKIPPED)")
 	f.BoolVar(&o.noRestore, "no-restore", false, "do not send the money back at the end")
+	f.StringVar(&o.restart, "restart", "", "a command (run with sh -c) that restarts the target, for the restart check: 'systemctl restart api', 'docker restart api', a script")
+	f.DurationVar(&o.restartTimeout, "restart-timeout", time.Minute, "how long --restart may run before it is killed")
+	f.DurationVar(&o.waitFor, "wait-for", probe.DefaultWaitFor, "how long the target may take to answer again after --restart (it is polled until it does)")
+	f.StringVar(&o.dbProxy, "db-proxy", "", "LISTEN=UPSTREAM: put bank-sim's database fault proxy on LISTEN in front of the target's PostgreSQL at UPSTREAM, for the db-faults check (point the API's database URL at LISTEN)")
+	f.DurationVar(&o.lockTTL, "lock-ttl", 0, "how long the target holds a key's lock: after a database failure a retry may be told 409 that long (plus --settle), and no longer")
 	addHTMLFlag(f, &o.html)
 	_ = c.RegisterFlagCompletionFunc("only", checkNameCompletion)
 	_ = c.RegisterFlagCompletionFunc("skip", checkNameCompletion)
@@ -149,6 +159,25 @@ func (o probeOptions) config(app *App, args []string) (probe.Config, error) {
 	if o.timeout <= 0 || o.settle <= 0 {
 		return cfg, usageError("--timeout and --settle must be above zero")
 	}
+	if o.restartTimeout <= 0 || o.waitFor <= 0 {
+		return cfg, usageError("--restart-timeout and --wait-for must be above zero")
+	}
+	if o.restart != "" {
+		cfg.Restart = probe.ShellRestart(o.restart, o.restartTimeout)
+		cfg.RestartCommand = o.restart
+		cfg.WaitFor = o.waitFor
+	}
+	if o.dbProxy != "" {
+		listen, upstream, ok := strings.Cut(o.dbProxy, "=")
+		if !ok || listen == "" || upstream == "" {
+			return cfg, usageError("--db-proxy %q: give LISTEN=UPSTREAM, like 127.0.0.1:6433=127.0.0.1:5432 (the proxy listens on the first, PostgreSQL is the second)", o.dbProxy)
+		}
+		cfg.DBListen, cfg.DBUpstream = listen, upstream
+	}
+	if o.lockTTL < 0 {
+		return cfg, usageError("--lock-ttl must be zero or more")
+	}
+	cfg.LockTTL = o.lockTTL
 	if o.hangUps < 0 {
 		return cfg, usageError("--hang-ups must be zero or more")
 	}

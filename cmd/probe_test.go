@@ -89,8 +89,8 @@ func TestProbeAgainstServe(t *testing.T) {
 	}
 	for _, c := range rep.Checks {
 		want := probe.Pass
-		if c.Name == "other-copy" {
-			want = probe.Skipped
+		if c.Name == "other-copy" || c.Name == "restart" || c.Name == "db-faults" {
+			want = probe.Skipped // one URL; no --restart; no --db-proxy
 		}
 		if c.Status != want {
 			t.Errorf("%s: %s, want %s: %s", c.Name, c.Status, want, c.Reason)
@@ -108,6 +108,23 @@ func TestProbeAgainstServe(t *testing.T) {
 		if n := strings.Count(string(page), fmt.Sprintf(`<tr data-check="%s" data-status="%s">`, c.Name, c.Status)); n != 1 {
 			t.Errorf("--html: the summary has %s (%s) %d times, want once", c.Name, c.Status, n)
 		}
+	}
+
+	// --restart runs its command with sh -c between a key's answer and its
+	// retry, its output kept as evidence (serve is not restarted by it: its
+	// keys are in PostgreSQL either way); without --db-proxy, db-faults says
+	// which flag would check it.
+	r = run(t, context.Background(), mustNotStart(t), "probe", url, "--seed", "13", "--json", "--only", "restart,db-faults",
+		"--restart", "echo restarting api", "--wait-for", "5s")
+	var rr probe.Report
+	if err := json.Unmarshal([]byte(r.stdout), &rr); err != nil || r.code != cmd.ExitOK {
+		t.Fatalf("probe --restart: exit %d, %v\n%s\n%s", r.code, err, r.stdout, r.stderr)
+	}
+	if c, _ := rr.Check("restart"); c.Status != probe.Pass || !strings.Contains(strings.Join(c.Evidence, "\n"), "--restart printed: restarting api") {
+		t.Errorf("restart: %s %s %q", c.Status, c.Reason, c.Evidence)
+	}
+	if c, _ := rr.Check("db-faults"); c.Status != probe.Skipped || !strings.Contains(c.Reason, "--db-proxy LISTEN=UPSTREAM") {
+		t.Errorf("db-faults: %s %s", c.Status, c.Reason)
 	}
 
 	// Ctrl-C in the middle of a second probe: exit 130, the money it moved

@@ -48,6 +48,10 @@ func Checks() []Check {
 		checkNoKey,
 		checkNoToken,
 		checkHangUp,
+		checkCrossUserReplay,
+		checkRefusedThenMoved,
+		checkRestart,
+		checkDBFaults,
 		checkDrain,
 	}
 }

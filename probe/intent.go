@@ -163,7 +163,12 @@ const (
 // 429 or 5xx, with a short seeded backoff and Retry-After honoured (up to a
 // tenth of the settle time). It returns the last answer (nil if none came).
 func (r *run) settle(ctx context.Context, in *intent, copy int) (*Answer, Outcome) {
-	deadline := time.Now().Add(r.cfg.Settle)
+	return r.settleWithin(ctx, in, copy, r.cfg.Settle)
+}
+
+// settleWithin is settle, bounded by limit instead of the settle time.
+func (r *run) settleWithin(ctx context.Context, in *intent, copy int, limit time.Duration) (*Answer, Outcome) {
+	deadline := time.Now().Add(limit)
 	var last *Answer
 	if n := len(in.Attempts); n > 0 {
 		last = in.Attempts[n-1].Answer
@@ -179,7 +184,7 @@ func (r *run) settle(ctx context.Context, in *intent, copy int) (*Answer, Outcom
 			// Honoured, but capped at a tenth of the settle time, so that
 			// a server's Retry-After cannot use up the whole of it in one
 			// wait: the probe wants to see the key released, not to sleep.
-			wait = max(wait, min(time.Duration(last.RetryAfter)*time.Second, r.cfg.Settle/10))
+			wait = max(wait, min(time.Duration(last.RetryAfter)*time.Second, limit/10))
 		}
 		if wait = min(wait, time.Until(deadline)); wait > 0 {
 			t := time.NewTimer(wait)

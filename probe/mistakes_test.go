@@ -47,6 +47,9 @@ type mistake struct {
 // stalls (no-expiry, second-transaction, stored-5xx, no-fencing) are
 // therefore blind to a black-box client, and pinned as such: if the probe
 // ever fails against one of them, this test asks for the check to be named.
+// (With --db-proxy the probe fails the target's database at its commits:
+// db-faults then catches stored-5xx and second-transaction; TestDBFaults.
+// This table is the probe without it.)
 var probeTable = map[string]mistake{
 	"memory-keys":        {check: "other-copy", explains: "made another transfer", copies: 2},
 	"no-fingerprint":     {check: "key-reused-amount", explains: "the request fingerprint is ignored"},

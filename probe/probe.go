@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"sort"
 	"strings"
@@ -37,6 +38,7 @@ const (
 	DefaultCopies  = 8
 	DefaultHangUps = 40
 	DefaultDrain   = 8
+	DefaultWaitFor = 30 * time.Second
 )
 
 // Config is one probe run.
@@ -76,6 +78,20 @@ type Config struct {
 	// NoRestore leaves the money where the checks moved it; by default the
 	// probe sends the net amount back at the end.
 	NoRestore bool
+	// Restart, when set, restarts the target for the restart check, and
+	// RestartCommand says what it runs; WaitFor bounds how long the target
+	// may take to answer again after it (DefaultWaitFor when zero).
+	Restart        Restarter
+	RestartCommand string
+	WaitFor        time.Duration
+	// DBListen and DBUpstream, when set, put bank-sim's database fault proxy
+	// (faults.DBProxy) in front of the target's PostgreSQL for the
+	// db-faults check: it listens on DBListen, where the target's database
+	// URL points, and forwards to DBUpstream. LockTTL is how long the
+	// target holds a key's lock: a retry may be told 409 that long after a
+	// failure, and no longer.
+	DBListen, DBUpstream string
+	LockTTL              time.Duration
 	// OnCheck, when set, hears each check as it ends (for live output).
 	OnCheck func(Result)
 	// Now is the clock of the report; time.Now when nil.
@@ -100,6 +116,9 @@ func (c *Config) defaults() {
 	}
 	if c.Drain <= 0 {
 		c.Drain = DefaultDrain
+	}
+	if c.WaitFor <= 0 {
+		c.WaitFor = DefaultWaitFor
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -150,6 +169,14 @@ func (c *Config) Validate() error {
 	if c.Third.Account == "" {
 		return &UsageError{fmt.Sprintf("no third account: give --account %s=ID (any other account; the probe's requests to it must be refused)", c.Third.Name)}
 	}
+	if (c.DBListen == "") != (c.DBUpstream == "") {
+		return &UsageError{"--db-proxy needs both addresses: LISTEN=UPSTREAM, like 127.0.0.1:6433=127.0.0.1:5432"}
+	}
+	for _, a := range []string{c.DBListen, c.DBUpstream} {
+		if _, _, err := net.SplitHostPort(a); a != "" && err != nil {
+			return &UsageError{fmt.Sprintf("--db-proxy: %q is not HOST:PORT (%v)", a, err)}
+		}
+	}
 	if c.Amount > 1<<40 {
 		return &UsageError{"--amount is too large for a probe"}
 	}
@@ -178,6 +205,11 @@ func (c *Config) Validate() error {
 func (c *Config) Guard(ctx context.Context, extra ...string) error {
 	for _, u := range c.URLs {
 		if err := guard(ctx, "target", u, c.AllowRemote); err != nil {
+			return err
+		}
+	}
+	if c.DBUpstream != "" {
+		if err := guard(ctx, "--db-proxy's database", "tcp://"+c.DBUpstream, c.AllowRemote); err != nil {
 			return err
 		}
 	}
@@ -254,6 +286,8 @@ type run struct {
 	cfg     Config
 	eps     []endpoint
 	proxies []*faults.Proxy
+	// db is the database fault proxy, when --db-proxy is given.
+	db *faults.DBProxy
 
 	mu      sync.Mutex
 	rng     *rand.Rand
@@ -325,6 +359,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 		p.Select = r.selectFault
 		r.proxies = append(r.proxies, p)
+	}
+	if cfg.DBListen != "" {
+		db, err := faults.StartDBProxy(cfg.DBListen, cfg.DBUpstream)
+		if err != nil {
+			r.close()
+			return nil, &UsageError{err.Error()}
+		}
+		r.db = db
 	}
 	defer r.close()
 
@@ -437,6 +479,9 @@ func (r *run) resolve(ctx context.Context, ins []*intent) []string {
 func (r *run) close() {
 	for _, p := range r.proxies {
 		_ = p.Close()
+	}
+	if r.db != nil {
+		_ = r.db.Close()
 	}
 	if r.cfg.Balances != nil {
 		_ = r.cfg.Balances.Close()

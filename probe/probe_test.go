@@ -143,7 +143,7 @@ func TestEveryCheckPassesAgainstBankSim(t *testing.T) {
 	rep := runProbe(t, lesson(sim.urls...))
 	t.Log("\n" + dump(rep))
 	for _, c := range rep.Checks {
-		if c.Status != probe.Pass {
+		if c.Status != probe.Pass && !(c.Status == probe.Skipped && uncheckedByDefault[c.Name]) {
 			t.Errorf("%s: %s, want PASS: %s", c.Name, c.Status, c.Reason)
 		}
 	}

@@ -169,10 +169,20 @@ func (c *Config) plannedTotal() int64 {
 		}
 		amount := c.Amount + int64(i+1)
 		switch ch.Name {
-		case "replay", "other-copy", "double-tap", "storm", "other-user-same-key", "no-key", "no-token":
+		case "replay", "other-copy", "double-tap", "storm", "other-user-same-key", "no-key", "no-token", "cross-user-replay":
 			total += amount
 		case "lost-response", "key-reused-amount", "key-reused-recipient": // two intents, or one and a witness
 			total += 2 * amount
+		case "refused-then-moved": // bola pays ada the amount: ada needs that much less
+			total -= amount
+		case "db-faults":
+			if c.DBListen != "" {
+				total += 2 * dbRounds * amount
+			}
+		case "restart":
+			if c.Restart != nil {
+				total += amount
+			}
 		case "hang-up":
 			total += int64(c.HangUps) * amount
 		}
