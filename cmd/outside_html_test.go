@@ -64,16 +64,16 @@ func TestATargetsMarkupIsEscapedInEveryReport(t *testing.T) {
 		mu.Unlock()
 		if r.Method == "POST" && again {
 			w.WriteHeader(422) // a key's second request: refused, in words of the server's
-			answer(w, map[string]string{"code": markup, "error": markup})
+			answerRaw(w, map[string]string{"code": markup, "error": markup})
 			return
 		}
 		if r.Method == "POST" && strings.Contains(r.URL.Path, "transfers") {
 			w.WriteHeader(201) // one transfer, told to every intent
-			answer(w, map[string]string{"transferId": "t-" + markup})
+			answerRaw(w, map[string]string{"transferId": "t-" + markup})
 			return
 		}
 		w.WriteHeader(422)
-		answer(w, map[string]string{"error": markup})
+		answerRaw(w, map[string]string{"error": markup})
 	}))
 	defer srv.Close()
 	dir := t.TempDir()
@@ -122,9 +122,9 @@ func TestAHistorysMarkupIsEscapedInItsReport(t *testing.T) {
 	assertEscaped(t, "check --html", page)
 }
 
-// answer writes v as JSON with its markup as it is (not \u003c), as a
+// answerRaw writes v as JSON with its markup as it is (not \u003c), as a
 // server need not escape it.
-func answer(w http.ResponseWriter, v any) {
+func answerRaw(w http.ResponseWriter, v any) {
 	e := json.NewEncoder(w)
 	e.SetEscapeHTML(false)
 	e.Encode(v)

@@ -62,7 +62,7 @@ func TestATargetsControlCharactersNeverReachTheTerminal(t *testing.T) {
 		mu.Unlock()
 		if r.Method == "POST" && again {
 			w.WriteHeader(422) // a key's second request: refused, in the server's words
-			answer(w, map[string]string{"code": hostileText})
+			answerRaw(w, map[string]string{"code": hostileText})
 			return
 		}
 		// Raw, not JSON's escapes: a hostile server need not write JSON.
