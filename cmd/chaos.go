@@ -320,11 +320,11 @@ some defence, else 0.`,
 var chaosFlagGroups = []flagGroup{
 	{"Workload flags", []string{"seed", "intents", "duration", "clients", "accounts", "attempts", "bug"}},
 	{"Fault flags", []string{"faults", "kill-postgres", "partition", "cuts", "cut-for", "cut-at", "loss", "delay"}},
-	{"Cluster flags", []string{"servers", "http", "failover", "replication"}},
+	{"Cluster flags", []string{"servers", "http", "failover", "replication", "failover-cmd", "expect-failover", "failover-timeout"}},
 	{"Determinism and campaign flags", []string{"deterministic", "shrink", "save-recipe", "seeds", "parallel", "shard", "campaign-out"}},
 	{"Target flags (with --target: someone else's transfer API)", []string{"target", "amount", "token", "account", "path", "key-header", "auth-header", "auth-scheme",
 		"from-field", "to-field", "amount-field", "id-field", "balance-field", "replayed-header", "exact-replays", "lookup",
-		"balances-url", "balances-field", "balances-sql", "allow-remote", "dry-run"}},
+		"balances-url", "balances-field", "balances-sql", "key-refusal", "allow-remote", "dry-run"}},
 	{"Output flags", []string{"json", "history", "html", "junit"}},
 }
 
