@@ -112,13 +112,18 @@ func (tc *teamCluster) checkChange(t *testing.T, cfg chaos.Config, res chaos.Res
 // timeline, keeps the workload going through it, heals after, and keeps
 // the command's output.
 func TestFailoverCmdOnATeamsCluster(t *testing.T) {
+	// Exhaustive: the window needs the workload to outlast the team's
+	// command, which on a quiet machine 60 intents did not (the run ended
+	// before the old primary was lost); the window's arithmetic is pinned in
+	// the default suite by chaos's TestPrimaryChangeWindowAndWhatCrossesIt.
+	pgtest.Exhaustive(t)
 	t.Parallel()
 	ctx, cancel := context.WithTimeoutCause(context.Background(), 3*time.Minute,
 		errors.New("a chaos run through the team's failover command did not finish within 3 minutes"))
 	defer cancel()
 	began := time.Now()
 	tc := startTeamCluster(t, ctx)
-	cfg := chaos.Config{Seed: pairSeed, Clients: 4, Intents: 60, Faults: chaos.Rates{}}.WithDefaults()
+	cfg := chaos.Config{Seed: pairSeed, Clients: 4, Intents: 400, Faults: chaos.Rates{}}.WithDefaults()
 	h, err := ha.RunExternal(ctx, banks.OnServer(tc.srv, banks.Options{}), cfg, chaos.Options{},
 		ha.ExternalOptions{WatchURL: tc.srv.AdminURL(), FailoverCmd: tc.cmd, CmdTimeout: time.Minute, WaitTimeout: time.Minute})
 	if err != nil {
@@ -150,7 +155,7 @@ func TestAFailoverSomeoneElseCausesIsReported(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
 			tc := startTeamCluster(t, ctx)
-			cfg := chaos.Config{Seed: pairSeed, Clients: 4, Intents: 60, Faults: chaos.Rates{}}.WithDefaults()
+			cfg := chaos.Config{Seed: pairSeed, Clients: 4, Intents: 400, Faults: chaos.Rates{}}.WithDefaults()
 			failed := make(chan error, 1)
 			var once sync.Once
 			opts := chaos.Options{AtIntent: func(_ context.Context, i int) {
