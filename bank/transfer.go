@@ -98,6 +98,14 @@ type Flaws struct {
 	// for the other's: a deadlock that PostgreSQL breaks after
 	// deadlock_timeout (1 s), which collapses throughput on hot accounts.
 	SenderLockOnly bool
+	// FrozenOnly takes "frozen" for the only status that stops a transfer,
+	// as if an account were either active or frozen: a closed account
+	// sends and receives money.
+	FrozenOnly bool
+	// CreditSecondRow credits the second of the two rows the locking read
+	// returned, taking it for the recipient: the rows come in id order, so
+	// a transfer to a lower account number credits its own sender.
+	CreditSecondRow bool
 }
 
 // The statements of the transfer, named so that a tool that replays the
@@ -159,7 +167,7 @@ func TransferWith(ctx context.Context, tx Querier, userID int64, req TransferReq
 	if err != nil {
 		return Response{}, err
 	}
-	if refusal := checkAccounts(found, userID, req); refusal != nil {
+	if refusal := checkAccountsWith(found, userID, req, flaws); refusal != nil {
 		return *refusal, nil
 	}
 
@@ -189,7 +197,11 @@ func TransferWith(ctx context.Context, tx Querier, userID int64, req TransferReq
 		}
 	}
 
-	if _, err := tx.Exec(ctx, CreditSQL, req.AmountKobo, req.To); err != nil {
+	credited := req.To
+	if flaws.CreditSecondRow {
+		credited = max(req.From, req.To) // the mistake: the second row, not the recipient's
+	}
+	if _, err := tx.Exec(ctx, CreditSQL, req.AmountKobo, credited); err != nil {
 		return Response{}, fmt.Errorf("credit: %w", err)
 	}
 	var id int64
@@ -219,17 +231,28 @@ func checkRequest(req TransferRequest) *Response {
 // the correct transfer, locked) in found: a refusal, or nil. Enough money
 // is not among them: the debit is where that is decided.
 func checkAccounts(found map[int64]accountRow, userID int64, req TransferRequest) *Response {
+	return checkAccountsWith(found, userID, req, Flaws{})
+}
+
+// checkAccountsWith is checkAccounts with the lesson's mistakes.
+func checkAccountsWith(found map[int64]accountRow, userID int64, req TransferRequest, flaws Flaws) *Response {
 	var r Response
 	sender, ok := found[req.From]
 	recipient, okTo := found[req.To]
+	inactive := func(a accountRow) bool {
+		if flaws.FrozenOnly {
+			return a.status == "frozen" // the mistake: closed is not frozen
+		}
+		return a.status != "active"
+	}
 	switch {
 	case !ok || sender.owner != userID:
 		// The same answer for a missing account and someone else's, so that a
 		// stranger learns nothing about which account numbers exist.
 		r = Rejectf(404, CodeAccountNotFound, "Account %d was not found", req.From)
-	case sender.status != "active":
+	case inactive(sender):
 		r = Rejectf(422, CodeAccountNotActive, "Account %d is %s", req.From, sender.status)
-	case !okTo || recipient.status != "active":
+	case !okTo || inactive(recipient):
 		r = Rejectf(422, CodeRecipientUnavailable, "Account %d cannot receive transfers", req.To)
 	default:
 		return nil

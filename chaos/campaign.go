@@ -63,7 +63,7 @@ func Campaign(ctx context.Context, dbs banks.Databases, cfg Config, seeds []uint
 	// connections the last run on that bank opened.
 	dbs, closeDBs := banks.Recycled(dbs)
 	defer closeDBs()
-	pools := newPoolCache()
+	pools := newPoolCache(o.Parallel)
 	defer pools.close() // before the banks are dropped
 	out := make([]SeedResult, len(seeds))
 	var mu sync.Mutex

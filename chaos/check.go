@@ -86,6 +86,20 @@ func CheckTitle(kind string) string {
 		return "each balance is opening + credits − debits"
 	case KindKeyLost:
 		return "every key that gave a final answer is still completed at the end"
+	case KindKeyLostRestart:
+		return "a key answered before the target restarted is replayed after it, never made again"
+	case KindServerError:
+		return "no key keeps answering a server error once the database has healed"
+	case KindLockPastTTL:
+		return "no key left claimed (409) past the target's lock after a database failure"
+	case KindRefusedMoved:
+		return "a key answered with a refusal is refused again, even after money arrived, never made a transfer"
+	case KindCrossUser:
+		return "another user with a user's key and exact body is refused, and learns nothing of the key"
+	case KindNoKey:
+		return "a transfer request without a key is refused, never made a transfer, answered 2xx or failed 5xx"
+	case KindReorderedRefused:
+		return "a retry with the same members in another order is answered as the first, never refused as key reuse"
 	}
 	return kind
 }
@@ -420,8 +434,15 @@ func quote(b []byte) string {
 	return fmt.Sprintf("%q", b)
 }
 
+// lostTheDatabase says whether the run's clients lost the database for a
+// while: a crash of PostgreSQL, a partition, or a change of primary (a
+// failover on a team's cluster, seen by the watcher).
+func (c *checker) lostTheDatabase() bool {
+	return len(c.h.Crashes) > 0 || len(c.h.Partitions) > 0 || len(c.h.PrimaryChanges) > 0
+}
+
 func (c *checker) keys() {
-	if b := c.h.BeforeHeal; b != nil && len(c.h.Crashes) == 0 && len(c.h.Partitions) == 0 {
+	if b := c.h.BeforeHeal; b != nil && !c.lostTheDatabase() {
 		live := make(map[string]bool, len(b.LiveLocks))
 		for _, l := range b.LiveLocks {
 			live[l] = true
@@ -515,10 +536,11 @@ func (c *checker) finish() {
 		if inv, side := SideEffectInvariant(k); side && !judged[inv] {
 			continue // not recorded (an older history), or not run (no lock over HTTP)
 		}
-		if k == KindAbandoned && (c.h.BeforeHeal == nil || len(c.h.Crashes) > 0 || len(c.h.Partitions) > 0) {
-			// Not checked across a crash of PostgreSQL or a partition: a
-			// holder whose release could not reach the database leaves its
-			// key to lock expiry, the defence for that case.
+		if k == KindAbandoned && (c.h.BeforeHeal == nil || c.lostTheDatabase()) {
+			// Not checked across a crash of PostgreSQL, a partition or a
+			// change of primary: a holder whose release could not reach the
+			// database leaves its key to lock expiry, the defence for that
+			// case.
 			continue
 		}
 		c.res.Checks = append(c.res.Checks, CheckSummary{Kind: k, Violations: c.res.ByKind[k]})
@@ -580,6 +602,13 @@ func Timeline(h *History, index int) []string {
 		in.Label, in.UserID, bank.Naira(in.Request.AmountKobo), in.Request.From, in.Request.To, in.Key)}
 	if t := h.Config.Target; t != nil {
 		lines[0] = fmt.Sprintf("%s: %s, key %s", in.Label, t.describe(&in), in.Key)
+		if a := in.Keyless; a != nil {
+			what := a.Error
+			if a.Status != 0 {
+				what = a.Response().Summary()
+			}
+			lines = append(lines, fmt.Sprintf("  %9s  sent without its key (server %d): %s → %s", at(h, a.StartNs), a.Instance+1, what, a.Seen))
+		}
 	} else if in.Reuse != "" {
 		lines[0] += fmt.Sprintf(" (a buggy client reusing intent-%d's key with another %s)", in.ReuseOf, in.Reuse)
 	}
@@ -598,6 +627,9 @@ func Timeline(h *History, index int) []string {
 		}
 		if a.Lookup {
 			key += ", GET /transfers?key="
+		}
+		if a.Reordered {
+			key += ", members reordered"
 		}
 		lines = append(lines, fmt.Sprintf("  %9s  attempt %d (%s, server %d, %s%s): %s → %s",
 			at(h, a.StartNs), a.N, a.Phase, a.Instance+1, fault, key, what, a.Seen))

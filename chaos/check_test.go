@@ -259,7 +259,8 @@ func TestCheckerFlagsEachViolationKind(t *testing.T) {
 // A key in progress before healing is abandoned unless a live holder (a
 // server stopped after its claim) holds it; across a crash of PostgreSQL the
 // check is off, since a holder's release may not have reached the database,
-// and so it is across a partition of the servers from PostgreSQL.
+// and so it is across a partition of the servers from PostgreSQL and
+// across a change of primary.
 func TestCheckerFindsAbandonedKeys(t *testing.T) {
 	t.Parallel()
 	h := goodHistory()
@@ -288,6 +289,19 @@ func TestCheckerFindsAbandonedKeys(t *testing.T) {
 	for _, c := range res.Checks {
 		if c.Kind == chaos.KindAbandoned {
 			t.Error("across a partition the abandoned-key check is listed as made")
+		}
+	}
+	// And across a change of primary (a failover on a team's cluster):
+	// the holder's release went to a primary that was gone.
+	h.Partitions = nil
+	h.PrimaryChanges = []chaos.PrimaryChange{{Cause: chaos.CauseCommand, From: "h1:5432", To: "h2:5432", LastSeenNs: 1, LostNs: 2, SeenNs: 3}}
+	res = chaos.Check(h)
+	if res.ByKind[chaos.KindAbandoned] != 0 {
+		t.Errorf("across a change of primary: %+v, want no abandoned key", res.Violations)
+	}
+	for _, c := range res.Checks {
+		if c.Kind == chaos.KindAbandoned {
+			t.Error("across a change of primary the abandoned-key check is listed as made")
 		}
 	}
 }

@@ -48,6 +48,25 @@ const (
 	PathMissingRecipient   = "refused-missing-recipient"
 	PathSameAccount        = "refused-same-account"
 	PathCrossing           = "crossing" // two transfers between the same accounts, opposite ways, at the same time
+	// PathCrossUser: another user sent a key that has a transfer, with its
+	// exact body, and was answered (a target's).
+	PathCrossUser = "cross-user-replay"
+	// PathRefusedMoved: an intent refused, money then paid to its payer,
+	// and the refused request sent again with its key (a target's, with a
+	// balance source).
+	PathRefusedMoved = "refused-then-moved"
+	// PathDBSettled: an intent answered 5xx (a database failure), then
+	// settled with its key (a target's, with --db-proxy).
+	PathDBSettled = "db-failure-settled"
+	// PathAcrossRestart: a key told a transfer before the target restarted
+	// was sent after it and answered with that transfer (--restart).
+	PathAcrossRestart = "replay-after-restart"
+	// PathNoKey: a transfer request sent without its key was refused (a
+	// target's).
+	PathNoKey = "refused-no-key"
+	// PathReordered: a retry with the body's members in another order was
+	// answered with the key's first transfer (a target's).
+	PathReordered = "replay-reordered"
 
 	// The lock outside the database, in front of server copy 0.
 	PathLockTakenAfterExpiry = "lock-taken-after-expiry" // the lock granted over an expired one its holder never released
@@ -89,6 +108,12 @@ var pathList = []pathInfo{
 	{PathMissingRecipient, "422 to an account that does not exist", "the workload"},
 	{PathSameAccount, "422 to the account it comes from", "the workload"},
 	{PathCrossing, "opposite transfers between two accounts at the same time", "concurrent clients on few accounts"},
+	{PathAcrossRestart, "a key told a transfer before the target restarted, replayed after it", "--restart (once, after the answer of one intent in the middle half of the run)"},
+	{PathDBSettled, "an intent answered 5xx during a database failure, then settled with its key", "--db-proxy's faults (one intent in 20 arms one)"},
+	{PathRefusedMoved, "a refusal for funds sent again with its key after money arrived", "the workload with a balance source (one turn in five of its followers, 80 intents or more)"},
+	{PathCrossUser, "another user sent a key that made a transfer, with its exact body, and was answered", "the workload (one turn in four of its followers, 32 intents or more)"},
+	{PathNoKey, "a transfer request sent without its key, refused", "the workload (one intent in 16 is first sent without its key)"},
+	{PathReordered, "a retry with the body's members in another order, answered with the key's first transfer", "the workload (one intent in 16 is retried with its members reordered)"},
 	{outbox.PathTakeover, "an outbox row claimed again after its dispatcher's lease expired", "dispatcher-crash, dispatcher-pause, clock-jump"},
 	{outbox.PathLostClaim, "a dispatcher paused past its lease found its row taken over and sent nothing", "dispatcher-pause with clock-jump"},
 	{outbox.PathResendReplayed, "an SMS sent again, recognised by the provider's key: no second message", "dispatcher-crash, provider-timeout"},
@@ -173,7 +198,33 @@ func Cover(h *History) Coverage {
 			// Only what the answers show: the target's rules are its own.
 			// A reuse refused is the reuse path reached; whether the
 			// refusal was the key's is Unrecognised's to say.
-			countAnswers(counts, in, t.replays(in), false)
+			replays := t.replays(in)
+			countAnswers(counts, in, replays, false)
+			if t.keylessRefused(in) {
+				counts[PathNoKey]++
+			}
+			for k, a := range in.Attempts {
+				if a.Reordered && replays[k] {
+					counts[PathReordered]++
+				}
+			}
+			if in.Outcome != SeenUnknown && slices.ContainsFunc(in.Attempts, func(a Attempt) bool { return a.Status >= 500 }) {
+				counts[PathDBSettled]++
+			}
+			if t.replayedAcrossRestart(h, in) {
+				counts[PathAcrossRestart]++
+			}
+			if in.Overdraw && refusedThenFunded(h, in) {
+				counts[PathRefusedMoved]++
+			}
+			if in.Reuse == ReuseUser {
+				// Reached once the key it copies has a transfer to leak.
+				if in.ReuseOf >= 0 && in.ReuseOf < len(h.Intents) && len(t.receipts(&h.Intents[in.ReuseOf])) > 0 &&
+					slices.ContainsFunc(in.Attempts, func(a Attempt) bool { return a.Seen != SeenUnknown }) {
+					counts[PathCrossUser]++
+				}
+				continue
+			}
 			if in.Reuse != "" && slices.ContainsFunc(in.Attempts, func(a Attempt) bool { return a.Seen == SeenRejected }) {
 				counts["key-reused-"+in.Reuse]++
 			}
@@ -251,7 +302,34 @@ func Cover(h *History) Coverage {
 	for _, k := range kinds {
 		c.Faults = append(c.Faults, FaultCount{Kind: k, Rate: h.Config.Faults[k], Fired: h.Fired[k]})
 	}
+	if t := h.Config.Target; t != nil && t.DBListen != "" {
+		// Armed at one intent in dbEvery, each kind by turns.
+		for _, k := range []string{FaultDBCut, FaultDBLostCommit} {
+			c.Faults = append(c.Faults, FaultCount{Kind: k, Rate: 1.0 / (2 * dbEvery), Fired: h.Fired[k]})
+		}
+	}
 	return c
+}
+
+// refusedThenFunded reports whether in, an Overdraw intent, was refused, its
+// payer then paid by its follower (a transfer acknowledged), and the
+// refused request sent again with its key after that, and answered.
+func refusedThenFunded(h *History, in *Intent) bool {
+	first := slices.IndexFunc(in.Attempts, func(a Attempt) bool { return a.Seen != SeenUnknown })
+	if first < 0 || in.Attempts[first].Seen != SeenRejected || in.Index+1 >= len(h.Intents) {
+		return false
+	}
+	fund := &h.Intents[in.Index+1]
+	paid := int64(-1)
+	for _, a := range fund.Attempts {
+		if a.Seen == SeenOK {
+			paid = a.EndNs
+			break
+		}
+	}
+	return fund.Funds && paid >= 0 && slices.ContainsFunc(in.Attempts, func(a Attempt) bool {
+		return a.Phase == PhaseAfterFunds && a.Seen != SeenUnknown && a.StartNs >= paid
+	})
 }
 
 // countAnswers counts the paths any client sees in in's answers: a 409, a
@@ -293,6 +371,8 @@ func applies(h *History, p string) bool {
 	switch {
 	case p == PathConcurrentCopy:
 		return false // bank-sim's own servers count conflict-409 and wait-then-replay apart
+	case p == PathCrossUser || p == PathRefusedMoved || p == PathDBSettled || p == PathAcrossRestart || p == PathNoKey || p == PathReordered:
+		return false // a target's workload only
 	case p == PathLockTakenAfterExpiry || p == PathLockReleaseRefused:
 		return h.SideEffects != nil && h.SideEffects.LockChecked
 	case slices.Contains(outbox.PipelinePaths(), p):

@@ -101,6 +101,15 @@ type Options struct {
 	// BeforeHeal, when set, is called once the clients of the fault phase
 	// have finished and before healing starts: a partition's last heal.
 	BeforeHeal func(ctx context.Context) error
+	// KeepGoing, when set, lets the workload outlive its plan (Intents,
+	// or Duration): once the plan is done, clients start more intents
+	// for as long as it says so. It is told the latest start (an offset
+	// of the run, -1 for none) of an attempt acknowledged so far: a
+	// failover drill goes on until a transfer sent after the failover is
+	// acknowledged, without which its unavailability is unknown. Those
+	// intents are ordinary transfers, after the planned ones in the
+	// history.
+	KeepGoing func(lastAckStartNs int64) bool
 	// AfterCommit, when set, is called by a server copy of an HTTP run
 	// once a transfer's transaction has committed, before the server does
 	// anything more (idem.Hooks.AfterCommit), on the request's goroutine:
@@ -151,6 +160,7 @@ func RunWith(ctx context.Context, db bank.DB, cfg Config, opts Options) (*Histor
 		return nil, err
 	}
 	e.atIntent, e.beforeHealHook, e.cuts, e.afterCommit = opts.AtIntent, opts.BeforeHeal, opts.Cuts, opts.AfterCommit
+	e.keepGoing = opts.KeepGoing
 	e.began, e.outages = opts.Began, opts.Outages
 	if err := e.open(ctx); err != nil {
 		return nil, err
@@ -206,6 +216,11 @@ type engine struct {
 	fired    map[string]int
 	server   map[string]int
 	deferred []*Intent // key reuses whose first intent had no final answer yet
+	// amounts are the amounts decided when sent (Planned.Overdraw), by
+	// intent: every later attempt sends the same request.
+	amounts map[int]int64
+	// restarts are a target run's restarts of the target.
+	restarts []TargetRestart
 	cleanup  *CleanupRun
 	stalls   []string
 	freezes  []Freeze
@@ -223,6 +238,16 @@ type engine struct {
 	beforeHealHook func(ctx context.Context) error
 	cuts           func() []CutRecord
 	afterCommit    func(ctx context.Context)
+	keepGoing      func(lastAckStartNs int64) bool
+	// lastAck is the latest start of an acknowledged attempt (-1: none),
+	// for keepGoing; beyond are the intents sent after the plan's.
+	lastAck atomic.Int64
+	beyond  []*Intent
+	// pastPlan counts the intents started past the plan; planEnd and
+	// pastLast are when the plan was done and the last of them started
+	// (offsets of the run).
+	pastPlan          atomic.Int64
+	planEnd, pastLast atomic.Int64
 
 	// crashPostgres kills and restarts PostgreSQL (Config.KillPostgres).
 	crashPostgres func(ctx context.Context) error
@@ -437,11 +462,22 @@ func (e *engine) since() int64 {
 }
 
 // plan is intent i as the seed decides it.
-func (e *engine) plan(i int) Planned { return e.cfg.intentIn(e.lay, i) }
+func (e *engine) plan(i int) Planned {
+	p := e.cfg.intentIn(e.lay, i)
+	if e.cfg.Target == nil {
+		return p // only a target run decides amounts when it sends
+	}
+	e.mu.Lock()
+	if a, ok := e.amounts[i]; ok {
+		p.Request.AmountKobo = a
+	}
+	e.mu.Unlock()
+	return p
+}
 
 func newIntent(i int, p Planned) *Intent {
 	return &Intent{Index: i, Label: p.Label, UserID: p.UserID, Key: p.Key, Request: p.Request,
-		Outcome: SeenUnknown, Reuse: p.Reuse, ReuseOf: p.ReuseOf}
+		Outcome: SeenUnknown, Reuse: p.Reuse, ReuseOf: p.ReuseOf, Overdraw: p.Overdraw, Funds: p.Funds}
 }
 
 func (e *engine) run(ctx context.Context, progress Progress) (*History, error) {
@@ -490,6 +526,10 @@ func (e *engine) run(ctx context.Context, progress Progress) (*History, error) {
 		}
 	}
 	e.drive(ctx, progress, deadline, crashAt)
+	if len(e.beyond) > 0 {
+		sort.Slice(e.beyond, func(a, b int) bool { return e.beyond[a].Index < e.beyond[b].Index })
+		e.intents = append(e.intents, e.beyond...)
+	}
 	// Healing starts with PostgreSQL up again.
 	e.crashOnce.Do(func() {}) // a crash timer that has not fired never will
 	crashErr := waitGroup(&e.crashWG, 2*time.Minute, "PostgreSQL to be killed and started again")
@@ -530,6 +570,9 @@ func (e *engine) run(ctx context.Context, progress Progress) (*History, error) {
 	h := &History{Seed: cfg.Seed, Config: cfg, Opening: e.lay.accounts, Audits: e.audits, Fired: e.fired,
 		Server: e.server, Crashes: e.crashes, Cleanup: e.cleanup, Stalls: e.stalls, BeforeHeal: e.beforeHeal, Freezes: e.freezes,
 		SideEffects: e.sideEffects, PipelineFaults: e.pipeFired}
+	if n := e.pastPlan.Load(); n > 0 {
+		h.PastPlan = &PastPlan{Intents: int(n), EndNs: e.planEnd.Load(), LastNs: e.pastLast.Load()}
+	}
 	if e.cuts != nil {
 		h.Partitions = e.cuts()
 		for i := range h.Partitions {
@@ -565,16 +608,35 @@ func (e *engine) run(ctx context.Context, progress Progress) (*History, error) {
 func (e *engine) drive(ctx context.Context, progress Progress, deadline time.Time, crashAt int) {
 	cfg := e.cfg
 	total := cfg.Intents
+	e.lastAck.Store(-1)
 	store := func(in *Intent) {
-		if total <= 0 {
+		switch {
+		case total <= 0:
 			e.mu.Lock()
 			e.intents = append(e.intents, in)
 			e.mu.Unlock()
-		} else {
+		case in.Index >= total:
+			e.mu.Lock()
+			e.beyond = append(e.beyond, in)
+			e.mu.Unlock()
+		default:
 			e.intents[in.Index] = in
 		}
+		for _, a := range in.Attempts {
+			if a.Seen == SeenOK && !a.Replayed && !a.Lookup {
+				for last := e.lastAck.Load(); a.StartNs > last; last = e.lastAck.Load() {
+					if e.lastAck.CompareAndSwap(last, a.StartNs) {
+						break
+					}
+				}
+			}
+		}
 		if progress != nil {
-			progress(int(e.done.Add(1)), total)
+			n, of := int(e.done.Add(1)), total
+			if n > total {
+				of = 0 // past its plan (KeepGoing), the run is counted as one of a duration
+			}
+			progress(n, of)
 		}
 	}
 	var next atomic.Int64
@@ -584,7 +646,13 @@ func (e *engine) drive(ctx context.Context, progress Progress, deadline time.Tim
 			for ctx.Err() == nil {
 				i := int(next.Add(1) - 1)
 				if total > 0 && i >= total || total <= 0 && time.Now().After(deadline) {
-					return
+					now := e.since()
+					e.planEnd.CompareAndSwap(0, now)
+					if e.keepGoing == nil || !e.keepGoing(e.lastAck.Load()) {
+						return
+					}
+					e.pastPlan.Add(1)
+					e.pastLast.Store(now)
 				}
 				if i == crashAt {
 					e.killPostgres(ctx, i)
@@ -596,8 +664,20 @@ func (e *engine) drive(ctx context.Context, progress Progress, deadline time.Tim
 				if p.Follower {
 					continue // the client of intent i-1 sends it
 				}
+				if p.Overdraw {
+					p = e.overdraw(ctx, i, p)
+				}
+				if f := cfg.DBFault(i); f != 0 && e.rig != nil {
+					e.rig.armDB(f)
+				}
 				in := e.send(ctx, i, p)
 				in.Client = k + 1
+				if t := cfg.Target; t != nil && t.Restart != nil && i == cfg.CrashIntent() && ctx.Err() == nil {
+					// Between the key's answer and its retry.
+					if e.restartTarget(ctx, i) && in.Outcome != SeenUnknown {
+						e.repeat(ctx, in, p, PhaseAfterRestart)
+					}
+				}
 				store(in)
 				if !cfg.head(e.lay, i) {
 					continue
@@ -617,6 +697,10 @@ func (e *engine) drive(ctx context.Context, progress Progress, deadline time.Tim
 				fin := e.send(ctx, i+1, f)
 				fin.Client = k + 1
 				store(fin)
+				if p.Overdraw && in.Outcome == SeenRejected && fin.Outcome == SeenOK && ctx.Err() == nil {
+					// The money arrived: the refused request again, its key.
+					e.repeat(ctx, in, p, PhaseAfterFunds)
+				}
 			}
 		})
 	}
@@ -717,15 +801,22 @@ func (e *engine) settleSideEffects(ctx context.Context) error {
 	return nil
 }
 
-// send runs intent i: its fault phase, then, when it has a final answer and
-// the seed says so, the same request once more (a user tapping again).
+// send runs intent i: in a target run, first the request without its key
+// when the seed says so (Planned.Keyless); its fault phase; then, when it
+// has a final answer and the seed says so, the same request once more (a
+// user tapping again).
 func (e *engine) send(ctx context.Context, i int, p Planned) *Intent {
+	var keyless *Attempt
+	if p.Keyless && e.rig != nil && e.rig.target != nil {
+		keyless = e.rig.sendKeyless(ctx, i, p)
+	}
 	var in *Intent
 	if e.rig != nil {
 		in = e.rig.faultPhase(ctx, i, p)
 	} else {
 		in = e.faultPhase(ctx, i, p)
 	}
+	in.Keyless = keyless
 	if p.Repeat && in.Outcome != SeenUnknown && ctx.Err() == nil {
 		e.repeat(ctx, in, p, PhaseRepeat)
 	}
@@ -1099,13 +1190,17 @@ func (e *engine) freeze(ctx context.Context, label string, from int64) (hook, th
 				e.stall("freeze of account %d: %v", from, err)
 				return
 			}
-			_, err = tx.Exec(ctx, "UPDATE accounts SET status = 'frozen' WHERE id = $1 AND status = 'active'", from)
+			tag, err := tx.Exec(ctx, "UPDATE accounts SET status = 'frozen' WHERE id = $1 AND status = 'active'", from)
 			switch {
 			case bank.SQLState(err) == "55P03": // lock_not_available
 				e.count(PathFreezeWaited)
 				return
 			case err != nil:
 				e.stall("freeze of account %d: %v", from, err)
+				return
+			case tag.RowsAffected() == 0:
+				// Not active (a closed sender that a mistaken check let
+				// through): nothing was frozen, and no freeze is recorded.
 				return
 			}
 			if err := tx.Commit(ctx); err != nil {

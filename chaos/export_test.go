@@ -8,8 +8,9 @@ import (
 
 // testPools keeps the tests' run pools between runs on lent banks, as a
 // campaign keeps its own: a run on a pool of its own forked a backend for
-// each of its connections.
-var testPools = newPoolCache()
+// each of its connections. It keeps the pools of the four banks used last:
+// about as many runs as the tests make at once.
+var testPools = newPoolCache(4)
 
 // RunOnLent is RunOnWith with the run's pool kept for the next run on the
 // same bank (dbs: pgtest.Banks).

@@ -69,13 +69,20 @@ func TestLateRequestReachesTheServerAfterItsClientGaveUp(t *testing.T) {
 }
 
 // Over HTTP the late fault drops the client's connection, and the request
-// reaches the server only once the client has recorded that attempt.
+// reaches the server only once the client has recorded that attempt. The
+// test is the client's gate: it records the attempt by handing the held
+// request a token on an unbuffered channel, which succeeds only if the
+// request is waiting at the gate; a request that went on without waiting
+// reaches the server instead, and no amount of load lets it pass for one
+// that waited.
 func TestLateConnReachesTheServerAfterItsClientGaveUp(t *testing.T) {
 	t.Parallel()
 	e := fakeEngine(nil)
 	var arrived atomic.Int64
+	reached := make(chan struct{}, 1)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		arrived.Store(e.since())
+		reached <- struct{}{}
 		w.WriteHeader(201)
 	}))
 	defer srv.Close()
@@ -94,13 +101,15 @@ func TestLateConnReachesTheServerAfterItsClientGaveUp(t *testing.T) {
 		t.Fatal("the client got an answer from a late request")
 	}
 	gaveUp := e.since()
-	// Held, however long the client takes to record its attempt: ten times
-	// lateBy here.
-	time.Sleep(10 * lateBy)
-	if n := arrived.Load(); n != 0 {
-		t.Fatalf("the request reached the server before its client had recorded the attempt")
+	// Bounded below attemptTimeout, after which a late request goes on
+	// without its client.
+	select {
+	case gone <- struct{}{}:
+	case <-reached:
+		t.Fatalf("the request reached the server at %s, before its client had recorded the attempt", time.Duration(arrived.Load()))
+	case <-time.After(attemptTimeout / 2):
+		t.Fatalf("%s after the client gave up, the late request neither waited for it nor reached the server", attemptTimeout/2)
 	}
-	close(gone)
 	if err := e.late.wait(context.Background(), 10*time.Second, "the late request"); err != nil {
 		t.Fatal(err)
 	}

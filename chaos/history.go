@@ -47,6 +47,16 @@ const (
 	// PhaseAfterCleanup is the same after the key cleanup job ran: the key is
 	// younger than the retention, so it must still be replayed.
 	PhaseAfterCleanup = "after-cleanup"
+	// PhaseAfterFunds is an intent refused for want of money sent again,
+	// with its key, after money arrived (a target run's): the refusal is
+	// the key's answer and must be replayed, not turned into a transfer.
+	PhaseAfterFunds = "after-funds"
+	// PhaseAfterRestart is an intent sent again with its key after the
+	// target restarted (--restart): it must be replayed.
+	PhaseAfterRestart = "after-restart"
+	// PhaseKeyless is a target run's request sent without the key, before
+	// the intent's first attempt (Intent.Keyless): it must be refused.
+	PhaseKeyless = "keyless"
 )
 
 // History is everything a run did and saw: the input of the checker.
@@ -95,9 +105,17 @@ type History struct {
 	// PrimaryChanges are the changes of primary seen on a multi-host
 	// --database-url during the run (ha.Watcher), whoever caused them.
 	PrimaryChanges []PrimaryChange `json:"primaryChanges,omitempty"`
+	// PrimaryWatched is the primary a run on a server bank-sim did not
+	// start found first and then watched all run: with no PrimaryChanges,
+	// the proof that none happened, not that none was looked for.
+	PrimaryWatched *PrimaryWatch `json:"primaryWatched,omitempty"`
 	// FailoverCommand is the team's own failover command, run at a
 	// seeded intent (--failover-cmd).
 	FailoverCommand *FailoverCommand `json:"failoverCommand,omitempty"`
+	// PastPlan, when set, is how far the workload went on past its plan
+	// (Options.KeepGoing): a drill's, until the new primary acknowledged
+	// a transfer sent after the failover.
+	PastPlan *PastPlan `json:"pastPlan,omitempty"`
 	// Deterministic is set for a run of the deterministic scheduler: its
 	// offsets count steps, and Duration is zero.
 	Deterministic *Determinism `json:"deterministic,omitempty"`
@@ -112,6 +130,8 @@ type History struct {
 	// the order they were made, in a deterministic run: given back as
 	// Config.PipelineFaults they fire again (a recipe's).
 	PipelineFaults []outbox.Firing `json:"pipelineFaults,omitempty"`
+	// Restarts are a target run's restarts of the target (--restart).
+	Restarts []TargetRestart `json:"restarts,omitempty"`
 }
 
 // Freeze is an account frozen under a transfer that had checked it active.
@@ -233,6 +253,15 @@ type Intent struct {
 	// on the same client's behalf. Zero in histories saved before it was
 	// recorded.
 	Client int `json:"client,omitempty"`
+	// Overdraw and Funds are a target run's refusal for funds and the
+	// transfer that then paid its payer (Planned.Overdraw).
+	Overdraw bool `json:"overdraw,omitempty"`
+	Funds    bool `json:"funds,omitempty"`
+	// Keyless, in a target run, is the request its client sent without
+	// the key before its first attempt (Planned.Keyless). It is kept apart
+	// from Attempts: it is not the key's, and only the no-key rule judges
+	// it (the money rules count the transfer it made, if any).
+	Keyless *Attempt `json:"keyless,omitempty"`
 }
 
 // Attempt is one delivery of an intent.
@@ -263,6 +292,9 @@ type Attempt struct {
 	// whose answer the proxy dropped (lose-response): evidence that a
 	// later answer naming the same transfer is a replay.
 	Lost *Lost `json:"lost,omitempty"`
+	// Reordered, in a target run, marks an attempt whose body had its
+	// members in another order than the first attempt's (Planned.Reorder).
+	Reordered bool `json:"reordered,omitempty"`
 }
 
 // Response is what the client was told, as a bank.Response.
@@ -367,6 +399,19 @@ const (
 	CauseUnannounced = "unannounced"
 )
 
+// PrimaryWatch is the server a run's watcher found taking writes as the
+// run began, and how often it asked again.
+type PrimaryWatch struct {
+	Host     string `json:"host"`
+	Timeline int    `json:"timeline"`
+	EveryMs  int64  `json:"everyMs"`
+}
+
+// String says what was watched, for a report's line.
+func (w PrimaryWatch) String() string {
+	return fmt.Sprintf("%s on timeline %d, asked every %d ms", w.Host, w.Timeline, w.EveryMs)
+}
+
 // PrimaryChange is one change of the server that takes writes, as a
 // watcher on the run's multi-host URL saw it: another host, or the same
 // address on another timeline (a promotion behind a virtual IP). Offsets
@@ -408,5 +453,24 @@ func (f FailoverCommand) Line() string {
 	if f.Error != "" {
 		how = f.Error
 	}
-	return fmt.Sprintf("%q as intent %d started, at %s, for %s: %s", f.Command, f.AfterIntent, ms(f.StartNs), ms(f.EndNs-f.StartNs), how)
+	when := fmt.Sprintf("as intent %d started, at %s", f.AfterIntent, ms(f.StartNs))
+	if f.AfterIntent < 0 {
+		when = fmt.Sprintf("at %s", ms(f.StartNs)) // a run of a duration, or one that ended first
+	}
+	return fmt.Sprintf("%q %s, for %s: %s", f.Command, when, ms(f.EndNs-f.StartNs), how)
+}
+
+// PastPlan is the workload sent past its plan (Options.KeepGoing).
+type PastPlan struct {
+	// Intents is how many intents were started past the plan; EndNs is
+	// when it was done (an offset of the run), from its last start.
+	Intents int   `json:"intents"`
+	EndNs   int64 `json:"endNs"`
+	LastNs  int64 `json:"lastNs"`
+}
+
+// Line says it in the words of the terminal.
+func (p PastPlan) Line() string {
+	return fmt.Sprintf("went on past its plan (done at %s) for %s, to %s: a drill waits for a transfer the new primary acknowledges",
+		time.Duration(p.EndNs).Round(time.Millisecond), plural(p.Intents, "intent", "intents"), time.Duration(p.LastNs).Round(time.Millisecond))
 }

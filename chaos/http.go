@@ -66,6 +66,11 @@ type httpRig struct {
 	// lost holds, per "intent/attempt", what a target answered to an
 	// attempt whose answer the proxy dropped (*Lost).
 	lost sync.Map
+	// db is the database fault proxy in front of a target's PostgreSQL
+	// (Target.DBListen), and dbArmed the fault armed on it.
+	db      *faults.DBProxy
+	dbMu    sync.Mutex
+	dbArmed faults.DBFault
 }
 
 func startHTTP(e *engine) (*httpRig, error) {
@@ -390,6 +395,7 @@ func (r *httpRig) faultPhase(ctx context.Context, i int, p Planned) *Intent {
 		}
 		end := e.since()
 		at := r.attemptOf(a, a.N, PhaseFault, fault, start, end)
+		at.Reordered = r.reordered(p, a.N)
 		if fault == FaultLoseResponse {
 			r.keepLost(&at, i, a.N)
 		}
@@ -424,6 +430,7 @@ func (r *httpRig) sendOnce(ctx context.Context, in *Intent, p Planned, phase str
 		return Attempt{}, false
 	}
 	a := r.attemptOf(out.Attempts[0], n, phase, "", start, e.since())
+	a.Reordered = r.reordered(p, n)
 	in.Attempts = append(in.Attempts, a)
 	return a, true
 }
@@ -441,7 +448,7 @@ func (r *httpRig) sendClean(ctx context.Context, in *Intent) {
 	if r.target != nil {
 		// Someone else's server gets Settle, however slow its answers.
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, r.target.Settle)
+		ctx, cancel = context.WithTimeout(ctx, r.target.Settle+r.target.LockTTL)
 		defer cancel()
 	}
 	for k := 0; k < HealAttempts && in.Outcome == SeenUnknown && ctx.Err() == nil; k++ {

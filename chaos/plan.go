@@ -317,6 +317,8 @@ const (
 	saltRepeat   = 0x726570656174
 	saltPoint    = 0x706f696e74
 	saltSchedule = 0x7363686564
+	saltDB       = 0x6462
+	saltShape    = 0x7368617065
 )
 
 func rng(seed uint64, salt, a, b uint64) *rand.Rand {
@@ -436,6 +438,10 @@ const (
 	ReuseRecipient = "recipient" // the same key, another recipient
 	ReuseSender    = "sender"    // the same key, another of the user's accounts as sender
 	ReuseAmount    = "amount"    // the same key, another amount
+	// ReuseUser: the same key and the exact same body, sent by another
+	// user (chaos --target only): a server that finds stored answers by the
+	// key text alone replays the first user's transfer to them.
+	ReuseUser = "user"
 )
 
 // Planned is an intent as the seed decides it, before anything runs.
@@ -453,11 +459,28 @@ type Planned struct {
 	// in Reuse. The only right answer is 422 idempotency_key_reused.
 	Reuse   string
 	ReuseOf int
+	// Overdraw (a target run's): the amount is decided when the intent is
+	// sent, just more than its payer then holds, so that it is refused for
+	// funds; its follower (Funds) then pays the payer, and the refused
+	// request is sent again with its key (PhaseAfterFunds): it must be
+	// refused again. Without a balance source the planned amount is sent.
+	Overdraw bool
+	Funds    bool
 	// Repeat: once the intent has its final answer, the client sends it once
 	// more with the same key (a user tapping again, an app that missed the
 	// answer): it must be replayed, byte for byte. A key reuse always
 	// repeats, and must be refused again.
 	Repeat bool
+	// Keyless (a target run's): before its first attempt, the client sends
+	// the request once without its key (a client that forgot the header):
+	// it must be refused (the lesson: 400), and nothing moves. That
+	// request is not the key's: no rule but no-key judges it.
+	Keyless bool
+	// Reorder (a target run's): every attempt after the first, the repeat
+	// too, writes the body's members in another order (the same request in
+	// other bytes): it must be answered as the first was. It always
+	// repeats, so that one such retry comes after the key's answer.
+	Reorder bool
 }
 
 // Rates of the workload's shapes, per intent.
@@ -489,6 +512,9 @@ func (c Config) intentIn(l *layout, i int) Planned {
 		p = c.follower(l, i)
 	} else if c.Target != nil {
 		p = c.Target.ordinary(c, l, i)
+		p.Overdraw = c.head(l, i) && c.followerKind(i+1) == followFunds
+		keyless, reorder := c.shapeSlots(l, i/headBlock)
+		p.Keyless, p.Reorder = i == keyless, i == reorder
 	} else if e, ok := l.edges[i]; ok {
 		p = c.edge(l, i, e)
 	} else {
@@ -496,7 +522,7 @@ func (c Config) intentIn(l *layout, i int) Planned {
 	}
 	// A buggy client that reused a key retries too: its retry must be
 	// refused again.
-	p.Repeat = p.Reuse != "" || rng(c.Seed, saltRepeat, uint64(i), 0).Float64() < rateRepeat
+	p.Repeat = p.Reuse != "" || p.Reorder || rng(c.Seed, saltRepeat, uint64(i), 0).Float64() < rateRepeat
 	return p
 }
 
@@ -510,6 +536,66 @@ const headBlock = 16
 // account, another amount, and another user's own intent with the same key
 // text ("").
 var followerKinds = []string{ReuseRecipient, ReuseSender, ReuseAmount, ""}
+
+// targetFollowerKinds are a target run's: its users own one account each,
+// so no reuse can name another sender account of the user's; in that turn
+// another user sends the first user's key and exact body instead.
+// A fifth turn funds a refusal: the head asks for just more than its payer
+// holds (refused for funds), the other user sends the payer the difference
+// and more, and the head's client sends the refused request again with its
+// key (the refused-then-moved rule).
+var targetFollowerKinds = []string{ReuseRecipient, ReuseUser, ReuseAmount, "", followFunds}
+
+// followFunds is the follower that pays its head's payer (Planned.Funds).
+const followFunds = "funds"
+
+// fundsTimes is the funding follower's amount in units of the target's
+// Amount; its head asks for overdrawBy of them more than its payer holds,
+// so that it is refused before the funds arrive and payable after them,
+// whatever the other clients move meanwhile (at most twice Amount each).
+const (
+	fundsTimes = 20
+	overdrawBy = 10
+)
+
+// dbEvery: with a database fault proxy in front of a target's PostgreSQL
+// (Target.DBListen), one intent in dbEvery, drawn from the seed in each
+// block, arms a fault for the next COMMIT through the proxy: cut before
+// it, and its answer lost after it, by turns.
+const dbEvery = 20
+
+// DBFault is the database fault intent i's start arms in a target run
+// with --db-proxy (0 for none). Whichever request commits next meets it:
+// the clients run concurrently, and the rules judge every intent by its
+// answers, not by which one met the fault.
+func (c Config) DBFault(i int) faults.DBFault {
+	if c.Target == nil || c.Target.DBListen == "" {
+		return 0
+	}
+	b := i / dbEvery
+	if i != b*dbEvery+rng(c.Seed, saltDB, uint64(b), 0).IntN(dbEvery) {
+		return 0
+	}
+	return faults.DBFault(1 + b%2)
+}
+
+// FundsAmount is what the follower that pays a refused payer sends: the
+// plan states it with the money a target run may move.
+func FundsAmount(t *Target) int64 {
+	if t.Amount <= 0 {
+		return fundsTimes * DefaultTargetAmount
+	}
+	return fundsTimes * t.Amount
+}
+
+// followerKind is the kind of follower i, in the run's turn.
+func (c Config) followerKind(i int) string {
+	kinds := followerKinds
+	if c.Target != nil {
+		kinds = targetFollowerKinds
+	}
+	return kinds[((i-1)/headBlock)%len(kinds)]
+}
 
 // head reports whether intent i is followed by a follower.
 func (c Config) head(l *layout, i int) bool {
@@ -533,6 +619,25 @@ func (c Config) headSlot(l *layout, b int) int {
 		}
 	}
 	return -1
+}
+
+// shapeSlots are block b's intents (of headBlock) that a target run sends
+// in another shape, drawn from the seed among those that are neither the
+// block's head nor its follower (whose keys are shared): keyless sends a
+// request without its key first (Planned.Keyless), reorder retries with
+// the body's members in another order (Planned.Reorder).
+func (c Config) shapeSlots(l *layout, b int) (keyless, reorder int) {
+	free := make([]int, 0, headBlock)
+	for i := b * headBlock; i < (b+1)*headBlock; i++ {
+		if !c.head(l, i) && !(i%2 == 1 && c.head(l, i-1)) {
+			free = append(free, i)
+		}
+	}
+	r := rng(c.Seed, saltShape, uint64(b), 0)
+	k := r.IntN(len(free))
+	keyless = free[k]
+	free = slices.Delete(free, k, k+1)
+	return keyless, free[r.IntN(len(free))]
 }
 
 // ordinary draws intent i: mostly a transfer between hot accounts, amounts
@@ -603,7 +708,7 @@ func (c Config) follower(l *layout, i int) Planned {
 	h := own(l, i-1)
 	r := rng(c.Seed, saltFollow, uint64(i), 1)
 	p := Planned{Label: fmt.Sprintf("intent-%d", i), UserID: h.UserID, Key: h.Key, Request: h.Request, Follower: true, ReuseOf: i - 1}
-	switch followerKinds[((i-1)/headBlock)%len(followerKinds)] {
+	switch c.followerKind(i) {
 	case ReuseRecipient:
 		p.Reuse = ReuseRecipient
 		p.Request.To = l.otherHot(r, h.Request.From)
@@ -625,6 +730,14 @@ func (c Config) follower(l *layout, i int) Planned {
 	case ReuseAmount:
 		p.Reuse = ReuseAmount
 		p.Request.AmountKobo += 1 + r.Int64N(1_000)
+	case ReuseUser:
+		p.Reuse = ReuseUser
+		p.UserID = l.otherUser(h.UserID)
+	case followFunds:
+		// A key of its own: the other user pays the head's payer.
+		p.Key, p.ReuseOf, p.Funds = own(l, i).Key, 0, true
+		p.UserID = l.otherUser(h.UserID)
+		p.Request = bank.TransferRequest{From: l.owned[p.UserID][0], To: h.Request.From, AmountKobo: FundsAmount(c.Target)}
 	default:
 		// Another user, their own transfer, the same key text.
 		o := own(l, i)
@@ -635,6 +748,17 @@ func (c Config) follower(l *layout, i int) Planned {
 		p.ReuseOf = 0
 	}
 	return p
+}
+
+// otherUser is a paying user other than not (not itself when it is the
+// only one).
+func (l *layout) otherUser(not int64) int64 {
+	for _, u := range l.users {
+		if u != not {
+			return u
+		}
+	}
+	return not
 }
 
 // otherHot is a hot account other than from (from itself when it is the
@@ -700,7 +824,8 @@ func (c Config) RepeatsAfterCleanup(i int) bool {
 const exhaustEvery = 100
 
 // Fault returns the fault that attempt (from 1) of intent i meets in the
-// fault phase, or "" for none.
+// fault phase, or "" for none: the seed's draw at the rates, completed so
+// that every enabled fault gets its chance (ensure).
 func (c Config) Fault(i, attempt int) string {
 	if c.Script != nil {
 		a, ok := c.Script.attempt(i, attempt)
@@ -715,6 +840,15 @@ func (c Config) Fault(i, attempt int) string {
 	if c.Target != nil && c.Faults[FaultLoseResponse] > 0 && i%exhaustEvery == exhaustEvery/2 {
 		return FaultLoseResponse
 	}
+	if f, ok := c.WithDefaults().ensure().fault(i, attempt); ok {
+		return f
+	}
+	return c.drawnFault(i, attempt)
+}
+
+// drawnFault is the fault the seed draws for attempt of intent i, at the
+// rates, before the guarantee completes the schedule (ensure).
+func (c Config) drawnFault(i, attempt int) string {
 	u := rng(c.Seed, saltFault, uint64(i), uint64(attempt)).Float64()
 	for _, k := range attemptFaultKinds() {
 		if u < c.Faults[k] {

@@ -1,9 +1,11 @@
 package chaos
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/banksim/bank-sim/postgres/banks"
@@ -118,43 +120,91 @@ func pool(ctx context.Context, base *pgxpool.Pool, clients int, conns int32, det
 // clients: about 0.7 s, most of it in the kernel). A bank is used by one
 // run at a time, and so is its pool. close must come before the banks are
 // dropped.
+//
+// It keeps at most keep pools that no run uses, the ones used last: as
+// many as its runs go at once. Banks are lent from a recycler another
+// caller may share (the tests' one), so a cache of every bank its runs
+// ever met held each of those pools' idle connections to the end: an
+// exhaustive audit beside another one reached PostgreSQL's 200 connections
+// (too many clients already).
 type poolCache struct {
-	mu sync.Mutex
-	m  map[string]*pgxpool.Pool
+	mu   sync.Mutex
+	m    map[string]*cachedPool
+	keep int
+	tick uint64
 }
 
-func newPoolCache() *poolCache { return &poolCache{m: map[string]*pgxpool.Pool{}} }
+type cachedPool struct {
+	p    *pgxpool.Pool
+	busy bool   // a run on its bank is using it
+	used uint64 // when that run ended, in the cache's ticks
+}
+
+// newPoolCache keeps at most keep idle pools (at least one).
+func newPoolCache(keep int) *poolCache {
+	return &poolCache{m: map[string]*cachedPool{}, keep: max(keep, 1)}
+}
 
 // get returns db's pool for a run of cfg: the last one, when it is a pool
-// of the same kind with enough connections.
+// of the same kind with enough connections. The run hands it back with put
+// (or drop).
 func (c *poolCache) get(ctx context.Context, db *banks.Database, cfg Config) (*pgxpool.Pool, error) {
 	c.mu.Lock()
-	p := c.m[db.Name]
-	c.mu.Unlock()
-	if p != nil && p.Config().MaxConns >= poolConns(cfg) && isDetPool(p) == cfg.Deterministic {
-		return p, nil
+	e := c.m[db.Name]
+	if e != nil && e.p.Config().MaxConns >= poolConns(cfg) && isDetPool(e.p) == cfg.Deterministic {
+		e.busy = true
+		c.mu.Unlock()
+		return e.p, nil
 	}
-	if p != nil {
-		p.Close()
+	delete(c.m, db.Name)
+	c.mu.Unlock()
+	if e != nil {
+		e.p.Close()
 	}
 	p, err := PoolFor(ctx, db.Pool, cfg)
 	if err != nil {
 		return nil, err
 	}
 	c.mu.Lock()
-	c.m[db.Name] = p
+	c.m[db.Name] = &cachedPool{p: p, busy: true}
 	c.mu.Unlock()
 	return p, nil
+}
+
+// put hands db's pool back after a run, and closes the pools no run uses
+// beyond the keep used last.
+func (c *poolCache) put(db *banks.Database) {
+	c.mu.Lock()
+	if e := c.m[db.Name]; e != nil {
+		c.tick++
+		e.busy, e.used = false, c.tick
+	}
+	var idle []string
+	for name, e := range c.m {
+		if !e.busy {
+			idle = append(idle, name)
+		}
+	}
+	slices.SortFunc(idle, func(a, b string) int { return cmp.Compare(c.m[a].used, c.m[b].used) })
+	var closing []*pgxpool.Pool
+	for _, name := range idle[:max(len(idle)-c.keep, 0)] {
+		closing = append(closing, c.m[name].p)
+		delete(c.m, name)
+	}
+	c.mu.Unlock()
+	for _, p := range closing {
+		p.Close()
+	}
 }
 
 // drop closes db's pool and forgets it.
 func (c *poolCache) drop(db *banks.Database) {
 	c.mu.Lock()
-	p := c.m[db.Name]
+	e := c.m[db.Name]
 	delete(c.m, db.Name)
 	c.mu.Unlock()
-	if p != nil {
-		p.Close()
+	if e != nil {
+		e.p.Close()
 	}
 }
 
@@ -162,8 +212,8 @@ func (c *poolCache) drop(db *banks.Database) {
 func (c *poolCache) close() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for name, p := range c.m {
-		p.Close()
+	for name, e := range c.m {
+		e.p.Close()
 		delete(c.m, name)
 	}
 }

@@ -15,9 +15,13 @@ type PrimaryChangeResult struct {
 	LastAckNs  int64 `json:"lastAckNs"`
 	FirstAckNs int64 `json:"firstAckNs"`
 	// Crossing are the violations that cross the change: acknowledged
-	// transfers and completed keys, acknowledged before the new primary
-	// served, that did not survive.
+	// transfers and completed keys (a transfer's or a refusal's), answered
+	// before the new primary served, that did not survive, and keys whose
+	// holder had returned by then that the new primary still holds in
+	// progress.
 	Crossing []Violation `json:"crossing"`
+	// Unknown, when the window is unknown, says why.
+	Unknown string `json:"unknown,omitempty"`
 }
 
 // UnavailableNs is the unavailability window's length, -1 when one of
@@ -46,21 +50,27 @@ func (r PrimaryChangeResult) Line() string {
 	if r.ToTimeline > 0 {
 		to += fmt.Sprintf(" (timeline %d)", r.ToTimeline)
 	}
-	window := "unavailability unknown (no acknowledged transfer on one side)"
+	window := "unavailability unknown (" + r.Unknown + ")"
 	if u := r.UnavailableNs(); u >= 0 {
 		window = fmt.Sprintf("unavailable %s (last acknowledged at %s, first acknowledged after at %s)", ms(u), ms(r.LastAckNs), ms(r.FirstAckNs))
 	}
 	lost := "nothing acknowledged was lost across it"
 	if n := len(r.Crossing); n > 0 {
-		acks, keys := 0, 0
+		acks, keys, held := 0, 0, 0
 		for _, v := range r.Crossing {
-			if v.Kind == KindAckMissing {
+			switch v.Kind {
+			case KindAckMissing:
 				acks++
-			} else {
+			case KindKeyLost:
 				keys++
+			default:
+				held++
 			}
 		}
 		lost = fmt.Sprintf("lost across it: %s, %s", plural(acks, "acknowledged transfer", "acknowledged transfers"), plural(keys, "completed key", "completed keys"))
+		if held > 0 {
+			lost += ", " + plural(held, "key left in progress", "keys left in progress")
+		}
 	}
 	return fmt.Sprintf("%s → %s, %s; old primary last answered at %s, new one first at %s; %s; %s",
 		from, to, who, ms(r.LastSeenNs), ms(r.SeenNs), window, lost)
@@ -72,15 +82,33 @@ func primaryChanges(h *History, vs []Violation) []PrimaryChangeResult {
 	var out []PrimaryChangeResult
 	for _, pc := range h.PrimaryChanges {
 		r := PrimaryChangeResult{PrimaryChange: pc, LastAckNs: -1, FirstAckNs: -1, Crossing: []Violation{}}
-		ackedAt := map[int]int64{} // intent → end of its first acknowledgement
+		// Each intent's first acknowledgement (a transfer), first final
+		// answer (a transfer or a refusal: its key then completed), and
+		// first return of any kind (its key no longer held by it).
+		ackedAt, answeredAt, returnedAt := map[int]int64{}, map[int]int64{}, map[int]int64{}
+		first := func(m map[int]int64, i int, t int64) {
+			if old, ok := m[i]; !ok || t < old {
+				m[i] = t
+			}
+		}
+		sentAfter := 0 // attempts sent once the old primary was lost
 		for _, in := range h.Intents {
 			for _, a := range in.Attempts {
-				if a.Seen != SeenOK || a.Replayed || a.Lookup {
+				if a.Lookup {
 					continue
 				}
-				if t, ok := ackedAt[in.Index]; !ok || a.EndNs < t {
-					ackedAt[in.Index] = a.EndNs
+				if a.StartNs >= pc.LostNs {
+					sentAfter++
 				}
+				first(returnedAt, in.Index, a.EndNs)
+				if a.Replayed || (a.Seen != SeenOK && a.Seen != SeenRejected) {
+					continue
+				}
+				first(answeredAt, in.Index, a.EndNs)
+				if a.Seen != SeenOK {
+					continue
+				}
+				first(ackedAt, in.Index, a.EndNs)
 				if a.EndNs <= pc.LostNs && a.EndNs > r.LastAckNs {
 					r.LastAckNs = a.EndNs
 				}
@@ -89,11 +117,31 @@ func primaryChanges(h *History, vs []Violation) []PrimaryChangeResult {
 				}
 			}
 		}
+		switch {
+		case r.LastAckNs < 0:
+			r.Unknown = "no transfer was acknowledged before the old primary was lost"
+		case r.FirstAckNs >= 0:
+		case sentAfter == 0:
+			r.Unknown = "the workload had ended before the old primary was lost: no transfer was sent after it"
+		default:
+			r.Unknown = fmt.Sprintf("the new primary acknowledged none of the %s sent after the old one was lost", plural(sentAfter, "attempt", "attempts"))
+		}
 		for _, v := range vs {
-			if v.Kind != KindAckMissing && v.Kind != KindKeyLost {
+			var at map[int]int64
+			switch v.Kind {
+			case KindAckMissing:
+				at = ackedAt
+			case KindKeyLost:
+				at = answeredAt // a stored refusal's key is lost as a 201's is
+			case KindStuckKey:
+				// Its holder came back; the new primary still says in
+				// progress at the end. (key-abandoned, before healing, is
+				// not judged across a change: lock expiry is the defence.)
+				at = returnedAt
+			default:
 				continue
 			}
-			if t, ok := ackedAt[v.Intent]; ok && t <= pc.SeenNs {
+			if t, ok := at[v.Intent]; ok && t <= pc.SeenNs {
 				r.Crossing = append(r.Crossing, v)
 			}
 		}

@@ -57,7 +57,8 @@ func Shrink(ctx context.Context, dbs banks.Databases, cfg Config, h *History, o 
 	}
 	dbs, closeDBs := banks.Recycled(dbs)
 	defer closeDBs()
-	pools := newPoolCache()
+	// One run at a time: one bank's pool kept.
+	pools := newPoolCache(1)
 	defer pools.close() // before the banks are dropped
 	s := &shrinker{ctx: ctx, dbs: dbs, pools: pools, kind: o.Kind, seed: cfg.Seed, bug: cfg.Bug, budget: o.Budget, log: o.Log}
 	if s.log == nil {

@@ -53,6 +53,25 @@ type Target struct {
 	BalancesFrom string `json:"balances,omitempty"`
 	// AllowRemote lets the target be another machine.
 	AllowRemote bool `json:"allowRemote,omitempty"`
+	// DBListen and DBUpstream, when set, put bank-sim's database fault
+	// proxy on DBListen in front of the target's PostgreSQL at DBUpstream
+	// (--db-proxy; the target's database URL points at DBListen): seeded
+	// intents fail the next COMMIT (Config.DBFault). LockTTL is how long
+	// the target holds a key's lock (--lock-ttl): healing retries an
+	// intent for Settle and LockTTL, and a 409 past them is a key left
+	// claimed by the failure.
+	DBListen   string        `json:"dbListen,omitempty"`
+	DBUpstream string        `json:"dbUpstream,omitempty"`
+	LockTTL    time.Duration `json:"lockTtlNs,omitempty"`
+	// Restart, when set, restarts the target once (--restart, run by
+	// probe.ShellRestart): the client of intent Config.CrashIntent, once it
+	// has its answer, restarts the target, waits up to WaitFor until it
+	// answers again, and sends the intent again with its key, which must be
+	// replayed; every key answered before the restart and retried after it
+	// must be. RestartCommand is the command, kept with the history.
+	Restart        probe.Restarter `json:"-"`
+	RestartCommand string          `json:"restart,omitempty"`
+	WaitFor        time.Duration   `json:"waitForNs,omitempty"`
 	// Given names the flags given that make a class of defect checkable
 	// (probe.FlagRestart, probe.FlagDBProxy): the report lists the others
 	// as unchecked.
@@ -124,7 +143,7 @@ func (t *Target) Validate() error {
 // first connection.
 func (t *Target) probeConfig() probe.Config {
 	return probe.Config{URLs: t.URLs, Contract: t.Contract, Payer: t.Users[0], Payee: t.Users[1], Third: t.Users[2],
-		Amount: t.Amount, Timeout: t.Timeout, AllowRemote: t.AllowRemote}
+		Amount: t.Amount, Timeout: t.Timeout, AllowRemote: t.AllowRemote, DBListen: t.DBListen, DBUpstream: t.DBUpstream, LockTTL: t.LockTTL}
 }
 
 // Guard refuses a target (or a balance source at extra) off this machine
@@ -292,6 +311,12 @@ func runTarget(ctx context.Context, cfg Config, opts Options) (*History, error) 
 		return err
 	}
 	e.rig = rig
+	if t.DBListen != "" {
+		if rig.db, err = faults.StartDBProxy(t.DBListen, t.DBUpstream); err != nil {
+			return nil, &probe.UsageError{Msg: fmt.Sprintf("--db-proxy: %v", err)}
+		}
+		defer func() { _ = rig.db.Close() }()
+	}
 	opening, err := t.read(ctx, nil)
 	if err != nil {
 		return nil, err
@@ -321,7 +346,7 @@ func runTarget(ctx context.Context, cfg Config, opts Options) (*History, error) 
 	// Every exchange of the proxies ends (the copies of a duplicate count
 	// what they were answered) before the history takes the counts.
 	rig.close()
-	h := &History{Seed: cfg.Seed, Config: cfg, Opening: e.lay.accounts, Audits: e.audits, Fired: e.fired, Server: e.server}
+	h := &History{Seed: cfg.Seed, Config: cfg, Opening: e.lay.accounts, Audits: e.audits, Fired: e.fired, Server: e.server, Restarts: e.restarts}
 	h.Intents = make([]Intent, len(e.intents))
 	for i, in := range e.intents {
 		h.Intents[i] = *in
@@ -398,6 +423,128 @@ func (e *engine) fresh(ctx context.Context) error {
 	return nil
 }
 
+// overdraw decides the amount of intent i (Planned.Overdraw): overdrawBy
+// times the target's Amount more than its payer holds now, read from the
+// balance source. Without one, or when the read fails, the planned amount
+// is sent, and no refusal for funds is provoked.
+func (e *engine) overdraw(ctx context.Context, i int, p Planned) Planned {
+	t := e.cfg.Target
+	// The target may be down for a moment (a --restart, a fault on the
+	// balance source): the read is retried, bounded by --settle, before
+	// the planned amount is sent instead and the case goes unreached.
+	var got []bank.Account
+	var err error
+	for deadline := time.Now().Add(max(t.Settle, time.Second)); ; {
+		if got, err = t.read(ctx, nil); err == nil || ctx.Err() != nil || time.Now().After(deadline) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if err != nil {
+		return p
+	}
+	for _, a := range got {
+		if a.ID == p.Request.From {
+			p.Request.AmountKobo = a.BalanceKobo + overdrawBy*t.Amount
+			e.mu.Lock()
+			if e.amounts == nil {
+				e.amounts = map[int]int64{}
+			}
+			e.amounts[i] = p.Request.AmountKobo
+			e.mu.Unlock()
+		}
+	}
+	return p
+}
+
+// TargetRestart is a restart of the target during a run (--restart): when
+// it ran, what it printed, and when the target answered again.
+type TargetRestart struct {
+	Intent int   `json:"intent"`
+	AtNs   int64 `json:"atNs"`
+	// EndNs is when the target answered again (or the wait gave up).
+	EndNs  int64  `json:"endNs"`
+	Output string `json:"output,omitempty"`
+	Error  string `json:"error,omitempty"`
+}
+
+// restartTarget restarts the target after intent i's answer and waits
+// until every URL answers again, bounded by WaitFor.
+func (e *engine) restartTarget(ctx context.Context, i int) bool {
+	t := e.cfg.Target
+	r := TargetRestart{Intent: i, AtNs: e.since()}
+	out, err := t.Restart(ctx)
+	r.Output = out
+	if err == nil {
+		err = t.ready(ctx)
+	}
+	if err != nil {
+		r.Error = err.Error()
+	}
+	r.EndNs = e.since()
+	e.mu.Lock()
+	e.restarts = append(e.restarts, r)
+	e.mu.Unlock()
+	return err == nil
+}
+
+// ready polls the target's URLs until each answers, bounded by WaitFor.
+func (t *Target) ready(ctx context.Context) error {
+	deadline := time.Now().Add(t.WaitFor)
+	wait := 10 * time.Millisecond
+	for {
+		err := t.Reach(ctx)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if time.Now().Add(wait).After(deadline) {
+			return fmt.Errorf("the target did not answer within --wait-for %s after the restart: %w", t.WaitFor, err)
+		}
+		time.Sleep(wait)
+		wait = min(2*wait, 500*time.Millisecond)
+	}
+}
+
+// Database faults of a target run (--db-proxy), as History.Fired counts
+// them.
+const (
+	FaultDBCut        = "db-cut-before-commit"
+	FaultDBLostCommit = "db-commit-answer-lost"
+)
+
+// dbFaultKind is f's name among the run's faults.
+func dbFaultKind(f faults.DBFault) string {
+	if f == faults.DBCutBeforeCommit {
+		return FaultDBCut
+	}
+	return FaultDBLostCommit
+}
+
+// armDB arms f (0: none) for the next COMMIT through the database proxy,
+// after counting the fault armed before it if it fired.
+func (r *httpRig) armDB(f faults.DBFault) {
+	if r.db == nil {
+		return
+	}
+	r.dbMu.Lock()
+	defer r.dbMu.Unlock()
+	if r.dbArmed != 0 && r.db.Disarm() != "" {
+		r.e.mu.Lock()
+		r.e.fired[dbFaultKind(r.dbArmed)]++
+		r.e.mu.Unlock()
+	}
+	r.dbArmed = f
+	if f != 0 {
+		r.db.Arm(f, 1)
+	}
+}
+
 // settleTarget ends a target run, faults off: requests still on their way
 // arrive, every unknown intent is retried with its key until it settles,
 // and the key reuses that waited for their first intent are sent.
@@ -406,6 +553,7 @@ func (e *engine) settleTarget(ctx context.Context) error {
 		return err
 	}
 	e.rig.healing.Store(true)
+	e.rig.armDB(0)
 	if err := e.late.wait(ctx, drainTimeout, "requests still on their way to the target (late ones)"); err != nil {
 		return err
 	}
@@ -477,17 +625,67 @@ func startTargetRig(e *engine) (*httpRig, error) {
 	return r, nil
 }
 
-// targetClient makes c speak the target's contract for p.
+// targetClient makes c speak the target's contract for p: attempt n is
+// written reordered when reordered(p, n) says so.
 func (r *httpRig) targetClient(c *client.Client, p Planned) {
 	t := r.target
 	u := t.user(p.UserID)
 	c.ReplayedHeader = t.Contract.ReplayedHeader
+	sent := 0 // Send makes its attempts one after another
 	c.Request = func(ctx context.Context, base string, in client.Intent) (*http.Request, error) {
-		req, err := t.Contract.NewRequest(base, u, in.Key, t.transfer(in.Transfer))
+		sent++
+		build := t.Contract.NewRequest
+		if r.reordered(p, max(c.FirstAttempt, 1)+sent-1) {
+			build = t.Contract.NewReorderedRequest
+		}
+		req, err := build(base, u, in.Key, t.transfer(in.Transfer))
 		if err != nil {
 			return nil, err
 		}
 		return req.WithContext(ctx), nil
+	}
+}
+
+// reordered reports whether attempt n of p goes to a target with the
+// body's members in another order (Planned.Reorder): every attempt after
+// the first.
+func (r *httpRig) reordered(p Planned, n int) bool {
+	return r.target != nil && p.Reorder && n > 1
+}
+
+// sendKeyless sends p once without its key (Planned.Keyless), no fault, on
+// the server the seed picks for it, and returns what it was told (nil when
+// the request could not be made).
+func (r *httpRig) sendKeyless(ctx context.Context, i int, p Planned) *Attempt {
+	e, t := r.e, r.target
+	u := t.user(p.UserID)
+	c := r.client(i, p, []string{r.urls[e.cfg.Instance(i, 0)]}, 1, nil)
+	c.Request = func(ctx context.Context, base string, in client.Intent) (*http.Request, error) {
+		req, err := t.Contract.NewRequest(base, u, "", t.transfer(in.Transfer))
+		if err != nil {
+			return nil, err
+		}
+		return req.WithContext(ctx), nil
+	}
+	// A 502 or 503 says the target was not there to judge it (a restart
+	// under way, a gateway without a server): sent again, bounded by
+	// --settle, so that no-key judges the target's own answer (the zoo's
+	// memory-keys met a restart's 502 here, 2 runs in 8).
+	deadline := time.Now().Add(t.Settle)
+	for k := 0; ; k++ {
+		start := e.since()
+		// The client wants a key to send; the request leaves it out. No
+		// label: the proxy gives a request it cannot place no fault.
+		out, err := c.Send(ctx, client.Intent{Key: p.Key, Transfer: p.Request})
+		if err != nil || len(out.Attempts) == 0 {
+			return nil
+		}
+		a := r.attemptOf(out.Attempts[0], 0, PhaseKeyless, "", start, e.since())
+		a.Key = ""
+		if (a.Status != http.StatusBadGateway && a.Status != http.StatusServiceUnavailable) || !time.Now().Before(deadline) || ctx.Err() != nil {
+			return &a
+		}
+		time.Sleep(min(10*time.Millisecond<<min(k, 10), 500*time.Millisecond))
 	}
 }
 

@@ -51,6 +51,15 @@ func (r *httpRig) keepLost(at *Attempt, i, n int) {
 	}
 }
 
+// toldID is the transfer id attempt a stands for: the one in the answer
+// the client never got, else the one its success told.
+func (t *Target) toldID(a Attempt) string {
+	if id := t.lostID(a); id != "" || a.Seen != SeenOK {
+		return id
+	}
+	return t.answer(a).TransferID
+}
+
 // lostID is the transfer id of the answer the client never got, if any.
 func (t *Target) lostID(a Attempt) string {
 	if a.Lost == nil {
@@ -74,10 +83,7 @@ func (t *Target) replays(in *Intent) []bool {
 		if a.Lookup {
 			continue
 		}
-		id := t.lostID(a)
-		if id == "" && a.Seen == SeenOK {
-			id = t.answer(a).TransferID
-		}
+		id := t.toldID(a)
 		if id == "" {
 			continue
 		}
@@ -85,6 +91,29 @@ func (t *Target) replays(in *Intent) []bool {
 		seen[id] = true
 	}
 	return out
+}
+
+// replayedAcrossRestart reports whether in was told a transfer before a
+// restart of the target and the same transfer when its key was sent after
+// the restart.
+func (t *Target) replayedAcrossRestart(h *History, in *Intent) bool {
+	for _, r := range h.Restarts {
+		if r.Error != "" {
+			continue
+		}
+		before := ""
+		for _, a := range in.Attempts {
+			id := t.toldID(a)
+			switch {
+			case id == "":
+			case a.EndNs <= r.AtNs && before == "":
+				before = id
+			case a.StartNs >= r.EndNs && id == before:
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // unrecognised names the refusals of reused keys the judge could not take
@@ -99,8 +128,8 @@ func (t *Target) unrecognised(h *History) []string {
 	count := map[refusal]int{}
 	var order []refusal
 	for _, in := range h.Intents {
-		if in.Reuse == "" {
-			continue
+		if in.Reuse == "" || in.Reuse == ReuseUser {
+			continue // a user's own; another user's copy is refused the account, not the key
 		}
 		for _, a := range in.Attempts {
 			ans := t.answer(a)

@@ -101,7 +101,12 @@ func TestTargetRunAgainstBankSimIsValid(t *testing.T) {
 	// replays (the target's intents and each attempt's fault).
 	plan := cfg.Plan(cfg.Intents)
 	for i, in := range h.Intents {
-		if p := plan.Intents[i]; in.Index != i || in.Key != p.Key || in.Request != p.Request || in.UserID != p.UserID || in.Reuse != p.Reuse {
+		p := plan.Intents[i]
+		want := p.Request
+		if p.Overdraw {
+			want.AmountKobo = in.Request.AmountKobo // decided when sent: just more than the payer held
+		}
+		if in.Index != i || in.Key != p.Key || in.Request != want || in.UserID != p.UserID || in.Reuse != p.Reuse || in.Overdraw != p.Overdraw || in.Funds != p.Funds {
 			t.Fatalf("intent %d: ran %+v, planned %+v", i, in, p)
 		}
 	}
@@ -171,8 +176,10 @@ var targetMistakes = map[string]targetMistake{
 // ones are exhaustive: they keep docs/chaos.md's table honest, not money
 // safe, and the audit catches each of them from inside.
 func TestTargetRunCatchesTheMistakesAClientCanSee(t *testing.T) {
+	t.Parallel()
 	for name, m := range targetMistakes {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			if m.blind != "" {
 				pgtest.Exhaustive(t)
 			}
@@ -290,6 +297,10 @@ func (f *foreign) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(400)
 		return
 	}
+	if r.Header.Get("X-Request-Id") == "" && !f.o.ignoreKeys {
+		w.WriteHeader(400) // the key is required: a forgotten one is refused, not made a transfer
+		return
+	}
 	key := acc + "|" + r.Header.Get("X-Request-Id")
 	fingerprint := fmt.Sprintf("%s>%s:%d", req.Source, req.Destination, req.Amount)
 	if f.o.unscopedReplay {
@@ -357,6 +368,7 @@ func foreignTarget(url string) *chaos.Target {
 // fields only: the correct version is VALID, and each flaw breaks the rule
 // that explains it.
 func TestTargetRunFindsTheFlawsOfAServerThatIsNotBankSim(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name string
 		o    foreignOptions
@@ -373,6 +385,7 @@ func TestTargetRunFindsTheFlawsOfAServerThatIsNotBankSim(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			f := newForeign(tc.o)
 			srv := httptest.NewServer(f)
 			t.Cleanup(srv.Close)
@@ -397,8 +410,10 @@ func TestTargetRunFindsTheFlawsOfAServerThatIsNotBankSim(t *testing.T) {
 // the correct server is VALID with audits taken, and read-compare-write's
 // money from nowhere is seen.
 func TestTargetRunAuditsWithASnapshotOfTheTargetsDatabase(t *testing.T) {
+	t.Parallel()
 	for _, bug := range []string{"", "read-compare-write"} {
 		t.Run("bug="+bug, func(t *testing.T) {
+			t.Parallel()
 			var b *mistakes.Bug
 			if bug != "" {
 				found, err := mistakes.Lookup(bug)
@@ -556,4 +571,214 @@ func TestTargetFlagsOneTransferToldToTwoIntents(t *testing.T) {
 			}
 		})
 	}
+}
+
+// servedThroughDBProxy is bank-sim's own API whose database pool reaches
+// PostgreSQL only through listen, where chaos --target's database fault
+// proxy (--db-proxy) will listen in front of upstream.
+func servedThroughDBProxy(t *testing.T, bug *mistakes.Bug, lockTTL time.Duration) (s *served, listen, upstream string) {
+	t.Helper()
+	s = &served{pool: pgtest.NewBank(t, 16)}
+	viaProxy, listen, upstream := pgtest.ThroughPort(t, s.pool)
+	h := &idem.Handler{DB: viaProxy, Store: &idem.Store{LockTTL: lockTTL}}
+	if bug != nil {
+		bug.Apply(h)
+	}
+	srv := httptest.NewServer(api.NewServer(api.Config{Handler: h, Tokens: api.DemoTokens()}))
+	t.Cleanup(srv.Close)
+	s.urls = []string{srv.URL}
+	return s, listen, upstream
+}
+
+// With --db-proxy, seeded intents fail the next COMMIT of the target's
+// database, before it or after it, and the proxy heals: the correct server
+// settles every intent (VALID, both faults fired, the path reached); one
+// that stores the 500 of the failure as the key's answer breaks
+// server-error-stored.
+func TestTargetRunFailsTheTargetsDatabase(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		bug  string
+		kind string // "" for VALID
+	}{
+		{"", ""},
+		{"stored-5xx", chaos.KindServerError},
+	} {
+		t.Run("bug="+tc.bug, func(t *testing.T) {
+			t.Parallel()
+			var b *mistakes.Bug
+			if tc.bug != "" {
+				found, err := mistakes.Lookup(tc.bug)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b = &found
+			}
+			s, listen, upstream := servedThroughDBProxy(t, b, 500*time.Millisecond)
+			target := lessonTarget(s.urls...)
+			target.DBListen, target.DBUpstream, target.LockTTL = listen, upstream, 500*time.Millisecond
+			target.Settle = 1500 * time.Millisecond
+			h, res := runTarget(t, chaos.Config{Seed: 21, Clients: 8, Intents: 200, Target: target})
+			t.Logf("%s: %s %v; fired %v", tc.bug, res.Verdict(), res.ByKind, h.Fired)
+			for _, f := range []string{chaos.FaultDBCut, chaos.FaultDBLostCommit} {
+				if h.Fired[f] == 0 {
+					t.Errorf("%s never fired: %v", f, h.Fired)
+				}
+			}
+			for _, u := range res.Unchecked {
+				if strings.Contains(u.Kind, "database failures") {
+					t.Errorf("with --db-proxy the report still lists %q as unchecked", u.Kind)
+				}
+			}
+			if tc.kind == "" {
+				if res.Verdict() != chaos.Valid {
+					logViolations(t, h, res)
+					t.Fatalf("verdict %s, want VALID; missing %v", res.Verdict(), res.Coverage.Missing())
+				}
+				if l := ledger(t, s.pool); l.Total() != 7_500_000 {
+					t.Errorf("total %d after the run, want 7500000", l.Total())
+				}
+				return
+			}
+			if res.ByKind[tc.kind] == 0 {
+				logViolations(t, h, res)
+				t.Fatalf("%s: %s not broken (%v)", tc.bug, tc.kind, res.ByKind)
+			}
+			for _, v := range res.Violations {
+				if v.Kind == tc.kind {
+					t.Logf("%s: %s", tc.kind, v.Detail)
+					if !strings.Contains(v.Detail, "a server error was stored as the key's final answer") {
+						t.Errorf("the violation does not say what was stored: %s", v.Detail)
+					}
+					break
+				}
+			}
+		})
+	}
+}
+
+// With --db-proxy, an intent left without a final answer is named by its
+// last answers: told 409 for longer than the target's lock (--lock-ttl)
+// and --settle, a database failure left its key claimed (lock-past-ttl);
+// told 409 for less, it is only unresolved (healing gave up before the
+// lock could end); without --db-proxy, unresolved either way.
+func TestTargetNamesAKeyLeftClaimedPastItsLock(t *testing.T) {
+	heal := func(n int, start, end time.Duration) chaos.Attempt {
+		return chaos.Attempt{N: n, Phase: chaos.PhaseHeal, Key: "k", Status: 409, Seen: chaos.SeenUnknown, StartNs: int64(start), EndNs: int64(end),
+			Body: chaos.Bytes(`{"code":"idempotency_key_in_progress"}`)}
+	}
+	for _, tc := range []struct {
+		name    string
+		db      bool
+		healFor time.Duration
+		want    string
+	}{
+		{"409 past the lock", true, 3 * time.Second, chaos.KindLockPastTTL},
+		{"409 within the lock", true, time.Second, chaos.KindUnresolved},
+		{"no --db-proxy", false, 3 * time.Second, chaos.KindUnresolved},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			target := lessonTarget("http://127.0.0.1:1")
+			target.Balances, target.BalancesFrom = nil, ""
+			target.Settle = time.Second
+			if tc.db {
+				target.DBListen, target.DBUpstream, target.LockTTL = "127.0.0.1:6433", "127.0.0.1:5432", 500*time.Millisecond
+			}
+			cut := chaos.Attempt{N: 1, Phase: chaos.PhaseFault, Key: "k", Status: 500, Seen: chaos.SeenUnknown, EndNs: int64(time.Millisecond), Body: chaos.Bytes(`{"code":"internal_error"}`)}
+			h := &chaos.History{Config: chaos.Config{Target: target}.WithDefaults(), Intents: []chaos.Intent{
+				{Index: 0, Label: "intent-0", UserID: 1, Key: "k", Request: bank.TransferRequest{From: 1, To: 2, AmountKobo: 10_000}, Outcome: chaos.SeenUnknown,
+					Attempts: []chaos.Attempt{cut, heal(2, 10*time.Millisecond, 20*time.Millisecond), heal(3, tc.healFor/2, tc.healFor/2+time.Millisecond), heal(4, tc.healFor, tc.healFor+time.Millisecond)}},
+			}}
+			res := chaos.Check(h)
+			if len(res.Violations) != 1 || res.Violations[0].Kind != tc.want {
+				t.Fatalf("violations %+v, want one %s", res.Violations, tc.want)
+			}
+			if tc.want == chaos.KindLockPastTTL && !strings.Contains(res.Violations[0].Detail, "past --lock-ttl 500ms and --settle 1s") {
+				t.Errorf("the violation does not name the lock it outlived: %s", res.Violations[0].Detail)
+			}
+		})
+	}
+}
+
+// Issue 27, item 6: a request sent without its key and a retry in other
+// bytes (its members reordered) are judged by their own rules alone, as
+// probe judges them: a keyless request must be refused (a transfer, a 2xx
+// or a 5xx breaks no-key, and the transfer it made is counted in the money,
+// never as the key's: no moved-twice, acknowledged-missing or
+// balance-ledger-differs); a reordered retry must be answered as the first
+// (a refusal of the key breaks reordered-body-refused, not wrong-answer or
+// replay-differs). Each path is claimed only when its request was sent and
+// answered so.
+func TestTargetJudgesKeylessAndReorderedRequestsApart(t *testing.T) {
+	answer := func(n int, phase string, status int, body string) chaos.Attempt {
+		a := chaos.Attempt{N: n, Phase: phase, Key: "k", Status: status, Body: chaos.Bytes(body), Seen: chaos.SeenOK}
+		switch {
+		case status >= 500:
+			a.Seen = chaos.SeenUnknown
+		case status >= 400:
+			a.Seen = chaos.SeenRejected
+		}
+		return a
+	}
+	made := func(id string) string { return `{"transferId":` + id + `}` }
+	const required, reused = `{"code":"idempotency_key_required"}`, `{"code":"idempotency_key_reused"}`
+	cases := []struct {
+		name    string
+		keyless *chaos.Attempt // intent-0's request without its key
+		retry   chaos.Attempt  // intent-1's repeat
+		moved   int64          // kobo the keyless request moved
+		broken  map[string]int
+		paths   map[string]int
+	}{
+		{name: "refused, replayed", keyless: ptr(answer(0, chaos.PhaseKeyless, 400, required)), retry: reordered(answer(2, chaos.PhaseRepeat, 201, made("2"))),
+			paths: map[string]int{chaos.PathNoKey: 1, chaos.PathReordered: 1}},
+		{name: "keyless made a transfer", keyless: ptr(answer(0, chaos.PhaseKeyless, 201, made("3"))), retry: reordered(answer(2, chaos.PhaseRepeat, 201, made("2"))), moved: 10_000,
+			broken: map[string]int{chaos.KindNoKey: 1}, paths: map[string]int{chaos.PathReordered: 1}},
+		{name: "keyless failed 5xx", keyless: ptr(answer(0, chaos.PhaseKeyless, 500, `{"code":"internal"}`)), retry: reordered(answer(2, chaos.PhaseRepeat, 201, made("2"))),
+			broken: map[string]int{chaos.KindNoKey: 1}, paths: map[string]int{chaos.PathReordered: 1}},
+		{name: "reordered refused as reuse", keyless: ptr(answer(0, chaos.PhaseKeyless, 400, required)), retry: reordered(answer(2, chaos.PhaseRepeat, 422, reused)),
+			broken: map[string]int{chaos.KindReorderedRefused: 1}, paths: map[string]int{chaos.PathNoKey: 1}},
+		{name: "neither sent", retry: answer(2, chaos.PhaseRepeat, 201, made("2"))},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			target := lessonTarget("http://127.0.0.1:1")
+			req := bank.TransferRequest{From: 1, To: 2, AmountKobo: 10_000}
+			h := &chaos.History{Config: chaos.Config{Target: target}.WithDefaults(),
+				Opening: []bank.Account{{ID: 1, BalanceKobo: 100_000}, {ID: 2, BalanceKobo: 100_000}},
+				Intents: []chaos.Intent{
+					{Index: 0, Label: "intent-0", UserID: 1, Key: "k", Request: req, Attempts: []chaos.Attempt{answer(1, chaos.PhaseFault, 201, made("1"))},
+						Outcome: chaos.SeenOK, Keyless: tc.keyless},
+					{Index: 1, Label: "intent-1", UserID: 2, Key: "j", Request: bank.TransferRequest{From: 2, To: 1, AmountKobo: 5_000},
+						Attempts: []chaos.Attempt{answer(1, chaos.PhaseFault, 201, made("2")), tc.retry}, Outcome: chaos.SeenOK},
+				}}
+			h.Final.Accounts = []bank.Account{{ID: 1, BalanceKobo: 95_000 - tc.moved}, {ID: 2, BalanceKobo: 105_000 + tc.moved}}
+			res := chaos.Check(h)
+			for _, k := range chaos.TargetKinds() {
+				if res.ByKind[k] != tc.broken[k] {
+					logViolations(t, h, res)
+					t.Errorf("%s broken %d times, want %d", k, res.ByKind[k], tc.broken[k])
+				}
+			}
+			missing := strings.Join(res.Coverage.Missing(), "\n")
+			for _, p := range []string{chaos.PathNoKey, chaos.PathReordered} {
+				got := -1
+				for _, c := range res.Coverage.Paths {
+					if c.Path == p {
+						got = c.Count
+					}
+				}
+				if got != tc.paths[p] || strings.Contains(missing, p+" never happened") != (tc.paths[p] == 0) {
+					t.Errorf("path %s counted %d, want %d; missing:\n%s", p, got, tc.paths[p], missing)
+				}
+			}
+		})
+	}
+}
+
+func ptr(a chaos.Attempt) *chaos.Attempt { return &a }
+
+func reordered(a chaos.Attempt) chaos.Attempt {
+	a.Reordered = true
+	return a
 }

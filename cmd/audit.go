@@ -21,6 +21,7 @@ type auditOptions struct {
 	asJSON   bool
 	html     string
 	off      []string
+	target   bool
 }
 
 func newAuditCmd(app *App) *cobra.Command {
@@ -49,8 +50,17 @@ After the matrix, each rule of the chaos checker is listed with the
 mistakes it alone catches: no scenario caught them, and their chaos run
 broke that rule and no other. --off RULE switches a rule off (repeat it, or
 give a list: --off key-lost,replay-differs): the chaos runs are judged
-without it, so a mistake only that rule caught shows as MISSED, and the
-audit fails.
+without it, so a mistake only that rule caught shows as MISSED, the report
+names the rule that alone caught it, and the audit fails. A rule another
+implies (total-not-conserved, by balance-ledger-differs at the end) is
+listed with the rule that backs it up.
+
+--target audits the target checker (chaos --target) instead: each
+reference target of the zoo (a small in-memory server speaking the lesson's
+contract, with one flaw) meets a short seeded chaos --target run in this
+process, and each rule is listed with the flaws it alone catches. No
+PostgreSQL is needed. --off RULE switches a rule of the target checker off;
+the audit fails (exit 1), naming the rule and the flaw it let through.
 
 --html FILE also writes the matrix as one self-contained HTML page: a
 symbol, a word and a colour in every cell, each cell's evidence a click
@@ -58,7 +68,8 @@ away, the totals; it opens offline and prints.`,
 		Example: `  bank-sim audit
   bank-sim audit --seed 7 --json
   bank-sim audit --html audit.html
-  bank-sim audit --off key-lost`,
+  bank-sim audit --off key-lost
+  bank-sim audit --target --off replay-differs`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error { return runAudit(c, app, o) },
 	}
@@ -68,7 +79,8 @@ away, the totals; it opens offline and prints.`,
 	f.IntVar(&o.clients, "clients", 8, "clients in each chaos run")
 	f.IntVar(&o.parallel, "parallel", 4, "runs at once")
 	f.BoolVar(&o.asJSON, "json", false, "print the matrix as JSON")
-	f.StringSliceVar(&o.off, "off", nil, "switch off the chaos checker's `RULE` (a kind, as 'bank-sim audit' lists them): its chaos runs are judged without it")
+	f.StringSliceVar(&o.off, "off", nil, "switch off the chaos checker's `RULE` (a kind, as 'bank-sim audit' lists them; with --target, the target checker's): its chaos runs are judged without it")
+	f.BoolVar(&o.target, "target", false, "audit the target checker (chaos --target) with the reference targets' flaws instead (no PostgreSQL needed)")
 	addHTMLFlag(f, &o.html)
 	return c
 }
@@ -85,6 +97,9 @@ func runAudit(c *cobra.Command, app *App, o auditOptions) error {
 		return usageError("--clients %d: give 1 to 64", o.clients)
 	case o.parallel < 1 || o.parallel > 16:
 		return usageError("--parallel %d: give 1 to 16", o.parallel)
+	}
+	if o.target {
+		return runTargetAudit(c, app, o, seed)
 	}
 	for _, r := range o.off {
 		if !slices.Contains(chaos.Kinds(), r) {
@@ -208,6 +223,9 @@ func printAudit(out io.Writer, p *palette, rep chaos.AuditReport) {
 				break
 			}
 		}
+		if !r.Any() && len(r.Silenced) > 0 {
+			fmt.Fprintf(out, "%s MISSED: only the rule switched off caught it (%s)\n", p.bold.Sprint(r.Bug), strings.Join(r.Silenced, ", "))
+		}
 	}
 	printAlone(out, p, rep)
 	seeds := make([]string, len(rep.Clean.Seeds))
@@ -248,6 +266,12 @@ func printAlone(out io.Writer, p *palette, rep chaos.AuditReport) {
 	tw := tabwriter.NewWriter(out, 0, 0, 1, ' ', 0)
 	for _, k := range chaos.Kinds() {
 		bugs := p.dim.Sprint("none: no built-in mistake needs this rule")
+		if note := chaos.AloneNote(k); note != "" {
+			bugs = p.dim.Sprint("none: " + note)
+		}
+		if slices.Contains(rep.Off, k) {
+			bugs = p.bad.Sprint("switched off (--off): the mistakes it alone caught are MISSED above")
+		}
 		if len(alone[k]) > 0 {
 			bugs = strings.Join(alone[k], ", ")
 		}

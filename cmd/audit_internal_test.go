@@ -57,22 +57,28 @@ func TestAuditDoesNotFailTheCorrectHandlerForAnUnreachedPath(t *testing.T) {
 }
 
 // The audit's report lists each rule of the chaos checker with the
-// mistakes it alone catches, and says of a rule with none that no built-in
-// mistake needs it.
+// mistakes it alone catches, says of a rule with none that no built-in
+// mistake needs it (or, for a rule another implies, which backs it up), and
+// names the rule switched off that alone caught a mistake now missed.
 func TestAuditListsWhatEachRuleAloneCatches(t *testing.T) {
 	t.Parallel()
-	rep := chaos.AuditReport{Seed: 7, Columns: []string{"rules", chaos.ChaosColumn},
+	rep := chaos.AuditReport{Seed: 7, Columns: []string{"rules", chaos.ChaosColumn}, Off: []string{chaos.KindReplay},
 		Clean: chaos.AuditRow{Bug: chaos.CleanRow, Caught: map[string]bool{}, Why: map[string]string{}},
 		Rows: []chaos.AuditRow{
 			{Bug: "keys-lost", Caught: map[string]bool{"rules": false, chaos.ChaosColumn: true}, Why: map[string]string{}, Broken: []string{chaos.KindKeyLost}},
 			{Bug: "two-rules", Caught: map[string]bool{"rules": false, chaos.ChaosColumn: true}, Why: map[string]string{}, Broken: []string{chaos.KindTotal, chaos.KindLedger}},
 			{Bug: "a-story-too", Caught: map[string]bool{"rules": true, chaos.ChaosColumn: true}, Why: map[string]string{}, Broken: []string{chaos.KindTotal}},
+			{Bug: "replays-rebuilt", Caught: map[string]bool{"rules": false, chaos.ChaosColumn: false}, Why: map[string]string{}, Silenced: []string{chaos.KindReplay}},
 		}}
 	var out bytes.Buffer
 	printAudit(&out, newPalette(false), rep)
 	for _, want := range []string{
 		"   " + chaos.KindKeyLost + " keys-lost\n",
-		"   " + chaos.KindTotal + " none: no built-in mistake needs this rule\n",
+		"   " + chaos.KindNegative + " none: no built-in mistake needs this rule\n",
+		"   " + chaos.KindTotal + " none: implied at the end by " + chaos.KindLedger,
+		"replays-rebuilt MISSED: only the rule switched off caught it (" + chaos.KindReplay + ")\n",
+		"kill ratio 3/4: FAILED",
+		"   " + chaos.KindReplay + " switched off (--off): the mistakes it alone caught are MISSED above\n",
 	} {
 		if !strings.Contains(strings.Join(strings.Fields(out.String()), " ")+"\n", strings.Join(strings.Fields(want), " ")) {
 			t.Errorf("the report lacks %q:\n%s", want, out.String())

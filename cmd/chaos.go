@@ -128,7 +128,8 @@ how much is lost; it cannot be --deterministic.
 
 On your own cluster, give --database-url with its hosts and
 target_session_attrs=read-write (any order: bank-sim uses the primary it
-reached for everything it creates). bank-sim watches the primary all run
+reached for everything it creates), or the one address in front of it.
+On any server it did not start, bank-sim watches the primary all run
 (host and timeline) and reports any change: from which host to which, the
 unavailability, the acknowledged transfers and keys lost across it.
 --failover-cmd CMD runs your own failover command at the seeded intent
@@ -167,19 +168,22 @@ bank-sim's fault proxy, in the contract and with the users and balance
 sources of 'bank-sim probe' (the same flags). Only the network's faults can be
 injected into a server that is not bank-sim's: lose-response, drop-request
 (a reset), late (the client times out), slow, duplicate copies, disconnect;
-the workload adds keys reused for another amount or recipient and another
-user with the same key. crash-after-claim, fail-before-commit, clock-jump,
+the workload adds keys reused for another amount or recipient, another user
+with the same key, requests sent without their key, and retries with the
+body's members in another order.
+crash-after-claim, fail-before-commit, clock-jump,
 deadlock, expire-mid-write, freeze and the side effects' faults happen
 inside a server and are not injected. The history is checked by the rules
 a black box allows — at most one transfer per key and no transfer told to
 two intents (from the answers' transfer ids), answers the contract allows,
-replays, every intent settled, and with --balances-url or --database-url and
---balances-sql the money: total conserved, no negative balance, each account
-moved by exactly the acknowledged transfers — and the report says which
-rules could not be checked. A target off this machine is refused unless
---allow-remote; the money it will move is stated before it starts, and
---dry-run prints the plan and sends nothing. A target that cannot be reached
-is exit 3.
+replays, every intent settled, a request without a key refused (no-key), a
+retry in other bytes answered as the first (reordered-body-refused), and
+with --balances-url or --database-url and --balances-sql the money: total
+conserved, no negative balance, each account moved by exactly the
+acknowledged transfers — and the report says which rules could not be
+checked. A target off this machine is refused unless --allow-remote; the
+money it will move is stated before it starts, and --dry-run prints the plan
+and sends nothing. A target that cannot be reached is exit 3.
 
 What a seed repeats. The workload and the faults are drawn from --seed
 alone: the same seed gives the same intents, the same fault on every
@@ -286,8 +290,8 @@ some defence, else 0.`,
 	f.BoolVar(&o.kill, "kill-postgres", false, "kill PostgreSQL with SIGKILL once during the run and restart it on the same data")
 	f.BoolVar(&o.failover, "failover", false, "run on a primary and a streaming standby that bank-sim starts, and fail over once at a seeded intent: the standby stops receiving, the primary is killed (SIGKILL), the standby promoted")
 	f.StringVar(&o.replication, "replication", chaos.ReplicationAsync, "with --failover: how the standby is replicated, `async` (PostgreSQL's default: the primary acknowledges before the standby has it) or sync (each commit waits for the standby)")
-	f.StringVar(&o.failoverCmd, "failover-cmd", "", "with a multi-host --database-url: run the team's own failover `CMD` (sh -c; patronictl failover --force …, pg_autoctl perform failover, a script) as the seeded intent starts, keep its output, and measure the change of primary")
-	f.BoolVar(&o.expectFailover, "expect-failover", false, "with a multi-host --database-url: someone else fails the cluster over during the run; bank-sim watches for the new primary, keeps the workload going, and heals once it has seen it")
+	f.StringVar(&o.failoverCmd, "failover-cmd", "", "with --database-url on your cluster: run the team's own failover `CMD` (sh -c; patronictl failover --force …, pg_autoctl perform failover, a script) as the seeded intent starts, keep its output, and measure the change of primary")
+	f.BoolVar(&o.expectFailover, "expect-failover", false, "with --database-url on your cluster: someone else fails the cluster over during the run; bank-sim watches for the new primary, keeps the workload going, and heals once it has seen it")
 	f.DurationVar(&o.failoverTimeout, "failover-timeout", 2*time.Minute, "with --failover-cmd or --expect-failover: how long the command may run, and how long healing waits for the new primary")
 	f.StringVar(&o.partition, "partition", "", "partition the network, Jepsen-style, in network namespaces the run makes (root): `app` (the default) puts each server copy in one and cuts them all off from PostgreSQL at seeded intents; standby (with --failover) cuts the primary off from its standby before the failover")
 	f.Lookup("partition").NoOptDefVal = chaos.PartitionApp
@@ -325,6 +329,7 @@ var chaosFlagGroups = []flagGroup{
 	{"Target flags (with --target: someone else's transfer API)", []string{"target", "amount", "token", "account", "path", "key-header", "auth-header", "auth-scheme",
 		"from-field", "to-field", "amount-field", "id-field", "balance-field", "replayed-header", "exact-replays", "lookup",
 		"balances-url", "balances-field", "balances-sql", "key-refusal", "allow-remote", "dry-run"}},
+	{"Target failure flags (with --target: what no client can cause: the database failing, a restart)", []string{"db-proxy", "lock-ttl", "restart", "restart-timeout", "wait-for"}},
 	{"Output flags", []string{"json", "history", "html", "junit"}},
 }
 
@@ -426,7 +431,8 @@ func (o chaosOptions) config(app *App, c *cobra.Command) (chaos.Config, error) {
 		return o.targetConfig(app, c, seed, rates)
 	}
 	for _, name := range []string{"token", "account", "path", "key-header", "auth-header", "auth-scheme", "from-field", "to-field", "amount-field",
-		"id-field", "balance-field", "replayed-header", "exact-replays", "lookup", "balances-url", "balances-field", "balances-sql", "allow-remote", "dry-run", "amount"} {
+		"id-field", "balance-field", "replayed-header", "exact-replays", "lookup", "balances-url", "balances-field", "balances-sql", "allow-remote", "dry-run", "amount",
+		"db-proxy", "lock-ttl", "restart", "restart-timeout", "wait-for"} {
 		if c.Flags().Changed(name) {
 			return chaos.Config{}, usageError("--%s describes a target: give it with --target URL", name)
 		}
@@ -543,13 +549,19 @@ func runChaos(c *cobra.Command, app *App, o chaosOptions) error {
 		opts.CrashPostgres = srv.Crash
 	}
 	var h *chaos.History
-	if !srv.Embedded() && (o.failoverCmd != "" || o.expectFailover || postgres.HostCount(srv.AdminURL()) > 1) {
-		// A cluster: its primary is watched all along, so that a change
-		// is reported whoever causes it.
+	if !srv.Embedded() {
+		// A server that is not bank-sim's may be a cluster's primary,
+		// reached through several hosts or through one address (a virtual
+		// IP) that moves: its primary is watched all along, so that a
+		// change is reported whoever causes it.
 		if !o.asJSON {
 			switch {
 			case o.failoverCmd != "":
-				fmt.Fprintf(out, "failover-cmd at intent %d: %s (at most %s)\n", cfg.CrashIntent(), o.failoverCmd, o.failoverTimeout)
+				at := fmt.Sprintf("at intent %d", cfg.CrashIntent())
+				if cfg.Intents <= 0 {
+					at = fmt.Sprintf("after %s", cfg.CrashAfter().Round(time.Millisecond))
+				}
+				fmt.Fprintf(out, "failover-cmd %s: %s (at most %s)\n", at, o.failoverCmd, o.failoverTimeout)
 			case o.expectFailover:
 				fmt.Fprintf(out, "expecting a failover: healing waits at most %s for the new primary\n", o.failoverTimeout)
 			}
@@ -759,8 +771,13 @@ func describeConfig(cfg chaos.Config) string {
 		faults += " · PostgreSQL killed (SIGKILL) once and restarted"
 	}
 	faults += describePartition(cfg)
-	return fmt.Sprintf("%d clients · %s · %d accounts · %d servers %s · up to %d attempts\nfaults: %s\nbug: %s",
+	s := fmt.Sprintf("%d clients · %s · %d accounts · %d servers %s · up to %d attempts\nfaults: %s\nbug: %s",
 		cfg.Clients, what, cfg.Accounts, cfg.Instances, via, cfg.MaxAttempts, faults, bug)
+	if floor := cfg.CoverageFloor(); floor > 0 {
+		// Said before the run, not as an INCONCLUSIVE after it.
+		s += fmt.Sprintf("\ncoverage: %d intents are too few to give every fault and defence its chance (this run may end INCONCLUSIVE); --intents %d or more can", cfg.Intents, floor)
+	}
+	return s
 }
 
 // printChaosResult prints the summary table, the checks, and the first and
@@ -803,8 +820,15 @@ func printChaosResult(out io.Writer, p *palette, h *chaos.History, res chaos.Res
 			fmt.Fprintf(tw, "\t  | %s\n", l)
 		}
 	}
-	if h.FailoverCommand != nil && len(res.PrimaryChanges) == 0 {
+	switch {
+	case len(res.PrimaryChanges) > 0:
+	case h.FailoverCommand != nil:
 		fmt.Fprintf(tw, "primary\tunchanged: the failover command changed no primary\n")
+	case h.PrimaryWatched != nil:
+		fmt.Fprintf(tw, "primary\tunchanged all run: %s\n", h.PrimaryWatched)
+	}
+	if pp := h.PastPlan; pp != nil {
+		fmt.Fprintf(tw, "workload\t%s\n", pp.Line())
 	}
 	for _, pc := range res.PrimaryChanges {
 		fmt.Fprintf(tw, "primary\tchanged: %s\n", pc.Line())
@@ -969,6 +993,9 @@ type progressBar struct {
 	last  int
 	drawn bool
 	shown time.Time
+	// now is the clock of the interval; time.Now when nil (a test's fake
+	// clock passes an interval without waiting it out).
+	now func() time.Time
 }
 
 // newProgress is the progress display for app: a bar on a terminal, lines
@@ -984,16 +1011,21 @@ func (b *progressBar) update(done, total int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.lines {
-		if time.Since(b.shown) < b.every && (total <= 0 || done < total) {
+		now := time.Now
+		if b.now != nil {
+			now = b.now
+		}
+		t := now()
+		if t.Sub(b.shown) < b.every && (total <= 0 || done < total) {
 			return
 		}
 		if b.shown.IsZero() {
 			// The first line only after a first interval: a short run
 			// prints none.
-			b.shown = time.Now()
+			b.shown = t
 			return
 		}
-		b.shown = time.Now()
+		b.shown = t
 		if total > 0 {
 			fmt.Fprintf(b.out, "%s %d/%d %s (%d%%)\n", b.label, done, total, b.noun, done*100/total)
 		} else {

@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"testing"
 
+	"github.com/banksim/bank-sim/chaos"
 	"github.com/banksim/bank-sim/postgres"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -29,5 +31,18 @@ func TestRunFailedExitsThreeOnlyForAnUnreachableDatabase(t *testing.T) {
 		if !errors.As(runFailed(tt.err), &ee) || ee.Code != tt.code {
 			t.Errorf("%s: exit %v, want %d", tt.name, ee, tt.code)
 		}
+	}
+}
+
+// A run too short to give every fault and defence its chance says so in
+// its header, before it runs, with the --intents that can; one long enough
+// says nothing.
+func TestShortRunHeaderNamesTheIntentsThatCover(t *testing.T) {
+	short := describeConfig(chaos.Config{Seed: 1, Intents: 20}.WithDefaults())
+	if !strings.Contains(short, "coverage: 20 intents are too few") || !strings.Contains(short, "--intents 64 or more can") {
+		t.Errorf("20 intents: header\n%s\nwant the coverage line with --intents 64", short)
+	}
+	if long := describeConfig(chaos.Config{Seed: 1, Intents: 200}.WithDefaults()); strings.Contains(long, "coverage:") {
+		t.Errorf("200 intents: header\n%s\nwant no coverage line", long)
 	}
 }

@@ -44,7 +44,15 @@ func (o chaosOptions) targetConfig(app *App, c *cobra.Command, seed uint64, rate
 	if err != nil {
 		return chaos.Config{}, usageError("%v", err)
 	}
-	t := &chaos.Target{URLs: o.targets, Contract: o.targetContract(), Users: users, Amount: amount, AllowRemote: o.allowRemote, Given: o.given()}
+	out, err := o.outside()
+	if err != nil {
+		return chaos.Config{}, err
+	}
+	t := &chaos.Target{URLs: o.targets, Contract: o.targetContract(), Users: users, Amount: amount, AllowRemote: o.allowRemote, Given: o.given(),
+		DBListen: out.dbListen, DBUpstream: out.dbUpstream, LockTTL: o.lockTTL}
+	if o.restart != "" {
+		t.Restart, t.RestartCommand, t.WaitFor = probe.ShellRestart(o.restart, o.restartTimeout), o.restart, o.waitFor
+	}
 	owner := probe.Owners(users...)
 	cfg := chaos.Config{Seed: seed, Clients: o.clients, Intents: o.intents, Faults: rates, MaxAttempts: o.maxAttempts, Target: t}.WithDefaults()
 	if cfg.Target.Balances, err = o.balances(app, t.Contract, owner, cfg.Target.Timeout); err != nil {
@@ -151,14 +159,22 @@ func newTargetPlan(cfg chaos.Config) targetPlan {
 	payer, payee := t.Users[0], t.Users[1]
 	plan := targetPlan{
 		Seed: fmt.Sprint(cfg.Seed), Target: t.URLs, Intents: cfg.Intents, Clients: cfg.Clients, Moves: moves,
-		Money: fmt.Sprintf("only between %s's account %s and %s's account %s, transfers of %s to %s: up to %s from %s to %s and %s from %s to %s if the target accepts every one; "+
+		Money: fmt.Sprintf("only between %s's account %s and %s's account %s, transfers of %s to %s (and of %s once in 80 intents, paying a payer after a transfer of more than they hold): up to %s from %s to %s and %s from %s to %s if the target accepts every one; "+
 			"the money stays where the run leaves it (%s's account %s is named only by keys reused for another recipient, which must be refused)",
-			payer.Name, payer.Account, payee.Name, payee.Account, probe.Kobo(t.Amount), probe.Kobo(2*t.Amount-1),
+			payer.Name, payer.Account, payee.Name, payee.Account, probe.Kobo(t.Amount), probe.Kobo(2*t.Amount-1), probe.Kobo(chaos.FundsAmount(t)),
 			probe.Kobo(moves[payer.Name]), payer.Name, payee.Name, probe.Kobo(moves[payee.Name]), payee.Name, payer.Name, t.Users[2].Name, t.Users[2].Account),
 		Faults: cfg.Faults.String() + " (the network's only)",
 		Checks: []string{"at most one transfer per key", "no transfer told to two intents", "every final answer one the contract allows",
-			"every later answer to a key its first, replayed", "every intent settled"},
+			"every later answer to a key its first, replayed", "every intent settled",
+			"another user's copy of a request, key and body, refused", "a refused key refused again, even after money arrived",
+			"a request without a key refused", "a retry with its members in another order answered as the first"},
 		Cannot: t.Unchecked(), contract: t.Contract,
+	}
+	if t.DBListen != "" {
+		plan.Checks = append(plan.Checks, fmt.Sprintf("the database failed at a commit through %s (--db-proxy) and healed: no 5xx stored as a key's answer, no key told 409 past --lock-ttl", t.DBListen))
+	}
+	if t.RestartCommand != "" {
+		plan.Checks = append(plan.Checks, "keys kept across a restart of the target (--restart)")
 	}
 	if t.Balances != nil {
 		plan.Balances = "exact: " + t.BalancesFrom

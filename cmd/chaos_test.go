@@ -37,7 +37,7 @@ func TestChaosVerdictsExitOneOrFour(t *testing.T) {
 	if r := run(t, context.Background(), mustNotStart(t), "check", history, "--no-color"); r.code != cmd.ExitInconclusive || !regexp.MustCompile(`(?m)^INCONCLUSIVE `).MatchString(r.stdout) {
 		t.Errorf("check of the short run: exit %d, want %d (INCONCLUSIVE); stdout:\n%s\nstderr: %s", r.code, cmd.ExitInconclusive, r.stdout, r.stderr)
 	}
-	bug := run(t, context.Background(), postgres.Start, "chaos", "--seed", "1", "--intents", "300", "--bug", "claim-on-request-context", "--no-color")
+	bug := run(t, context.Background(), postgres.Start, "chaos", "--seed", "1", "--intents", "100", "--bug", "claim-on-request-context", "--no-color")
 	if bug.code != cmd.ExitFailed {
 		t.Errorf("--bug claim-on-request-context: exit %d, want %d (INVALID); stdout:\n%.2000s\nstderr: %s", bug.code, cmd.ExitFailed, bug.stdout, bug.stderr)
 	}

@@ -169,7 +169,7 @@ func handout(w *paragraphs, list []scenarios.Scenario) {
 	}
 	w.line("## The known mistakes")
 	w.blank()
-	w.para("Each can be switched on in the protected runs with `bank-sim scenario --all --bug NAME`, which must then fail.")
+	w.para("Each can be switched on with `bank-sim scenario --all --bug NAME` and `bank-sim chaos --bug NAME`, one of which must then fail; `bank-sim audit` shows which check catches each, and the mistakes only one rule of the chaos checker catches.")
 	for _, b := range mistakes.All() {
 		w.para("- **" + b.Name + "**: " + strings.TrimSuffix(b.Mistake, ".") + ". " + strings.TrimSuffix(b.Consequence, ".") + ".")
 	}

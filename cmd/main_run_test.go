@@ -18,12 +18,14 @@ func TestMain(m *testing.M) {
 	os.Exit(testscript.RunMain(closeBrowser{m}, map[string]func() int{"bank-sim": cmd.Main}))
 }
 
-// closeBrowser stops the tests' browser after they ran: RunMain exits the
-// process itself, so nothing after it in TestMain would run.
+// closeBrowser stops the tests' browser and their shared PostgreSQL after
+// they ran: RunMain exits the process itself, so nothing after it in
+// TestMain would run.
 type closeBrowser struct{ m *testing.M }
 
 func (c closeBrowser) Run() int {
 	code := c.m.Run()
 	browsertest.Close()
+	closeSharedServer()
 	return code
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/banksim/bank-sim/faults"
 	"github.com/banksim/bank-sim/scenarios"
 	"github.com/spf13/cobra"
 )
@@ -153,9 +154,12 @@ func TestProgressLinesWhenPiped(t *testing.T) {
 	var out, errOut strings.Builder
 	app := &App{Env: &Env{Stdout: &out, Stderr: &errOut}}
 	bar := newProgress(app, "runs", "bank-sim audit:", false)
-	bar.every = time.Millisecond
+	clock := faults.NewClock(time.Date(2026, 9, 24, 10, 0, 0, 0, time.UTC))
+	bar.now = clock.Now
 	bar.update(1, 10) // the first interval starts
-	time.Sleep(2 * time.Millisecond)
+	clock.Advance(bar.every - time.Nanosecond)
+	bar.update(2, 10) // within it: nothing
+	clock.Advance(time.Nanosecond)
 	bar.update(4, 10)
 	if out.String() != "" || errOut.String() != "bank-sim audit: 4/10 runs (40%)\n" {
 		t.Errorf("stdout %q, stderr %q", out.String(), errOut.String())

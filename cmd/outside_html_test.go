@@ -3,17 +3,12 @@ package cmd_test
 import (
 	"context"
 	"encoding/json"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/banksim/bank-sim/bank"
-	"github.com/banksim/bank-sim/chaos"
 	"github.com/banksim/bank-sim/internal/htmlreport"
 )
 
@@ -53,29 +48,7 @@ func assertEscaped(t *testing.T, what, path string) {
 // --target --html.
 func TestATargetsMarkupIsEscapedInEveryReport(t *testing.T) {
 	t.Parallel()
-	var mu sync.Mutex
-	seen := map[string]bool{}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		mu.Lock()
-		key := r.Header.Get("Idempotency-Key")
-		again := seen[key]
-		seen[key] = true
-		mu.Unlock()
-		if r.Method == "POST" && again {
-			w.WriteHeader(422) // a key's second request: refused, in words of the server's
-			answerRaw(w, map[string]string{"code": markup, "error": markup})
-			return
-		}
-		if r.Method == "POST" && strings.Contains(r.URL.Path, "transfers") {
-			w.WriteHeader(201) // one transfer, told to every intent
-			answerRaw(w, map[string]string{"transferId": "t-" + markup})
-			return
-		}
-		w.WriteHeader(422)
-		answerRaw(w, map[string]string{"error": markup})
-	}))
-	defer srv.Close()
+	srv := hostileTarget(t, markup, false)
 	dir := t.TempDir()
 	for _, args := range [][]string{
 		{"probe", srv.URL},
@@ -96,17 +69,7 @@ func TestATargetsMarkupIsEscapedInEveryReport(t *testing.T) {
 // holder's name) are escaped in check FILE --html's report.
 func TestAHistorysMarkupIsEscapedInItsReport(t *testing.T) {
 	t.Parallel()
-	opening := []bank.Account{{ID: 1, OwnerID: 1, Holder: "Ada " + markup, Status: "active", BalanceKobo: 1_000}, {ID: 2, OwnerID: 2, Holder: "Bola", Status: "active", BalanceKobo: 1_000}}
-	h := chaos.History{
-		Seed:    1,
-		Opening: opening,
-		Intents: []chaos.Intent{{Label: "intent-0 " + markup, UserID: 1, Key: "k " + markup, Outcome: chaos.SeenRejected,
-			Request: bank.TransferRequest{From: 1, To: 2, AmountKobo: 100},
-			Attempts: []chaos.Attempt{{N: 1, Phase: chaos.PhaseFault, Key: "k " + markup, StartNs: 1, EndNs: 2, Status: 422,
-				Body: chaos.Bytes(`{"error":` + strings.TrimSpace(jsonString(markup)) + `}`), Error: markup, Seen: chaos.SeenRejected}}}},
-		Final: bank.Ledger{Accounts: opening, Transfers: []bank.TransferRow{{ID: 1, From: 1, To: 2, AmountKobo: 100, Intent: "intent-0 " + markup}}},
-		Fired: map[string]int{}, Server: map[string]int{}, Duration: 10,
-	}
+	h := hostileHistory(markup, `{"error":`+strings.TrimSpace(jsonString(markup))+`}`)
 	data, err := json.Marshal(h)
 	if err != nil {
 		t.Fatal(err)
@@ -120,17 +83,4 @@ func TestAHistorysMarkupIsEscapedInItsReport(t *testing.T) {
 		t.Errorf("check of a history that moved money for a refused intent: exit %d, want 1\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
 	assertEscaped(t, "check --html", page)
-}
-
-// answerRaw writes v as JSON with its markup as it is (not \u003c), as a
-// server need not escape it.
-func answerRaw(w http.ResponseWriter, v any) {
-	e := json.NewEncoder(w)
-	e.SetEscapeHTML(false)
-	e.Encode(v)
-}
-
-func jsonString(s string) string {
-	b, _ := json.Marshal(s)
-	return string(b)
 }

@@ -4,18 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
-
-	"github.com/banksim/bank-sim/bank"
-	"github.com/banksim/bank-sim/chaos"
 )
 
 // hostileText sets the terminal's title, rings, clears the screen and
@@ -51,31 +45,7 @@ func assertNoControl(t *testing.T, what string, r result) {
 // target said, escaped, also with colour off and no terminal.
 func TestATargetsControlCharactersNeverReachTheTerminal(t *testing.T) {
 	t.Parallel()
-	var mu sync.Mutex
-	seen := map[string]bool{}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		mu.Lock()
-		key := r.Header.Get("Idempotency-Key")
-		again := seen[key]
-		seen[key] = true
-		mu.Unlock()
-		if r.Method == "POST" && again {
-			w.WriteHeader(422) // a key's second request: refused, in the server's words
-			answerRaw(w, map[string]string{"code": hostileText})
-			return
-		}
-		// Raw, not JSON's escapes: a hostile server need not write JSON.
-		if r.Method == "POST" && strings.Contains(r.URL.Path, "transfers") {
-			w.WriteHeader(201) // one transfer, told to every intent
-			id, _ := json.Marshal(map[string]string{"transferId": "t-" + hostileText})
-			w.Write(id)
-			return
-		}
-		w.WriteHeader(422)
-		w.Write([]byte(`{"error":"` + hostileText + `"}`))
-	}))
-	defer srv.Close()
+	srv := hostileTarget(t, hostileText, true)
 	for _, args := range [][]string{
 		{"probe", srv.URL},
 		{"chaos", "--target", srv.URL, "--intents", "4"},
@@ -94,17 +64,7 @@ func TestATargetsControlCharactersNeverReachTheTerminal(t *testing.T) {
 // escaped, and its --json stays JSON.
 func TestAHistorysControlCharactersNeverReachTheTerminal(t *testing.T) {
 	t.Parallel()
-	opening := []bank.Account{{ID: 1, OwnerID: 1, Holder: "Ada " + hostileText, Status: "active", BalanceKobo: 1_000}, {ID: 2, OwnerID: 2, Holder: "Bola", Status: "active", BalanceKobo: 1_000}}
-	h := chaos.History{
-		Seed:    1,
-		Opening: opening,
-		Intents: []chaos.Intent{{Label: "intent-0 " + hostileText, UserID: 1, Key: "k " + hostileText, Outcome: chaos.SeenRejected,
-			Request: bank.TransferRequest{From: 1, To: 2, AmountKobo: 100},
-			Attempts: []chaos.Attempt{{N: 1, Phase: chaos.PhaseFault, Key: "k " + hostileText, StartNs: 1, EndNs: 2, Status: 422,
-				Body: chaos.Bytes(`{"error":"` + hostileText + `"}`), Error: hostileText, Seen: chaos.SeenRejected}}}},
-		Final: bank.Ledger{Accounts: opening, Transfers: []bank.TransferRow{{ID: 1, From: 1, To: 2, AmountKobo: 100, Intent: "intent-0 " + hostileText}}},
-		Fired: map[string]int{}, Server: map[string]int{}, Duration: 10,
-	}
+	h := hostileHistory(hostileText, `{"error":"`+hostileText+`"}`)
 	data, err := json.Marshal(h)
 	if err != nil {
 		t.Fatal(err)

@@ -27,11 +27,8 @@ type probeOptions struct {
 	strict          bool
 	noRestore       bool
 	html            string
-	restart         string
-	restartTimeout  time.Duration
-	waitFor         time.Duration
-	dbProxy         string
-	lockTTL         time.Duration
+	closedAccount   string
+	reopen          string
 }
 
 func newProbeCmd(app *App) *cobra.Command {
@@ -98,11 +95,8 @@ opens offline and prints.`,
 	f.BoolVar(&o.asJSON, "json", false, "print the report (or, with --dry-run, the plan) as JSON")
 	f.BoolVar(&o.strict, "strict", false, "exit 1 also when a check could not be made (UNKNOWN or SKIPPED)")
 	f.BoolVar(&o.noRestore, "no-restore", false, "do not send the money back at the end")
-	f.StringVar(&o.restart, "restart", "", "a command (run with sh -c) that restarts the target, for the restart check: 'systemctl restart api', 'docker restart api', a script")
-	f.DurationVar(&o.restartTimeout, "restart-timeout", time.Minute, "how long --restart may run before it is killed")
-	f.DurationVar(&o.waitFor, "wait-for", probe.DefaultWaitFor, "how long the target may take to answer again after --restart (it is polled until it does)")
-	f.StringVar(&o.dbProxy, "db-proxy", "", "LISTEN=UPSTREAM: put bank-sim's database fault proxy on LISTEN in front of the target's PostgreSQL at UPSTREAM, for the db-faults check (point the API's database URL at LISTEN)")
-	f.DurationVar(&o.lockTTL, "lock-ttl", 0, "how long the target holds a key's lock: after a database failure a retry may be told 409 that long (plus --settle), and no longer")
+	f.StringVar(&o.closedAccount, "closed-account", "", "an account the team has closed, for refused-then-moved's closed recipient: a transfer to it is refused, --reopen-cmd reopens it, and the refusal's key is sent again")
+	f.StringVar(&o.reopen, "reopen-cmd", "", "a command (run with sh -c, bounded by --restart-timeout) that reopens --closed-account")
 	addHTMLFlag(f, &o.html)
 	_ = c.RegisterFlagCompletionFunc("only", checkNameCompletion)
 	_ = c.RegisterFlagCompletionFunc("skip", checkNameCompletion)
@@ -159,25 +153,23 @@ func (o probeOptions) config(app *App, args []string) (probe.Config, error) {
 	if o.timeout <= 0 || o.settle <= 0 {
 		return cfg, usageError("--timeout and --settle must be above zero")
 	}
-	if o.restartTimeout <= 0 || o.waitFor <= 0 {
-		return cfg, usageError("--restart-timeout and --wait-for must be above zero")
+	out, err := o.outside()
+	if err != nil {
+		return cfg, err
 	}
 	if o.restart != "" {
 		cfg.Restart = probe.ShellRestart(o.restart, o.restartTimeout)
 		cfg.RestartCommand = o.restart
 		cfg.WaitFor = o.waitFor
 	}
-	if o.dbProxy != "" {
-		listen, upstream, ok := strings.Cut(o.dbProxy, "=")
-		if !ok || listen == "" || upstream == "" {
-			return cfg, usageError("--db-proxy %q: give LISTEN=UPSTREAM, like 127.0.0.1:6433=127.0.0.1:5432 (the proxy listens on the first, PostgreSQL is the second)", o.dbProxy)
-		}
-		cfg.DBListen, cfg.DBUpstream = listen, upstream
+	cfg.DBListen, cfg.DBUpstream, cfg.LockTTL = out.dbListen, out.dbUpstream, o.lockTTL
+	if (o.closedAccount == "") != (o.reopen == "") {
+		return cfg, usageError("--closed-account and --reopen-cmd go together: the account the team closed, and the command that reopens it")
 	}
-	if o.lockTTL < 0 {
-		return cfg, usageError("--lock-ttl must be zero or more")
+	if o.closedAccount != "" {
+		cfg.ClosedAccount, cfg.ReopenCommand = probe.ID(o.closedAccount), o.reopen
+		cfg.Reopen = probe.ShellRestart(o.reopen, o.restartTimeout)
 	}
-	cfg.LockTTL = o.lockTTL
 	if o.hangUps < 0 {
 		return cfg, usageError("--hang-ups must be zero or more")
 	}

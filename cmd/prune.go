@@ -29,8 +29,8 @@ job) left behind, and say how much space that freed:
   root, else your cache dir): the cluster of every slot that no running
   bank-sim holds, about 60 MB each, with its templates of any schema version.
   The next run builds a new cluster in about a second.
-- in the temporary directory: the pg_auto_failover clusters of killed HA
-  test runs (bank-sim-ha-*), killing the processes bank-sim recorded when it
+- in the temporary directory: the pg_auto_failover and Patroni clusters of
+  killed HA test runs (bank-sim-ha-*), killing the processes bank-sim recorded when it
   started them there (by pid and start time) that still run; a directory
   without the mark bank-sim wrote when it made it (a look-alike, a copy) is
   kept, with its processes. Listed only when there are some.
@@ -218,7 +218,7 @@ func printLeftovers(out io.Writer, p *palette, found []postgres.Leftover, verb s
 	}
 }
 
-// pruneHA removes the pg_auto_failover clusters that killed HA test runs
+// pruneHA removes the pg_auto_failover and Patroni clusters that killed HA test runs
 // left in the temporary directory; it prints nothing when there are none,
 // the usual case.
 func pruneHA(app *App, p *palette, dryRun bool, verb string, t *pruneTally) {
@@ -227,7 +227,7 @@ func pruneHA(app *App, p *palette, dryRun bool, verb string, t *pruneTally) {
 		return
 	}
 	out := app.Env.Stdout
-	fmt.Fprintf(out, "%s\n", p.bold.Sprint("pg_auto_failover test clusters"))
+	fmt.Fprintf(out, "%s\n", p.bold.Sprint("HA test clusters (pg_auto_failover, Patroni)"))
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	defer tw.Flush()
 	if err != nil {

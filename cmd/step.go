@@ -37,6 +37,16 @@ type pacer struct {
 	heldMu    sync.Mutex
 	heldTotal time.Duration // pauses and --pace waits that have ended
 	holding   time.Time     // when the current one began; zero if none
+	// now is the clock held is measured on; time.Now when nil (a test's
+	// fake clock shows held stops growing without waiting for it to).
+	now func() time.Time
+}
+
+func (pc *pacer) clock() time.Time {
+	if pc.now != nil {
+		return pc.now()
+	}
+	return time.Now()
 }
 
 // hold marks the start (true) or end (false) of a wait the story's clock
@@ -46,9 +56,9 @@ func (pc *pacer) hold(on bool) {
 	defer pc.heldMu.Unlock()
 	switch {
 	case on:
-		pc.holding = time.Now()
+		pc.holding = pc.clock()
 	case !pc.holding.IsZero():
-		pc.heldTotal += time.Since(pc.holding)
+		pc.heldTotal += pc.clock().Sub(pc.holding)
 		pc.holding = time.Time{}
 	}
 }
@@ -63,7 +73,7 @@ func (pc *pacer) held() time.Duration {
 	defer pc.heldMu.Unlock()
 	d := pc.heldTotal
 	if !pc.holding.IsZero() {
-		d += time.Since(pc.holding)
+		d += pc.clock().Sub(pc.holding)
 	}
 	return d
 }

@@ -26,6 +26,15 @@ type targetFlags struct {
 	balancesSQL      string
 	allowRemote      bool
 	dryRun           bool
+	// What makes a class checkable that no client outside can cause: a
+	// restart of the target (--restart, bounded by --restart-timeout, then
+	// --wait-for until it answers) and its database's failures
+	// (--db-proxy, with the target's --lock-ttl).
+	restart        string
+	restartTimeout time.Duration
+	waitFor        time.Duration
+	dbProxy        string
+	lockTTL        time.Duration
 	// flags is the command's flag set, to ask which flags were given.
 	flags *pflag.FlagSet
 }
@@ -43,10 +52,40 @@ func (o targetFlags) given() []string {
 	return out
 }
 
+// outsideFlags are --restart's and --db-proxy's, read.
+type outsideFlags struct {
+	dbListen, dbUpstream string
+}
+
+// outside checks the flags of what no client can cause, and splits
+// --db-proxy.
+func (o targetFlags) outside() (outsideFlags, error) {
+	var out outsideFlags
+	if o.restartTimeout <= 0 || o.waitFor <= 0 {
+		return out, usageError("--restart-timeout and --wait-for must be above zero")
+	}
+	if o.dbProxy != "" {
+		listen, upstream, ok := strings.Cut(o.dbProxy, "=")
+		if !ok || listen == "" || upstream == "" {
+			return out, usageError("--db-proxy %q: give LISTEN=UPSTREAM, like 127.0.0.1:6433=127.0.0.1:5432 (the proxy listens on the first, PostgreSQL is the second)", o.dbProxy)
+		}
+		out.dbListen, out.dbUpstream = listen, upstream
+	}
+	if o.lockTTL < 0 {
+		return out, usageError("--lock-ttl must be zero or more")
+	}
+	return out, nil
+}
+
 // register adds the flags to f, with the lesson's contract as defaults.
 func (o *targetFlags) register(f *pflag.FlagSet) {
 	o.contract = probe.LessonContract()
 	o.flags = f
+	f.StringVar(&o.restart, "restart", "", "a command (run with sh -c) that restarts the target between a key's answer and its retry: 'systemctl restart api', 'docker restart api', a script")
+	f.DurationVar(&o.restartTimeout, "restart-timeout", time.Minute, "how long --restart may run before it is killed")
+	f.DurationVar(&o.waitFor, "wait-for", probe.DefaultWaitFor, "how long the target may take to answer again after --restart (it is polled until it does)")
+	f.StringVar(&o.dbProxy, "db-proxy", "", "LISTEN=UPSTREAM: put bank-sim's database fault proxy on LISTEN in front of the target's PostgreSQL at UPSTREAM, and fail commits through it (point the API's database URL at LISTEN)")
+	f.DurationVar(&o.lockTTL, "lock-ttl", 0, "how long the target holds a key's lock: after a database failure a retry may be told 409 that long (plus --settle), and no longer")
 	f.StringArrayVar(&o.tokens, "token", nil, "a user's credentials as `NAME=TOKEN`: ada pays, bola receives and is the second user, chidi owns the third account (default ada=token-ada, bola=token-bola)")
 	f.StringArrayVar(&o.accounts, "account", nil, "a user's account as `NAME=ID` (default ada=1, bola=2, chidi=3)")
 	f.StringVar(&o.contract.Path, "path", o.contract.Path, "the transfer endpoint's path")

@@ -191,6 +191,12 @@ type Handler struct {
 	// releasing it, and the key stays in progress with nobody working on
 	// it: every retry is told 409 until the lock expires.
 	ClaimOnRequestContext bool
+	// RefusalInSecondTransaction is the mistake of storing a refusal in a
+	// transaction of its own after the request's, on the reasoning that a
+	// refusal moved no money, and of answering the refusal even when storing
+	// it failed: the key is released as after any failure, and the client
+	// holds a final answer its key no longer has.
+	RefusalInSecondTransaction bool
 }
 
 // workContext is the context a request's database work runs on. Once a
@@ -288,6 +294,9 @@ func (h *Handler) Handle(ctx context.Context, req Request) (bank.Response, error
 func (h *Handler) transfer(ctx context.Context, req Request, claim *Claim) (bank.Response, error) {
 	if claim != nil && h.SecondTransaction {
 		return h.transferThenStore(ctx, req, *claim)
+	}
+	if claim != nil && h.RefusalInSecondTransaction {
+		return h.refuseThenStore(ctx, req, *claim)
 	}
 	if h.Bank == (bank.Flaws{}) && !h.Unpipelined && bank.CanPipeline(h.DB) {
 		return h.transferPipelined(ctx, req, claim)

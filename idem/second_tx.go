@@ -31,3 +31,36 @@ func (h *Handler) transferThenStore(ctx context.Context, req Request, claim Clai
 	}
 	return resp, nil
 }
+
+// refuseThenStore is the mistake RefusalInSecondTransaction switches on: a
+// success is stored with its transfer, as it should be, but a refusal is
+// stored in a second transaction, and a failure there (a BeforeCommit fault
+// fires in it) is not the client's concern: the key is released and the
+// refusal answered anyway. The client holds a final answer; its key is gone.
+func (h *Handler) refuseThenStore(ctx context.Context, req Request, claim Claim) (bank.Response, error) {
+	var resp bank.Response
+	err := bank.InTx(ctx, h.DB, func(tx pgx.Tx) error {
+		var err error
+		if resp, err = h.work(ctx, tx, req); err != nil || !resp.OK() {
+			return err
+		}
+		return h.complete(ctx, tx, req, claim, resp)
+	})
+	if err != nil {
+		return bank.Response{}, fmt.Errorf("transfer: %w", err)
+	}
+	h.afterCommit(ctx, req, resp)
+	if resp.OK() {
+		return resp, nil
+	}
+	err = bank.InTx(ctx, h.DB, func(tx pgx.Tx) error {
+		return h.complete(ctx, tx, req, claim, resp)
+	})
+	if err != nil {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+		defer cancel()
+		_ = h.Store.Release(rctx, h.DB, req.UserID, req.Key, claim.LockID)
+		return resp, nil // the mistake: a refusal its key does not hold
+	}
+	return resp, nil
+}

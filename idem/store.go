@@ -68,6 +68,10 @@ type Flaws struct {
 	// jsonb reorders an object's members, so a replay is not the original
 	// answer byte for byte.
 	JSONBReplay bool
+	// RebuiltRefusals replays a stored refusal rebuilt from its status and
+	// code, with the endpoint's generic message, instead of the bytes that
+	// were sent: the same refusal, but not the same answer.
+	RebuiltRefusals bool
 }
 
 // Store is the idempotency-key store in PostgreSQL.
@@ -195,7 +199,11 @@ func (s *Store) Begin(ctx context.Context, db bank.Querier, userID int64, key, h
 				"This Idempotency-Key was sent with a different request; use a new key for a new transfer")}, nil
 		}
 		if k.status == "completed" && k.respStatus != nil && k.respBody != nil {
-			return Claim{Action: Replay, Response: bank.Response{Status: int(*k.respStatus), Body: []byte(*k.respBody), Replayed: true}}, nil
+			resp := bank.Response{Status: int(*k.respStatus), Body: []byte(*k.respBody), Replayed: true}
+			if s.Flaws.RebuiltRefusals && !resp.OK() {
+				resp.Body = bank.Reject(resp.Status, resp.Code(), "This request was refused").Body
+			}
+			return Claim{Action: Replay, Response: resp}, nil
 		}
 
 		tag, err := db.Exec(ctx, `

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -49,6 +50,7 @@ func runPipelineSeed(t *testing.T, pool *pgxpool.Pool, flaws outbox.Flaws, rate 
 	h := &idem.Handler{DB: pool, Store: &idem.Store{}, Effects: &outbox.Effects{DB: pool, SMS: sms, Log: log, Flaws: flaws}}
 	stopJumps := make(chan struct{})
 	jumped := make(chan struct{})
+	var jumps atomic.Int64
 	go func() {
 		defer close(jumped)
 		for {
@@ -57,9 +59,17 @@ func runPipelineSeed(t *testing.T, pool *pgxpool.Pool, flaws outbox.Flaws, rate 
 				return
 			case <-time.After(40 * time.Millisecond):
 				advance(outbox.DefaultLease + time.Second)
+				jumps.Add(1)
 			}
 		}
 	}()
+	// Stopped however the test ends: a jump after a Fatal would log into a
+	// test that has completed.
+	stopped := sync.OnceFunc(func() {
+		close(stopJumps)
+		<-jumped
+	})
+	defer stopped()
 	for i := range 60 {
 		from := int64(1 + i%2)
 		req := idem.Request{UserID: from, Key: fmt.Sprintf("pipeline-test-key-%04d", i),
@@ -67,11 +77,40 @@ func runPipelineSeed(t *testing.T, pool *pgxpool.Pool, flaws outbox.Flaws, rate 
 		if resp, err := h.Handle(ctx, req); err != nil || resp.Status != 201 {
 			t.Fatalf("transfer %d: %v %v", i, resp, err)
 		}
-		time.Sleep(2 * time.Millisecond)
+		// The clients and the clock's jumps overlap: a jump every ten
+		// transfers, however slowly either goes.
+		if i%10 == 9 {
+			seen := jumps.Load()
+			waitState(t, 30*time.Second, fmt.Sprintf("a clock jump after transfer %d", i+1), func() (bool, string) {
+				return jumps.Load() > seen, fmt.Sprintf("%d jumps", jumps.Load())
+			})
+		}
 	}
-	time.Sleep(100 * time.Millisecond)
-	close(stopJumps)
-	<-jumped
+	// The fault phase goes on until it has had every row and every event
+	// at least once, with the clock jumping past the leases while it does
+	// (a pause ends only by a jump): its faults have had their chance on
+	// each, however slowly a loaded machine ran it. Settle finishes what
+	// it left, without faults.
+	jumpsAtEnd := jumps.Load()
+	waitState(t, time.Minute, "the fault phase to claim every outbox row and consume every event, over 3 clock jumps", func() (bool, string) {
+		var unclaimed int
+		if err := pool.QueryRow(ctx, "SELECT count(*) FROM outbox WHERE attempts = 0 AND done_at IS NULL AND failed_at IS NULL").Scan(&unclaimed); err != nil {
+			return false, err.Error()
+		}
+		committed := log.Committed(outbox.DefaultConsumer, outbox.TransfersTopic)
+		ends := make([]int64, len(committed))
+		for _, r := range log.Records(outbox.TransfersTopic) {
+			ends[r.Partition] = max(ends[r.Partition], r.Offset+1)
+		}
+		caughtUp := true
+		for k := range ends {
+			caughtUp = caughtUp && committed[k] >= ends[k]
+		}
+		n := jumps.Load() - jumpsAtEnd
+		return unclaimed == 0 && caughtUp && n >= 3,
+			fmt.Sprintf("%d outbox rows never claimed, the consumer committed %v of the log's %v, %d clock jumps since the last transfer", unclaimed, committed, ends, n)
+	})
+	stopped()
 	p.Stop()
 	if err := p.Settle(ctx, advance); err != nil {
 		t.Fatal(err)
@@ -84,6 +123,23 @@ func runPipelineSeed(t *testing.T, pool *pgxpool.Pool, flaws outbox.Flaws, rate 
 		t.Fatal(err)
 	}
 	return snap, p
+}
+
+// waitState polls cond until it holds, failing t with what it waited for
+// and cond's account of the state if within passes first.
+func waitState(t *testing.T, within time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		ok, state := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %s for %s: %s", within, what, state)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // Under every fault of the pipeline the correct code keeps every side

@@ -263,6 +263,13 @@ func listLeftovers(ctx context.Context, conn *pgx.Conn) ([]Leftover, map[string]
 			}
 		}
 	}
+	for _, n := range recordedPending() {
+		if k, _ := ownerOf(n); !held[k] {
+			if _, named := pending[n]; !named {
+				pending[n] = recordedHere
+			}
+		}
+	}
 	found := make([]Leftover, len(rows))
 	for i, r := range rows {
 		l := r.Leftover

@@ -101,6 +101,9 @@ func pairParams(major int, sync bool) map[string]string {
 	// fork (40-70 ms of CPU here, see baseParams) for each server, and
 	// its workers more.
 	p["autovacuum"] = "off"
+	// A pair's bank is a few pages: the 64 MB of baseParams are page
+	// faults in every process that maps them, for nothing.
+	p["shared_buffers"] = "16MB"
 	if sync {
 		// remote_apply rather than on (remote flush): the story reads the
 		// key on the standby before the primary dies, and finds it.

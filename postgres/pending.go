@@ -29,9 +29,12 @@ import (
 // so the drop of the template waits for it to finish, and what it creates
 // is then there to be dropped.
 //
-// What this does not cover: the template's own CREATE DATABASE (the first
-// of a run), on a server the user owns, and the embedded cluster, whose
-// templates are shared and whose leftovers are dropped at start anyway.
+// The template's own CREATE DATABASE (the first of a run) has no template
+// to be named in: it is written down on the run's machine instead
+// (pendfile.go), so a run killed during it is cleaned up by prune or the
+// next run on that machine, not from another. The embedded cluster needs
+// neither: its templates are shared and its leftovers are dropped at start
+// anyway.
 // The comment is public (pg_shdescription), so the names are too: a user
 // who creates a database under a pending name before bank-sim's CREATE
 // gets a duplicate_database error back to the run, which takes the name
@@ -105,18 +108,33 @@ func settled(ctx context.Context, conn *pgx.Conn, name string, err error) bool {
 func dropPending(ctx context.Context, conn *pgx.Conn, pending map[string]string, dropped map[string]bool, dryRun bool) []Leftover {
 	var out []Leftover
 	for name, tpl := range pending {
-		if !dryRun && !dropped[tpl] {
+		recorded := tpl == recordedHere
+		if !dryRun && !recorded && !dropped[tpl] {
 			continue // a CREATE from it may still run; next time
 		}
 		found, err := listLeftoversNamed(ctx, conn, name)
-		if err != nil || len(found) == 0 {
+		if err != nil {
+			continue
+		}
+		if len(found) == 0 {
+			// A recorded CREATE that never showed: refused, or never
+			// sent. Forgotten only long after any CREATE could still end.
+			if age, ok := recordAge(name); recorded && !dryRun && ok && age > pendingRecordTTL {
+				forgetRecorded(name)
+			}
 			continue
 		}
 		l := found[0]
 		key, _ := ownerOf(name)
 		held, err := heldKeys(ctx, conn)
-		if err != nil || held[key] || l.marked {
-			continue // marked: an ordinary leftover, listed as such
+		if err != nil || held[key] {
+			continue
+		}
+		if l.marked {
+			if recorded && !dryRun {
+				forgetRecorded(name) // its CREATE ended and marked it
+			}
+			continue // an ordinary leftover, listed as such
 		}
 		l.Pending = true
 		l.State = Orphan
@@ -125,11 +143,15 @@ func dropPending(ctx context.Context, conn *pgx.Conn, pending map[string]string,
 		}
 		if !dryRun && l.State == Orphan {
 			// Not through dropOurs: it has no marker; the template's
-			// comment is the proof, checked above.
+			// comment (or this machine's record) is the proof, checked
+			// above.
 			if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+quote(name)); err != nil {
 				l.Err = explainDrop(err)
 			} else {
 				l.Dropped = true
+				if recorded {
+					forgetRecorded(name)
+				}
 			}
 		}
 		out = append(out, l.Leftover)

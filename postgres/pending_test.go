@@ -248,3 +248,65 @@ func TestPruneDuringAKilledRunsCreateDropsWhatItCreates(t *testing.T) {
 		t.Errorf("prune did not report the doomed database as dropped: %+v", r.found)
 	}
 }
+
+// The first CREATE DATABASE of a run, its template's scratch database, has
+// no template of the run's to be named in: a run killed during it left an
+// unmarked database that nothing would drop. The run writes the name down
+// on this machine first (pendfile.go); prune drops that database, keeps a
+// look-alike under the same dead key that was never written down, and
+// forgets the record.
+func TestATemplatesOwnCreateKilledBeforeItsMarkerIsDroppedByThisMachinesRecord(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url, admin, unmarked := userServer(t)
+	s, err := Start(ctx, Options{URL: cuttingProxy(t, url, "_build_")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if _, err := s.CreateDatabase(ctx, testTemplate, "first"); err == nil {
+		t.Fatal("the template's build succeeded through a proxy that cut its CREATE DATABASE off")
+	}
+	prefix := s.owner.name("build_")
+	waitFor(t, admin, "the server to finish the CREATE DATABASE of the template's scratch database",
+		"SELECT count(*) FROM pg_database WHERE starts_with(datname, '"+prefix+"')", 1)
+	var killed string
+	for _, n := range databases(t, admin) {
+		if strings.HasPrefix(n, prefix) {
+			killed = n
+		}
+	}
+	if c := commentOf(t, admin, killed); c != "" {
+		t.Fatalf("the scratch database of the cut-off CREATE has a comment: %q", c)
+	}
+	lookalike := s.owner.name("build_" + randHex(4))
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+quote(lookalike)); err != nil {
+		t.Fatal(err)
+	}
+	s.owner.release()
+	if _, ok := recordAge(killed); !ok {
+		t.Fatalf("no record of %s on this machine: its CREATE was cut off before it was marked", killed)
+	}
+	for _, dry := range []bool{true, false} {
+		_, found, err := PruneServer(ctx, url, dry)
+		if err != nil {
+			t.Fatal(err)
+		}
+		states := map[string]Leftover{}
+		for _, l := range found {
+			states[l.Name] = l
+		}
+		if l := states[killed]; l.State != Orphan || !l.Pending || l.Dropped == dry || l.Err != nil {
+			t.Errorf("dryRun=%v: the killed run's scratch database is %+v; want a pending orphan, dropped unless dry", dry, l)
+		}
+		if l := states[lookalike]; l.State != Unmarked || l.Pending || l.Dropped {
+			t.Errorf("dryRun=%v: the look-alike is %+v; want unmarked, kept", dry, l)
+		}
+	}
+	have := databases(t, admin)
+	requireAbsent(t, have, []string{killed}, "after prune")
+	requirePresent(t, have, append([]string{lookalike}, unmarked...), "after prune")
+	if _, ok := recordAge(killed); ok {
+		t.Errorf("the record of %s outlived its database", killed)
+	}
+}

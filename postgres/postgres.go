@@ -469,6 +469,11 @@ func spawnSupervisor(ctx context.Context, o Options, mode supMode) (*Server, sup
 	}
 
 	started := make(chan error, 1)
+	// outRead is closed once the supervisor's stdout has been read to its
+	// end: the line in which it says why it exits comes before its exit,
+	// but is read by another goroutine, which a loaded machine can run
+	// after Wait has returned.
+	outRead := make(chan struct{})
 	go func() {
 		// Pdeathsig fires when the thread that forked the child exits, not
 		// the process: pin this goroutine to its thread for the child's life.
@@ -485,6 +490,11 @@ func spawnSupervisor(ctx context.Context, o Options, mode supMode) (*Server, sup
 		asked := s.closed
 		s.mu.Unlock()
 		if !asked {
+			// Lost only once its reason has been read (LostReason).
+			select {
+			case <-outRead:
+			case <-time.After(10 * time.Second):
+			}
 			close(s.lost)
 		}
 	}()
@@ -510,6 +520,7 @@ func spawnSupervisor(ctx context.Context, o Options, mode supMode) (*Server, sup
 	lines := make(chan line, 1)
 	s.replies = make(chan string, 1)
 	go func() {
+		defer close(outRead)
 		defer outR.Close()
 		br := bufio.NewReader(outR)
 		b, err := br.ReadBytes('\n')

@@ -25,7 +25,15 @@ func TestMain(m *testing.M) {
 	if dir := os.Getenv("BANK_SIM_TEST_PARENT"); dir != "" {
 		os.Exit(fakeParent(dir))
 	}
+	// The records of pendfile.go go to a directory of the tests' own, not
+	// the user's cache.
+	pending, err := os.MkdirTemp("", "bank-sim-pending-test-")
+	if err != nil {
+		panic(err)
+	}
+	pendingDir = func() string { return pending }
 	code := m.Run()
+	os.RemoveAll(pending)
 	if warm.dir != "" {
 		os.RemoveAll(warm.dir)
 	}

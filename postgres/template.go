@@ -208,7 +208,15 @@ func (s *Server) buildTemplate(ctx context.Context, admin *pgx.Conn, tpl Templat
 		return unavailable("%s: %v", s.desc, err)
 	}
 	scratch := s.owner.name("build_" + randHex(4))
-	if err := s.create(ctx, admin, "CREATE DATABASE "+quote(scratch), scratch); err != nil {
+	forget := func() {}
+	if !s.embedded {
+		forget = recordPending(scratch) // no template of the run's to name it in yet (pendfile.go)
+	}
+	err := s.create(ctx, admin, "CREATE DATABASE "+quote(scratch), scratch)
+	if settled(context.WithoutCancel(ctx), admin, scratch, err) {
+		forget()
+	}
+	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}

@@ -52,26 +52,67 @@ var checkNoToken = Check{
 	},
 }
 
-// refused judges the answer to a request that must be refused with want:
-// a success fails the check (and the transfer is taken into the money
-// model), a 5xx fails it, any other refusal passes.
-func refused(c *checkRun, in *intent, a *Attempt, what string, want int, success string) {
-	switch ans := a.Answer; {
+// Refusal is what the answer to a request the lesson refuses (a transfer
+// without a key: 400; without credentials: 401) says of it. probe's checks
+// and chaos --target's no-key rule both judge by JudgeRefusal, so that the
+// two never call one answer by different names.
+type Refusal int
+
+// The judgments of an answer to a request that must be refused.
+const (
+	// NotAnswered: no answer came; nothing can be said.
+	NotAnswered Refusal = iota
+	// Refused: any answer but a success or a server error: nothing was
+	// carried out.
+	Refused
+	// Made: a 2xx that names a transfer: the request was carried out.
+	Made
+	// Succeeded: a 2xx that names none: a success all the same.
+	Succeeded
+	// Failed: a 5xx: a server error, not a refusal (the money may have
+	// moved).
+	Failed
+)
+
+// JudgeRefusal judges ans (nil when none came), the answer to a request
+// that must be refused.
+func JudgeRefusal(ans *Answer) Refusal {
+	switch {
 	case ans == nil:
-		c.failf("%s got no answer: %s", what, a.Error)
+		return NotAnswered
 	case ans.Receipt():
+		return Made
+	case ans.OK():
+		return Succeeded
+	case ans.Status >= 500:
+		return Failed
+	}
+	return Refused
+}
+
+// refused judges the answer to a request that must be refused with want
+// (JudgeRefusal): a success fails the check (and the transfer is taken
+// into the money model), a 5xx fails it, any other refusal passes.
+func refused(c *checkRun, in *intent, a *Attempt, what string, want int, success string) {
+	ans := a.Answer
+	switch JudgeRefusal(ans) {
+	case NotAnswered:
+		c.failf("%s got no answer: %s", what, a.Error)
+	case Made:
 		c.debit(receipt{in, ans})
 		c.acknowledged(in)
 		c.failf("%s", success)
-	case ans.OK():
+	case Succeeded:
 		c.maybe = append(c.maybe, in.T)
 		c.failf("%s was answered %s: a success", what, ans)
-	case ans.Status >= 500:
+	case Failed:
 		c.maybe = append(c.maybe, in.T)
 		c.failf("%s was answered %s: a server error, not a refusal (the lesson: %d)", what, ans, want)
-	case ans.Status == want:
-		c.okf("%s was refused: %s", what, ans)
 	default:
-		c.okf("%s was refused: %s (the lesson answers %d)", what, ans, want)
+		if ans.Status == want {
+			c.okf("%s was refused: %s", what, ans)
+		} else {
+			c.okf("%s was refused: %s (the lesson answers %d)", what, ans, want)
+		}
 	}
 }

@@ -3,12 +3,8 @@ package probe_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -16,10 +12,10 @@ import (
 	"github.com/banksim/bank-sim/bank"
 	"github.com/banksim/bank-sim/idem"
 	"github.com/banksim/bank-sim/idem/mistakes"
+	"github.com/banksim/bank-sim/internal/zoo"
 	"github.com/banksim/bank-sim/postgres/pgtest"
 	"github.com/banksim/bank-sim/probe"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // uncheckedByDefault are the checks that need a flag the tests' plain runs
@@ -77,14 +73,16 @@ func TestCrossUserReplay(t *testing.T) {
 	})
 	t.Run("refused-as-a-fresh-key-is", func(t *testing.T) {
 		t.Parallel()
-		ref := startRef(t, &refServer{notYours: 422})
-		res, rep := onlyCheck(t, lesson(ref.url()), "cross-user-replay")
+		notYours422 := zoo.Correct
+		notYours422.Defect.NotYours = 422
+		ref, _ := startZoo(t, notYours422)
+		res, rep := onlyCheck(t, lesson(ref.URL()), "cross-user-replay")
 		wantPass(t, res, rep)
 	})
 	t.Run("tells-the-key-exists", func(t *testing.T) {
 		t.Parallel()
-		ref := startRef(t, &refServer{keyTextOnly: true})
-		res, rep := onlyCheck(t, lesson(ref.url()), "cross-user-replay")
+		ref, _ := startZoo(t, zoo.SharedKeys)
+		res, rep := onlyCheck(t, lesson(ref.URL()), "cross-user-replay")
 		wantFail(t, res, rep, "but a key of bola's own gets 404 account_not_found for the same body")
 	})
 	t.Run("unscoped-keys", func(t *testing.T) {
@@ -118,81 +116,70 @@ func TestRefusedThenMoved(t *testing.T) {
 	})
 	t.Run("correct-reference", func(t *testing.T) {
 		t.Parallel()
-		ref := startRef(t, &refServer{})
-		res, rep := onlyCheck(t, lesson(ref.url()), "refused-then-moved")
+		ref, _ := startZoo(t, zoo.Correct)
+		res, rep := onlyCheck(t, lesson(ref.URL()), "refused-then-moved")
 		wantPass(t, res, rep)
 	})
 	t.Run("stores-only-2xx", func(t *testing.T) {
 		t.Parallel()
-		ref := startRef(t, &refServer{only2xx: true})
-		res, rep := onlyCheck(t, lesson(ref.url()), "refused-then-moved")
+		ref, bank := startZoo(t, zoo.Only2xx)
+		res, rep := onlyCheck(t, lesson(ref.URL()), "refused-then-moved")
 		wantFail(t, res, rep, "the refusal (422 insufficient_funds) was not stored as the key's answer")
-		if ref.total() != 7_500_000 {
-			t.Errorf("total %d, want 7500000", ref.total())
+		if bank.Total() != 7_500_000 {
+			t.Errorf("total %d, want 7500000", bank.Total())
 		}
 	})
 }
 
-// restartCommand is a shell command that restarts ref the way a team's
-// "systemctl restart api" restarts their server, and returns when it is
-// done: it asks through one named pipe and waits for the answer on another.
-func restartCommand(t *testing.T, ref *refServer) string {
-	t.Helper()
-	dir := t.TempDir()
-	req, ack := filepath.Join(dir, "restart"), filepath.Join(dir, "done")
-	for _, p := range []string{req, ack} {
-		if err := syscall.Mkfifo(p, 0o600); err != nil {
-			t.Fatal(err)
+// A whole probe run against a target that stores only its successes: the
+// refused transfer that its retry wrongly moves takes all of ada's money,
+// and the check sends as much back, so every later check (the restart's,
+// the drain's) finds the balances it expects and passes: only
+// refused-then-moved fails.
+func TestRefusedThenMovedLeavesLaterChecksUnaffected(t *testing.T) {
+	t.Parallel()
+	ref, bank := startZoo(t, zoo.Only2xx)
+	cfg := lesson(ref.URL())
+	cfg.RestartCommand = restartCommand(t, ref)
+	cfg.Restart = probe.ShellRestart(cfg.RestartCommand, 10*time.Second)
+	cfg.WaitFor = 5 * time.Second
+	rep := runProbe(t, cfg)
+	for _, c := range rep.Checks {
+		switch {
+		case c.Name == "refused-then-moved":
+			if c.Status != probe.Fail {
+				t.Errorf("refused-then-moved is %s, want FAIL: %s", c.Status, c.Reason)
+			}
+		case c.Status == probe.Skipped && (c.Name == "db-faults" || c.Name == "other-copy"): // no --db-proxy, one URL
+		case c.Status != probe.Pass:
+			t.Errorf("%s is %s, want PASS (only refused-then-moved is this target's defect): %s", c.Name, c.Status, c.Reason)
 		}
 	}
-	done := make(chan struct{})
-	go func() {
-		for {
-			b, err := os.ReadFile(req) // blocks until the command writes
-			select {
-			case <-done:
-				return
-			default:
-			}
-			msg := "restarted"
-			if err != nil {
-				msg = err.Error()
-			} else if err := ref.restart(); err != nil {
-				msg = err.Error()
-			}
-			_ = os.WriteFile(ack, []byte(msg+" ("+strings.TrimSpace(string(b))+")\n"), 0o600)
-		}
-	}()
-	t.Cleanup(func() {
-		close(done)
-		// Opening the pipe for writing lets the reader's open return.
-		if f, err := os.OpenFile(req, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
-			_ = f.Close()
-		}
-	})
-	return fmt.Sprintf("echo restart > %s && cat %s", req, ack)
+	if t.Failed() {
+		t.Log("\n" + dump(rep))
+	}
+	if bank.Total() != 7_500_000 {
+		t.Errorf("total %d, want 7500000", bank.Total())
+	}
 }
 
 // A retry after the server restarted: a target whose keys live in its
 // process's memory forgets them, and the retry moves the money again.
 func TestRestart(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		name    string
-		durable bool
-	}{{"keys-in-memory", false}, {"correct", true}} {
-		t.Run(tc.name, func(t *testing.T) {
+	for _, m := range []zoo.Member{zoo.MemoryKeys, zoo.Correct} {
+		t.Run(m.Name, func(t *testing.T) {
 			t.Parallel()
-			ref := startRef(t, &refServer{durable: tc.durable})
-			cfg := lesson(ref.url())
+			ref, bank := startZoo(t, m)
+			cfg := lesson(ref.URL())
 			cfg.RestartCommand = restartCommand(t, ref)
 			cfg.Restart = probe.ShellRestart(cfg.RestartCommand, 10*time.Second)
 			cfg.WaitFor = 5 * time.Second
 			res, rep := onlyCheck(t, cfg, "restart")
-			if n := ref.restarted(); n != 1 {
+			if n := ref.Restarts(); n != 1 {
 				t.Errorf("the target was restarted %d times, want 1\n%s", n, dump(rep))
 			}
-			if tc.durable {
+			if m.Class == "" {
 				wantPass(t, res, rep)
 			} else {
 				wantFail(t, res, rep, "the retry after the restart made another transfer")
@@ -200,23 +187,23 @@ func TestRestart(t *testing.T) {
 			if !strings.Contains(strings.Join(res.Evidence, "\n"), "--restart printed: restarted (restart)") {
 				t.Errorf("the restart's output is not in the evidence:\n%s", dump(rep))
 			}
-			if ref.total() != 7_500_000 {
-				t.Errorf("total %d, want 7500000", ref.total())
+			if bank.Total() != 7_500_000 {
+				t.Errorf("total %d, want 7500000", bank.Total())
 			}
 		})
 	}
 	t.Run("without-restart", func(t *testing.T) {
 		t.Parallel()
-		ref := startRef(t, &refServer{})
-		res, rep := onlyCheck(t, lesson(ref.url()), "restart")
+		ref, _ := startZoo(t, zoo.Correct)
+		res, rep := onlyCheck(t, lesson(ref.URL()), "restart")
 		if res.Status != probe.Skipped || !strings.Contains(res.Reason, "Give --restart CMD") {
 			t.Fatalf("restart without --restart is %s (%s), want SKIPPED naming the flag\n%s", res.Status, res.Reason, dump(rep))
 		}
 	})
 	t.Run("command-fails", func(t *testing.T) {
 		t.Parallel()
-		ref := startRef(t, &refServer{})
-		cfg := lesson(ref.url())
+		ref, _ := startZoo(t, zoo.Correct)
+		cfg := lesson(ref.URL())
 		cfg.RestartCommand = "echo no such unit >&2; exit 5"
 		cfg.Restart = probe.ShellRestart(cfg.RestartCommand, 10*time.Second)
 		res, rep := onlyCheck(t, cfg, "restart")
@@ -237,28 +224,10 @@ func TestRestart(t *testing.T) {
 // connects to listen, a free port of 127.0.0.1 where the probe's database
 // fault proxy will listen, in front of the test's PostgreSQL (returned as
 // upstream).
-func startBankSimThroughDBProxy(t *testing.T, bug *mistakes.Bug, mode ...pgx.QueryExecMode) (sim *bankSim, listen, upstream string) {
+func startBankSimThroughDBProxy(t *testing.T, bug *mistakes.Bug, mode ...pgx.QueryExecMode) (*bankSim, string, string) {
 	t.Helper()
 	direct := pgtest.NewBank(t, 8)
-	cfg := direct.Config()
-	upstream = net.JoinHostPort(cfg.ConnConfig.Host, fmt.Sprint(cfg.ConnConfig.Port))
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	listen = ln.Addr().String()
-	_ = ln.Close() // the probe listens here
-	port := ln.Addr().(*net.TCPAddr).Port
-	cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Fallbacks = "127.0.0.1", uint16(port), nil
-	cfg.MaxConnIdleTime = time.Minute
-	for _, m := range mode {
-		cfg.ConnConfig.DefaultQueryExecMode = m
-	}
-	viaProxy, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(viaProxy.Close)
+	viaProxy, listen, upstream := pgtest.ThroughPort(t, direct, mode...)
 	h := &idem.Handler{DB: viaProxy, Store: &idem.Store{LockTTL: 500 * time.Millisecond}}
 	if bug != nil {
 		bug.Apply(h)
@@ -309,8 +278,8 @@ func TestDBFaults(t *testing.T) {
 	}
 	t.Run("without-db-proxy", func(t *testing.T) {
 		t.Parallel()
-		ref := startRef(t, &refServer{})
-		res, rep := onlyCheck(t, lesson(ref.url()), "db-faults")
+		ref, _ := startZoo(t, zoo.Correct)
+		res, rep := onlyCheck(t, lesson(ref.URL()), "db-faults")
 		if res.Status != probe.Skipped || !strings.Contains(res.Reason, "Give --db-proxy LISTEN=UPSTREAM") {
 			t.Fatalf("db-faults without --db-proxy is %s (%s), want SKIPPED naming the flag\n%s", res.Status, res.Reason, dump(rep))
 		}

@@ -168,7 +168,19 @@ func (c Contract) body(t Transfer, reordered bool) []byte {
 // HTTP request to the target at base ("http://127.0.0.1:8080"): what a
 // client of another harness (chaos --target) sends, in the target's names.
 func (c Contract) NewRequest(base string, u User, key string, t Transfer) (*http.Request, error) {
-	req, err := http.NewRequest("POST", strings.TrimRight(base, "/")+c.Path, bytes.NewReader(c.body(t, false)))
+	return c.newRequest(base, u, key, t, false)
+}
+
+// NewReorderedRequest is NewRequest with the body's members written in
+// another order: the same transfer in other bytes, as a client whose JSON
+// library orders members otherwise sends it. A key bound to the parsed
+// request takes it for the same request.
+func (c Contract) NewReorderedRequest(base string, u User, key string, t Transfer) (*http.Request, error) {
+	return c.newRequest(base, u, key, t, true)
+}
+
+func (c Contract) newRequest(base string, u User, key string, t Transfer, reordered bool) (*http.Request, error) {
+	req, err := http.NewRequest("POST", strings.TrimRight(base, "/")+c.Path, bytes.NewReader(c.body(t, reordered)))
 	if err != nil {
 		return nil, err
 	}

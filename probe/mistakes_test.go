@@ -76,6 +76,14 @@ var probeTable = map[string]mistake{
 		"a hang-up no longer cuts the work short, and every bad input is answered 4xx, so no client can cause the 500 that would be stored"},
 	"no-fencing": {blind: "a fencing token matters only when a holder's lock expires while it is still working, " +
 		"which takes a server stalled past its lock; a client cannot stall a healthy server"},
+	"refusal-in-second-transaction": {blind: "the refusal's own transaction fails only when the server or its database fails between the two commits; " +
+		"nothing a client does makes it fail there, so every refusal is stored"},
+	"rebuilt-refusal-replay": {blind: "measured: no check resends a request the bank refused and compares the replay byte for byte " +
+		"(the replay checks resend a transfer's 201)"},
+	"frozen-only-inactive": {blind: "the mistake lets a closed account send and receive; the contract gives a client no way to close an account or to find a closed one"},
+	// The probe's transfers go from account 1 to account 2 and back: those
+	// back to 1 credit their own sender.
+	"credit-second-row": {check: "drain", explains: "more left the account than the answers account for"},
 	"no-row-lock": {blind: "the account must change status (be frozen) between the transfer's checks and its debit; " +
 		"the contract gives a client no way to freeze an account"},
 	// The side effects' mistakes (the outbox package) live beyond the

@@ -84,6 +84,13 @@ type Config struct {
 	Restart        Restarter
 	RestartCommand string
 	WaitFor        time.Duration
+	// ClosedAccount, when set, is an account the team has closed, and
+	// Reopen reopens it (ReopenCommand says what it runs): refused-then-moved
+	// then also sends a transfer to it, reopens it, and retries with the
+	// refusal's key. The contract has no way to close or reopen an account.
+	ClosedAccount ID
+	Reopen        Restarter
+	ReopenCommand string
 	// DBListen and DBUpstream, when set, put bank-sim's database fault proxy
 	// (faults.DBProxy) in front of the target's PostgreSQL for the
 	// db-faults check: it listens on DBListen, where the target's database
@@ -128,6 +135,9 @@ func (c *Config) defaults() {
 // Validate checks the configuration without touching the network.
 func (c *Config) Validate() error {
 	c.defaults()
+	if (c.ClosedAccount == "") != (c.Reopen == nil) {
+		return &UsageError{"--closed-account and --reopen-cmd go together: the account the team closed, and the command that reopens it"}
+	}
 	if len(c.URLs) == 0 {
 		return &UsageError{"give the target's base URL, like http://127.0.0.1:8080"}
 	}
@@ -371,6 +381,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	defer r.close()
 
 	rep := &Report{Seed: cfg.Seed, Target: cfg.URLs, Contract: cfg.Contract, Started: cfg.Now(), Unchecked: Outside(len(cfg.URLs), "a second URL", cfg.Given)}
+	if cfg.ClosedAccount == "" {
+		rep.Unchecked = append(rep.Unchecked, closedUnchecked)
+	}
 	if cfg.Balances != nil {
 		rep.Balances = cfg.Balances.Describe()
 	}

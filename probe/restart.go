@@ -1,15 +1,13 @@
 package probe
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"os/exec"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
+
+	"github.com/banksim/bank-sim/internal/teamcmd"
 )
 
 // Restarter restarts the target between a key's answer and its retry (the
@@ -23,45 +21,16 @@ type Restarter func(ctx context.Context) (output string, err error)
 // stdout and stderr together, is kept (the last 4 KiB) for the report.
 func ShellRestart(command string, timeout time.Duration) Restarter {
 	return func(ctx context.Context) (string, error) {
-		ctx, cancel := context.WithTimeout(ctx, timeout)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, "sh", "-c", command)
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-		cmd.WaitDelay = time.Second
-		var out tailBuffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		err := cmd.Run()
+		res := teamcmd.Run(ctx, command, timeout, 4<<10)
+		var err error
 		switch {
-		case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		case errors.Is(res.Killed, context.DeadlineExceeded):
 			err = fmt.Errorf("%q did not finish within --restart-timeout %s, and was killed", command, timeout)
-		case err != nil:
-			err = fmt.Errorf("%q failed: %v", command, err)
+		case res.Err != nil:
+			err = fmt.Errorf("%q failed: %v", command, res.Err)
 		}
-		return out.String(), err
+		return strings.TrimSpace(res.Output), err
 	}
-}
-
-// tailBuffer keeps the last 4 KiB written to it.
-type tailBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (t *tailBuffer) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.buf.Write(p)
-	if over := t.buf.Len() - 4096; over > 0 {
-		t.buf.Next(over)
-	}
-	return len(p), nil
-}
-
-func (t *tailBuffer) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return strings.TrimSpace(t.buf.String())
 }
 
 // ready waits, up to the run's WaitFor, until every copy of the target

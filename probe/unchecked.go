@@ -48,3 +48,9 @@ func Outside(urls int, second string, given []string) []Unchecked {
 	}
 	return out
 }
+
+// closedUnchecked is the refusal's other case, which only probe can be
+// told how to make: the contract has no way to close and reopen an account.
+var closedUnchecked = Unchecked{"a refusal for a closed recipient, retried after it reopened", "--closed-account ID --reopen-cmd CMD",
+	"a store that keeps only its successes turns the refusal of a transfer to a closed account into a transfer once the account reopens; " +
+		"bank-sim cannot close or reopen an account unless told which one is closed and how to reopen it"}

@@ -1,24 +1,21 @@
 package ha
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"os/exec"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/banksim/bank-sim/chaos"
+	"github.com/banksim/bank-sim/internal/teamcmd"
 	"github.com/banksim/bank-sim/postgres/banks"
 )
 
-// ExternalOptions are a run on a team's own cluster, reached through a
-// multi-host --database-url: what bank-sim watches, and the failover it
+// ExternalOptions are a run on a team's own server or cluster, reached
+// through --database-url (one host or several): what bank-sim watches, and the failover it
 // causes or waits for.
 type ExternalOptions struct {
-	// WatchURL is the multi-host URL whose primary the run watches (the
+	// WatchURL is the URL whose primary the run watches (the
 	// maintenance database's: every node has it).
 	WatchURL string
 	// FailoverCmd, when set, is the team's own failover command, run with
@@ -36,13 +33,16 @@ type ExternalOptions struct {
 // outputMax is how much of the command's output a history keeps: its end.
 const outputMax = 8 << 10
 
-// RunExternal runs cfg on dbs, a multi-host cluster, with a Watcher on
+// RunExternal runs cfg on dbs, a server bank-sim did not start (a
+// multi-host cluster, or one address that may lead to one), with a Watcher on
 // o.WatchURL for the whole run: every change of primary it sees is in the
 // history (History.PrimaryChanges), caused or not. The workload goes on
 // through a change (each new connection finds the new primary through the
-// URL); with o.FailoverCmd (unless it failed) or o.Expect, healing
-// starts only once the change has been seen, and a run in which none
-// comes fails.
+// URL); with o.FailoverCmd (unless it failed) or o.Expect, the workload
+// outlives its plan until a transfer sent after the old primary was lost
+// has been acknowledged (at most o.WaitTimeout more: past it, the report
+// says why the window is unknown), healing starts only once the change
+// has been seen, and a run in which none comes fails.
 func RunExternal(ctx context.Context, dbs banks.Databases, cfg chaos.Config, opts chaos.Options, o ExternalOptions) (*chaos.History, error) {
 	cfg = cfg.WithDefaults()
 	w, err := Watch(ctx, o.WatchURL)
@@ -115,6 +115,30 @@ func RunExternal(ctx context.Context, dbs banks.Databases, cfg chaos.Config, opt
 			}
 		}
 	}
+	if o.FailoverCmd != "" || o.Expect {
+		// A drill: its unavailability is measured only if transfers are
+		// sent across the failover. A workload that ends before the
+		// failover, or just as it happens, goes on, at most WaitTimeout
+		// past its plan, until a transfer sent after the old primary was
+		// lost has been acknowledged.
+		var (
+			planOnce sync.Once
+			planEnd  time.Time
+		)
+		opts.KeepGoing = func(lastAckStartNs int64) bool {
+			planOnce.Do(func() { planEnd = time.Now() })
+			if o.FailoverCmd != "" {
+				runCmd(-1) // a run that ended before its moment: now
+				if rec := command(); rec != nil && rec.ExitCode != 0 {
+					return false // it may have changed nothing: no failover to wait for
+				}
+			}
+			if lost, seen := w.FirstLost(); seen && lastAckStartNs >= lost.Sub(start).Nanoseconds() {
+				return false
+			}
+			return time.Since(planEnd) < o.WaitTimeout
+		}
+	}
 	opts.BeforeHeal = func(ctx context.Context) error {
 		if o.FailoverCmd != "" {
 			runCmd(-1) // a run that ended before its intent: now
@@ -149,57 +173,23 @@ func RunExternal(ctx context.Context, dbs banks.Databases, cfg chaos.Config, opt
 		return nil, err
 	}
 	h.PrimaryChanges = stop()
+	first := w.First()
+	h.PrimaryWatched = &first
 	h.FailoverCommand = command()
 	return h, nil
 }
 
-// runFailoverCmd runs cmd with sh -c in a process group of its own,
-// killed whole at timeout, and records it, its times offsets from start.
+// runFailoverCmd runs cmd (see teamcmd) and records it, its times offsets
+// from start.
 func runFailoverCmd(ctx context.Context, cmd string, timeout time.Duration, start time.Time) chaos.FailoverCommand {
-	rec := chaos.FailoverCommand{Command: cmd, StartNs: time.Since(start).Nanoseconds(), ExitCode: -1}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	c := exec.CommandContext(ctx, "sh", "-c", cmd)
-	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	c.Cancel = func() error { return syscall.Kill(-c.Process.Pid, syscall.SIGKILL) }
-	c.WaitDelay = 2 * time.Second
-	var out tail
-	c.Stdout, c.Stderr = &out, &out
-	err := c.Run()
-	rec.EndNs = time.Since(start).Nanoseconds()
-	rec.Output = out.String()
-	var exit *exec.ExitError
+	began := time.Since(start)
+	res := teamcmd.Run(ctx, cmd, timeout, outputMax)
+	rec := chaos.FailoverCommand{Command: cmd, StartNs: began.Nanoseconds(), EndNs: (began + res.Duration).Nanoseconds(), ExitCode: res.ExitCode, Output: res.Output}
 	switch {
-	case ctx.Err() != nil:
+	case res.Killed != nil:
 		rec.Error = fmt.Sprintf("killed at its timeout, %s", timeout)
-	case errors.As(err, &exit) && exit.Exited():
-		rec.ExitCode = exit.ExitCode()
-	case err != nil:
-		rec.Error = err.Error()
-	default:
-		rec.ExitCode = 0
+	case res.ExitCode < 0 && res.Err != nil:
+		rec.Error = res.Err.Error()
 	}
 	return rec
-}
-
-// tail keeps the last outputMax bytes written to it.
-type tail struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (t *tail) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.buf.Write(p)
-	if over := t.buf.Len() - outputMax; over > 0 {
-		t.buf.Next(over)
-	}
-	return len(p), nil
-}
-
-func (t *tail) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.buf.String()
 }

@@ -100,8 +100,10 @@ func (tc *teamCluster) checkChange(t *testing.T, cfg chaos.Config, res chaos.Res
 	if pc.LastAckNs < 0 || pc.FirstAckNs <= pc.LastAckNs {
 		t.Errorf("unavailability window: last acknowledged %d, first after %d; want both, in order (the workload went on)", pc.LastAckNs, pc.FirstAckNs)
 	}
-	if res.Stats.Intents != cfg.Intents || res.ByKind[chaos.KindUnresolved] != 0 {
-		t.Errorf("%d intents, %d unresolved: healing after the failover did not settle them all", res.Stats.Intents, res.ByKind[chaos.KindUnresolved])
+	// More than planned when the workload had to go on until the new
+	// primary acknowledged a transfer (Options.KeepGoing).
+	if res.Stats.Intents < cfg.Intents || res.ByKind[chaos.KindUnresolved] != 0 {
+		t.Errorf("%d intents of %d planned, %d unresolved: healing after the failover did not settle them all", res.Stats.Intents, cfg.Intents, res.ByKind[chaos.KindUnresolved])
 	}
 	t.Logf("%s", pc.Line())
 	return pc

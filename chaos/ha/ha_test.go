@@ -13,6 +13,7 @@ import (
 	"github.com/banksim/bank-sim/chaos"
 	"github.com/banksim/bank-sim/chaos/ha"
 	"github.com/banksim/bank-sim/postgres"
+	"github.com/banksim/bank-sim/postgres/banks"
 	"github.com/banksim/bank-sim/postgres/hacluster"
 	"github.com/banksim/bank-sim/postgres/pgtest"
 )
@@ -174,4 +175,68 @@ func TestFailoverThroughChaos(t *testing.T) {
 		}
 	}
 	t.Logf("all runs:\n%s", strings.Join(summary, "\n"))
+}
+
+// The team's failover command on pg_auto_failover, as Patroni's cells run
+// patronictl: chaos through the formation's multi-host URL with
+// --failover-cmd asking the monitor for a failover (what `pg_autoctl
+// perform failover` asks), replication-quorum off and on. Synchronous,
+// nothing acknowledged may be lost; asynchronous, what is lost is logged.
+func TestPgAutoFailoverFailoverCmd(t *testing.T) {
+	pgtest.Exhaustive(t)
+	for _, sync := range []bool{false, true} {
+		t.Run(mode(sync), func(t *testing.T) {
+			if err := hacluster.Available(); err != nil {
+				t.Skip(err.Error())
+			}
+			ctx, cancel := context.WithTimeoutCause(context.Background(), 15*time.Minute,
+				errors.New("a run through a pg_auto_failover failover command did not finish within 15 minutes"))
+			defer cancel()
+			c, err := hacluster.Start(ctx, hacluster.Options{Sync: sync})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				if err := c.Stop(); err != nil {
+					t.Error(err)
+				}
+			}()
+			srv, err := postgres.Start(ctx, postgres.Options{URL: c.URL()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				if err := srv.Close(); err != nil {
+					t.Logf("closing the bank's server after the failover: %v", err)
+				}
+			}()
+			leader, err := c.Primary(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := chaos.Config{Seed: pairSeed, Clients: 8, Intents: patroniIntents, Faults: chaos.Rates{}}.WithDefaults()
+			var pss, rss int64
+			var procs int
+			opts := chaos.Options{AtIntent: func(_ context.Context, i int) {
+				if i == cfg.CrashIntent() {
+					pss, rss, procs = c.Memory()
+				}
+			}}
+			h, err := ha.RunExternal(ctx, banks.OnServer(srv, banks.Options{}), cfg, opts, ha.ExternalOptions{
+				WatchURL: srv.AdminURL(), FailoverCmd: c.FailoverCommand(), CmdTimeout: 2 * time.Minute, WaitTimeout: 3 * time.Minute})
+			if err != nil {
+				t.Fatal(err)
+			}
+			res := chaos.Check(h)
+			pc := checkOneChange(t, cfg, h, res, leader.Port, true, "failover requested")
+			lost, keys := res.ByKind[chaos.KindAckMissing], res.ByKind[chaos.KindKeyLost]
+			t.Logf("pg_auto_failover failover-cmd %s: acknowledged transfers lost %d, keys lost %d; %s; no primary for %s (watcher); command took %s; cluster up in %s; memory %d processes, PSS %d MiB (RSS %d MiB); %d violations",
+				mode(sync), lost, keys, pc.Line(), time.Duration(pc.SeenNs-pc.LastSeenNs).Round(time.Millisecond),
+				time.Duration(h.FailoverCommand.EndNs-h.FailoverCommand.StartNs).Round(time.Millisecond), c.Startup.Round(100*time.Millisecond),
+				procs, pss>>20, rss>>20, len(res.Violations))
+			if sync && (lost != 0 || keys != 0) {
+				t.Errorf("synchronous standby: %d acknowledged transfers and %d keys lost across the failover, want none", lost, keys)
+			}
+		})
+	}
 }

@@ -17,8 +17,9 @@ import (
 // precision of a primary change's times.
 var WatchEvery = 100 * time.Millisecond
 
-// Watcher follows, through a multi-host URL with
-// target_session_attrs=read-write, which server takes writes: it keeps
+// Watcher follows, through a URL (several hosts with
+// target_session_attrs=read-write, or one address in front of them),
+// which server takes writes: it keeps
 // one connection, asks it every WatchEvery whether it is still a
 // primary and on which timeline, and reconnects (to whichever host
 // takes writes now) when it breaks or is not. Another host, or the same
@@ -31,6 +32,7 @@ type Watcher struct {
 	mu       sync.Mutex
 	conn     *pgx.Conn
 	cur      serverID
+	first    serverID
 	lastSeen time.Time
 	lost     time.Time // the first failed poll since lastSeen; zero while it answers
 	changes  []watchedChange
@@ -59,7 +61,7 @@ func Watch(ctx context.Context, url string) (*Watcher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("finding the primary to watch: %w", err)
 	}
-	w.cur, w.lastSeen = id, time.Now()
+	w.cur, w.first, w.lastSeen = id, id, time.Now()
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	w.cancel = cancel
 	go w.loop(wctx)
@@ -136,8 +138,25 @@ func (w *Watcher) poll(ctx context.Context) (serverID, error) {
 	return serverID{host: postgres.ConnectedHost(ctx, w.conn), timeline: int(tl)}, nil
 }
 
+// First is the primary the watcher found as it started.
+func (w *Watcher) First() chaos.PrimaryWatch {
+	return chaos.PrimaryWatch{Host: w.first.host, Timeline: w.first.timeline, EveryMs: WatchEvery.Milliseconds()}
+}
+
 // Changed is closed once the first change of primary has been seen.
 func (w *Watcher) Changed() <-chan struct{} { return w.changed }
+
+// FirstLost is when the old primary of the first change of primary was
+// lost (its first failed poll, or the poll another answered), once that
+// change has been seen.
+func (w *Watcher) FirstLost() (time.Time, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.changes) == 0 {
+		return time.Time{}, false
+	}
+	return w.changes[0].lost, true
+}
 
 // WaitChange waits, at most timeout, for a change of primary.
 func (w *Watcher) WaitChange(ctx context.Context, timeout time.Duration) error {

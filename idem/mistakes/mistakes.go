@@ -48,6 +48,9 @@ type Bug struct {
 	// ClaimOnRequestContext runs the claim and the transfer on the
 	// request's context.
 	ClaimOnRequestContext bool `json:"claimOnRequestContext,omitempty"`
+	// RefusalInSecondTransaction stores a refusal in a second transaction
+	// and answers it even when storing it failed.
+	RefusalInSecondTransaction bool `json:"refusalInSecondTransaction,omitempty"`
 	// Store switches on mistakes in the key store.
 	Store idem.Flaws `json:"store,omitzero"`
 	// Bank switches on mistakes in the transfer.
@@ -73,11 +76,15 @@ func (b Bug) Apply(h *idem.Handler) {
 	f.NoFencing = f.NoFencing || b.Store.NoFencing
 	f.AppClock = f.AppClock || b.Store.AppClock
 	f.JSONBReplay = f.JSONBReplay || b.Store.JSONBReplay
+	f.RebuiltRefusals = f.RebuiltRefusals || b.Store.RebuiltRefusals
 	h.Bank.ReadCompareWrite = h.Bank.ReadCompareWrite || b.Bank.ReadCompareWrite
 	h.Bank.NoRowLock = h.Bank.NoRowLock || b.Bank.NoRowLock
+	h.Bank.FrozenOnly = h.Bank.FrozenOnly || b.Bank.FrozenOnly
+	h.Bank.CreditSecondRow = h.Bank.CreditSecondRow || b.Bank.CreditSecondRow
 	h.SecondTransaction = h.SecondTransaction || b.SecondTransaction
 	h.StoreServerErrors = h.StoreServerErrors || b.StoreServerErrors
 	h.ClaimOnRequestContext = h.ClaimOnRequestContext || b.ClaimOnRequestContext
+	h.RefusalInSecondTransaction = h.RefusalInSecondTransaction || b.RefusalInSecondTransaction
 	if b.MemoryKeys && h.Memory == nil {
 		h.Memory = &idem.MemoryStore{}
 	}
@@ -111,6 +118,18 @@ func All() []Bug {
 			Mistake:           "The response is stored in a second transaction, after the transfer's has committed",
 			Consequence:       "A crash between the two commits leaves a done transfer with no stored response; the retry transfers again",
 			SecondTransaction: true,
+		},
+		{
+			Name:                       "refusal-in-second-transaction",
+			Mistake:                    "A refusal is stored in a transaction of its own after the request's, and answered even when storing it failed",
+			Consequence:                "The client holds a final refusal whose key is gone: its retry runs the request again and may move the money it was told did not move",
+			RefusalInSecondTransaction: true,
+		},
+		{
+			Name:        "rebuilt-refusal-replay",
+			Mistake:     "A replayed refusal is rebuilt from its stored status and code, with a generic message, instead of the bytes that were sent",
+			Consequence: "The same refusal, but not the same answer: a client that compares or verifies a signature sees a different response",
+			Store:       idem.Flaws{RebuiltRefusals: true},
 		},
 		{
 			Name:        "unscoped-keys",
@@ -153,6 +172,18 @@ func All() []Bug {
 			Mistake:     "The accounts are read without FOR UPDATE, so the sender's row is not locked while the transfer checks it",
 			Consequence: "An account frozen while the transfer is in flight is debited anyway: the check saw it active, and nothing stopped the freeze",
 			Bank:        bank.Flaws{NoRowLock: true},
+		},
+		{
+			Name:        "credit-second-row",
+			Mistake:     "The credit goes to the second of the two rows the locking read returned (they come in id order), taken for the recipient",
+			Consequence: "A transfer to a lower account number credits its own sender: the recipient never gets the money, though the receipt and the ledger say it did",
+			Bank:        bank.Flaws{CreditSecondRow: true},
+		},
+		{
+			Name:        "frozen-only-inactive",
+			Mistake:     "The transfer's check refuses a frozen account only (status = 'frozen') instead of every account that is not active",
+			Consequence: "A closed account still sends and receives money: the customer who closed it is paid into an account the bank no longer services",
+			Bank:        bank.Flaws{FrozenOnly: true},
 		},
 		{
 			Name:                  "claim-on-request-context",

@@ -98,7 +98,7 @@ func c0(c byte) string {
 // Writer escapes what is written through it as Escape does, except for
 // newlines, tabs (shell completion and tab-separated lists need them)
 // and, while Colour says so, the colour sequences (ESC [
-// digits and semicolons m) that bank-sim's own palette writes. Those
+// parameters m) that bank-sim's own palette writes, and no others. Those
 // are the only control bytes bank-sim's output needs; its progress bars
 // and prompts, which redraw a line, write to Raw(w) on purpose.
 //
@@ -146,7 +146,15 @@ func (w *Writer) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// sgr returns the length of the colour sequence s starts with, or 0.
+// palette are the SGR parameters bank-sim's own colours write (and
+// their resets): bold, faint, red, green, yellow, cyan. Any other (8,
+// conceal; 7, reverse; 40–47, a background; 38;5;n) could hide text or
+// dress a target's words as bank-sim's, so it is escaped even with
+// colour on.
+var palette = map[string]bool{"0": true, "1": true, "2": true, "22": true, "31": true, "32": true, "33": true, "36": true, "39": true}
+
+// sgr returns the length of the colour sequence s starts with, or 0 when
+// it is not one or asks for more than the palette.
 func sgr(s string) int {
 	if len(s) < 3 || s[0] != 0x1b || s[1] != '[' {
 		return 0
@@ -154,6 +162,11 @@ func sgr(s string) int {
 	for i := 2; i < len(s) && i < 32; i++ {
 		switch c := s[i]; {
 		case c == 'm':
+			for _, p := range strings.Split(s[2:i], ";") {
+				if !palette[p] {
+					return 0
+				}
+			}
 			return i + 1
 		case c == ';' || c >= '0' && c <= '9':
 		default:

@@ -3,6 +3,7 @@ package termtext
 import (
 	"bytes"
 	"encoding/json"
+	"github.com/fatih/color"
 	"strings"
 	"testing"
 )
@@ -38,6 +39,30 @@ func TestWriterPassesNewlinesAndColourOnly(t *testing.T) {
 		}
 		if strings.ContainsAny(got, "\r\a\x7f\u0085") || strings.Count(got, "\n") != 2 || strings.Count(got, "\t") != 1 {
 			t.Errorf("colour %v: %q", colour, got)
+		}
+	}
+}
+
+// With colour on, only bank-sim's own palette passes: a target's
+// conceal, reverse video or background (which hide text or dress it as
+// bank-sim's) is escaped.
+func TestWriterPassesOnlyThePalette(t *testing.T) {
+	var out bytes.Buffer
+	w := NewWriter(&out, func() bool { return true })
+	own := color.New(color.FgRed, color.Bold)
+	own.EnableColor()
+	for _, s := range []string{own.Sprint("FAIL"), color.New(color.Faint).Add(color.Reset).Sprint("x"), "\x1b[36;1mhead\x1b[0m"} {
+		out.Reset()
+		w.Write([]byte(s))
+		if out.String() != s {
+			t.Errorf("bank-sim's own colour %q came out %q", s, out.String())
+		}
+	}
+	for _, s := range []string{"\x1b[8mhidden", "\x1b[7mPASS", "\x1b[30;40mx", "\x1b[38;5;2mPASS", "\x1b[1;8mx", "\x1b[mx"} {
+		out.Reset()
+		w.Write([]byte(s))
+		if strings.ContainsRune(out.String(), 0x1b) {
+			t.Errorf("%q passed: %q", s, out.String())
 		}
 	}
 }

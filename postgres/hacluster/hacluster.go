@@ -1,7 +1,8 @@
 // Package hacluster runs a local pg_auto_failover formation for a test: a
 // monitor and two data nodes (a primary and its standby), each a
 // `pg_autoctl run` supervising its own PostgreSQL, all on 127.0.0.1, in a
-// temporary directory that Stop removes.
+// temporary directory that Stop removes. StartPatroni (patroni.go) runs
+// the other engine the tests compare, Patroni with etcd, by the same rules.
 //
 // # Why pg_auto_failover
 //
@@ -58,6 +59,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -118,6 +120,10 @@ type Cluster struct {
 	// streaming standby.
 	Startup time.Duration
 
+	// tailMax is how much of each process's output is kept (8 KiB when
+	// zero): a Patroni cluster keeps more, its evidence when a run fails.
+	tailMax int
+
 	mu      sync.Mutex
 	stopped bool
 	// runMu guards each node's run: a kill (KillLeader, Stop) may come
@@ -128,7 +134,9 @@ type Cluster struct {
 type node struct {
 	Node
 	data string
-	run  *proc // its pg_autoctl run
+	run  *proc // its pg_autoctl run (patroni, etcd)
+	// out is the output of its last run, kept after a kill: evidence.
+	out *tail
 }
 
 // Available says whether pg_auto_failover can run here: nil, or an error
@@ -351,6 +359,17 @@ func (c *Cluster) URL() string {
 		strings.Join(hosts, ","), strings.Join(ports, ","))
 }
 
+// FailoverCommand is a shell command that asks the monitor for a
+// failover of the formation, as `pg_autoctl perform failover` does (by
+// the monitor's SQL function pgautofailover.perform_failover; pg_autoctl
+// itself refuses to run as root, psql does not): the team's own tool, as
+// chaos --failover-cmd runs it. It returns once the monitor has set the
+// nodes' goals, before the standby is promoted.
+func (c *Cluster) FailoverCommand() string {
+	return fmt.Sprintf(`%s '%s' -v ON_ERROR_STOP=1 -c "SELECT pgautofailover.perform_failover('default', 0)" && echo failover requested`,
+		filepath.Join(c.bin, "bin", "psql"), c.MonitorURL())
+}
+
 // MonitorURL is the monitor's database.
 func (c *Cluster) MonitorURL() string {
 	return fmt.Sprintf("postgres://autoctl_node@127.0.0.1:%d/pg_auto_failover?sslmode=disable&connect_timeout=5", c.monitor.Port)
@@ -476,16 +495,23 @@ func (c *Cluster) StallReplication(ctx context.Context) (resume func(), err erro
 	if err != nil {
 		return nil, err
 	}
-	n := c.node(p.Name)
+	return stallSenders(c.node(p.Name))
+}
+
+// stallSenders freezes the walsenders of n's postmaster.
+func stallSenders(n *node) (resume func(), err error) {
 	pm := procfs.PIDFile(n.data)
 	var senders []int
 	for _, pr := range scanProcs() {
-		if pr.ppid == pm && pm > 0 && strings.HasPrefix(pr.cmdline, "postgres: walsender") {
+		// "postgres: walsender …", or "postgres: NAME: walsender …" with a
+		// cluster_name (Patroni sets it to its scope).
+		if title, ok := strings.CutPrefix(pr.cmdline, "postgres: "); pr.ppid == pm && pm > 0 && ok &&
+			(strings.HasPrefix(title, "walsender ") || strings.Contains(title, ": walsender ")) {
 			senders = append(senders, pr.pid)
 		}
 	}
 	if len(senders) == 0 {
-		return nil, fmt.Errorf("the primary %s has no walsender to stall", p.Name)
+		return nil, fmt.Errorf("the primary %s has no walsender to stall", n.Name)
 	}
 	for _, pid := range senders {
 		syscall.Kill(pid, syscall.SIGSTOP)
@@ -626,7 +652,12 @@ func (c *Cluster) killNode(ctx context.Context, n *node) error {
 		select {
 		case <-n.run.done:
 		case <-ctx.Done():
-			err = errors.Join(err, fmt.Errorf("%s: pg_autoctl was not reaped", n.Name))
+			err = errors.Join(err, fmt.Errorf("its run (pid %d) was not reaped", n.run.pid))
+		}
+		select {
+		case <-n.run.drained:
+		case <-ctx.Done():
+			err = errors.Join(err, fmt.Errorf("its run's output is still held open by %v", pipeHolders(n.run.pipe)))
 		}
 		n.run = nil
 	}
@@ -655,6 +686,13 @@ func nodeProcs(n *node) []int {
 		}
 		if pgid > 0 && p.pgid == pgid || pm > 0 && (p.pid == pm || p.ppid == pm) {
 			pids = append(pids, p.pid)
+		}
+	}
+	if n.run != nil {
+		for _, pid := range pipeHolders(n.run.pipe) {
+			if !slices.Contains(pids, pid) {
+				pids = append(pids, pid)
+			}
 		}
 	}
 	return pids
@@ -696,7 +734,7 @@ func (c *Cluster) waitFor(ctx context.Context, what string, cond func(context.Co
 	}
 }
 
-// died reports a pg_autoctl run that has exited: a node that will not
+// died reports a node's run (pg_autoctl, patroni, etcd) that has exited: a node that will not
 // come.
 func (c *Cluster) died() error {
 	c.runMu.Lock()
@@ -707,7 +745,7 @@ func (c *Cluster) died() error {
 		}
 		select {
 		case <-n.run.done:
-			return fmt.Errorf("pg_autoctl run of %s exited (%v): %s", n.Name, n.run.err, n.run.out.String())
+			return fmt.Errorf("the run of %s exited (%v): %s", n.Name, n.run.err, n.run.out.String())
 		default:
 		}
 	}
@@ -793,10 +831,19 @@ func (c *Cluster) makeDir(parent string) error {
 
 // proc is a long-running child: a pg_autoctl run.
 type proc struct {
-	pid  int
+	pid int
+	// done is closed when the process has exited and been reaped.
 	done chan struct{}
 	err  error
 	out  *tail
+	// pipe is the inode of the pipe its stdout and stderr write to, and
+	// drained is closed when every writer has closed it. A process that
+	// left the run's group and is not the postmaster of the pid file still
+	// holds it (seen: a postmaster Patroni started across a switchover,
+	// not in postmaster.pid at the kill): holding it proves the process is
+	// the run's, so Stop kills it too.
+	pipe    uint64
+	drained chan struct{}
 }
 
 // start runs name args as the cluster's user, in a process group of its
@@ -807,18 +854,43 @@ func (c *Cluster) start(label, name string, args ...string) (*proc, error) {
 	cmd.Dir = c.dir
 	cmd.Env = c.env
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred, Setpgid: true, Pdeathsig: syscall.SIGTERM}
-	p := &proc{done: make(chan struct{}), out: &tail{max: 8 << 10}}
+	max := c.tailMax
+	if max == 0 {
+		max = 8 << 10
+	}
+	p := &proc{done: make(chan struct{}), out: &tail{max: max}, drained: make(chan struct{})}
 	var w io.Writer = p.out
 	if c.opts.Log != nil {
 		w = io.MultiWriter(p.out, prefixed(c.opts.Log, label))
 	}
-	cmd.Stdout, cmd.Stderr = w, w
+	// A pipe of our own, not exec's: exec's Wait would also wait for every
+	// process holding its pipe, and one that outlived the run (a
+	// daemonised postmaster) kept a node's Stop waiting out its bound.
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("running %s: %v", name, err)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Fstat(int(pw.Fd()), &st); err != nil {
+		pr.Close()
+		pw.Close()
+		return nil, fmt.Errorf("running %s: %v", name, err)
+	}
+	p.pipe = st.Ino
+	cmd.Stdout, cmd.Stderr = pw, pw
+	go func() {
+		_, _ = io.Copy(w, pr)
+		pr.Close()
+		close(p.drained)
+	}()
 	started := make(chan error, 1)
 	go func() {
 		// The parent-death signal fires when the thread that forked the
 		// child exits: keep this goroutine's thread for the child's life.
 		runtime.LockOSThread()
-		if err := cmd.Start(); err != nil {
+		err := cmd.Start()
+		pw.Close() // the child has its copy; ours would keep the pipe open
+		if err != nil {
 			started <- err
 			return
 		}
@@ -853,6 +925,12 @@ func (c *Cluster) tool(ctx context.Context, what, name string, args ...string) e
 	select {
 	case <-p.done:
 		if p.err != nil {
+			// Its last words, unless something it left running keeps the
+			// pipe open.
+			select {
+			case <-p.drained:
+			case <-time.After(time.Second):
+			}
 			return fmt.Errorf("%s: %v: %s", what, p.err, strings.TrimSpace(p.out.String()))
 		}
 		return nil

@@ -3,6 +3,7 @@ package hacluster_test
 import (
 	"context"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,22 +20,67 @@ import (
 // installed; the cluster is stopped when t ends, failed or not.
 func start(t *testing.T, o hacluster.Options) *hacluster.Cluster {
 	t.Helper()
-	if err := hacluster.Available(); err != nil {
+	return startFor(t, hacluster.Available, func(log io.Writer) (*hacluster.Cluster, error) {
+		o.Log = log
+		return hacluster.Start(context.Background(), o)
+	})
+}
+
+// startFor starts a cluster for t with start, told where to log its
+// progress (t's log with -v), or skips t when available says its engine
+// is not installed. The cluster is stopped when t ends, failed or not,
+// once the end of its logs (when it keeps them) has been logged if t
+// failed.
+func startFor[C interface{ Stop() error }](t *testing.T, available func() error, start func(log io.Writer) (C, error)) C {
+	t.Helper()
+	if err := available(); err != nil {
 		t.Skip(err.Error())
 	}
+	var log io.Writer
 	if testing.Verbose() {
-		o.Log = &testLog{t: t}
+		log = &testLog{t: t}
 	}
-	c, err := hacluster.Start(context.Background(), o)
+	c, err := start(log)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
+		if l, ok := any(c).(interface{ Logs(int) string }); ok && t.Failed() {
+			t.Logf("the cluster's logs:\n%s", l.Logs(60))
+		}
 		if err := c.Stop(); err != nil {
 			t.Error(err)
 		}
 	})
 	return c
+}
+
+// stopLeavesNothing stops a cluster in dir and fails t if its directory or
+// any of its processes is left.
+func stopLeavesNothing(t *testing.T, dir string, stop func() error) {
+	t.Helper()
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("%s is still there after Stop: %v", dir, err)
+	}
+	if left := procsIn(t, dir); len(left) > 0 {
+		t.Errorf("processes left after Stop:\n%s", strings.Join(left, "\n"))
+	}
+}
+
+// searchableTemp is a temporary directory for t that nobody (the user
+// clusters run as when the tests run as root) can search, as /tmp.
+func searchableTemp(t *testing.T) string {
+	t.Helper()
+	tmp := t.TempDir()
+	for _, d := range []string{tmp, filepath.Dir(tmp)} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return tmp
 }
 
 type testLog struct{ t *testing.T }
@@ -103,16 +149,7 @@ func TestSyncFailoverKeepsACommittedRow(t *testing.T) {
 		t.Fatalf("after failover: %d of the 2 rows, on port %d; want both, on %s's %d", n, port, f.Promoted.Name, f.Promoted.Port)
 	}
 
-	dir := c.Dir()
-	if err := c.Stop(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(dir); !os.IsNotExist(err) {
-		t.Fatalf("%s is still there after Stop (%v)", dir, err)
-	}
-	if left := procsIn(t, dir); len(left) > 0 {
-		t.Fatalf("processes left after Stop:\n%s", strings.Join(left, "\n"))
-	}
+	stopLeavesNothing(t, c.Dir(), c.Stop)
 }
 
 // procsIn lists the processes whose command line names dir.
@@ -137,13 +174,7 @@ func TestStartThatTimesOutLeavesNothing(t *testing.T) {
 	if err := hacluster.Available(); err != nil {
 		t.Skip(err.Error())
 	}
-	tmp := t.TempDir()
-	// Searchable by nobody, as /tmp is.
-	for _, d := range []string{tmp, filepath.Dir(tmp)} {
-		if err := os.Chmod(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
+	tmp := searchableTemp(t)
 	t.Setenv("TMPDIR", tmp)
 	_, err := hacluster.Start(context.Background(), hacluster.Options{StartTimeout: 500 * time.Millisecond})
 	if err == nil || !strings.Contains(err.Error(), "did not come up within 500ms") {

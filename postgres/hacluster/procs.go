@@ -33,6 +33,34 @@ func scanProcs() []procInfo {
 	return ps
 }
 
+// pipeHolders are the live processes with the pipe of inode ino open: a
+// pipe the cluster made for one of its runs, so whoever holds it inherited
+// it from that run.
+func pipeHolders(ino uint64) []int {
+	if ino == 0 {
+		return nil
+	}
+	want := "pipe:[" + strconv.FormatUint(ino, 10) + "]"
+	var pids []int
+	for _, p := range procfs.Scan() {
+		if p.PID == os.Getpid() || !procfs.Alive(p.PID) {
+			continue
+		}
+		dir := fmt.Sprintf("/proc/%d/fd", p.PID)
+		fds, err := os.ReadDir(dir)
+		if err != nil {
+			continue
+		}
+		for _, fd := range fds {
+			if l, err := os.Readlink(filepath.Join(dir, fd.Name())); err == nil && l == want {
+				pids = append(pids, p.PID)
+				break
+			}
+		}
+	}
+	return pids
+}
+
 // waitGone waits until none of pids is alive.
 func waitGone(ctx context.Context, pids []int) error {
 	for {
