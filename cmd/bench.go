@@ -39,10 +39,13 @@ type benchOptions struct {
 	seed      string
 	pgbench   string
 	asJSON    bool
+	// minOps is the fewest operations a run may count and still print
+	// figures.
+	minOps int
 }
 
-// benchMinOps is the fewest operations a run may count and still be
-// reported: below it a rate, and a 99th percentile above all, are noise.
+// benchMinOps is the default --min-ops: below it a rate, and a 99th
+// percentile above all, are noise.
 const benchMinOps = 30
 
 // maxBenchClients bounds --clients: each client is a connection, for
@@ -142,6 +145,7 @@ row, and a broken one fails the command (exit 1).`,
 	f.StringVar(&o.seed, "seed", "", "seed for the clients' account picks and pgbench's (printed; default: a new one)")
 	f.StringVar(&o.pgbench, "pgbench", "", "the pgbench to run (default: the one next to PostgreSQL's binaries)")
 	f.BoolVar(&o.asJSON, "json", false, "print the results as JSON")
+	f.IntVar(&o.minOps, "min-ops", benchMinOps, "the fewest operations a run may count and still print figures (fewer says \"too few\")")
 	return c
 }
 
@@ -165,6 +169,9 @@ func planBench(app *App, o benchOptions) (benchPlan, error) {
 	var p benchPlan
 	if o.duration < time.Millisecond || o.duration > 10*time.Minute {
 		return p, usageError("--duration %v: give a duration from 1ms to 10m", o.duration)
+	}
+	if o.minOps < 1 {
+		return p, usageError("--min-ops %d: give 1 or more operations", o.minOps)
 	}
 	if o.vsPgbench && (o.duration < time.Second || o.duration%time.Second != 0) {
 		return p, usageError("--duration %v: with --vs-pgbench give whole seconds (pgbench -T counts seconds)", o.duration)
@@ -305,7 +312,7 @@ func runBench(ctx context.Context, app *App, o benchOptions) error {
 		}
 		res, err := measureDrain(ctx, db, n, o.duration)
 		db.Close()
-		if res.Ops < benchMinOps {
+		if res.Ops < o.minOps {
 			res.TooFew = tooFew(res.Ops, o.duration)
 		}
 		if ctx.Err() != nil {
@@ -516,7 +523,7 @@ func (b *bencher) clients(ctx context.Context, url string, l benchLayout, n int)
 				}
 			}
 		}
-		summarize(&res, pgRuns, b.pgbench != nil, b.o.duration)
+		summarize(&res, pgRuns, b.pgbench != nil, b.o.duration, b.o.minOps)
 		results = append(results, res)
 		if !b.o.asJSON {
 			printBench(b.app, []benchResult{res}, len(results) == 1)
@@ -588,7 +595,7 @@ func measure(ctx context.Context, d time.Duration, n int, seed uint64, op benchO
 }
 
 // summarize fills res's medians, pgbench's, and the ratio between them.
-func summarize(res *benchResult, pgRuns []pgbenchRun, vs bool, d time.Duration) {
+func summarize(res *benchResult, pgRuns []pgbenchRun, vs bool, d time.Duration, minOps int) {
 	byRate := slices.Clone(res.Runs)
 	slices.SortFunc(byRate, func(a, b benchRun) int { return cmpFloat(a.PerSecond, b.PerSecond) })
 	mid := byRate[len(byRate)/2]
@@ -599,7 +606,7 @@ func summarize(res *benchResult, pgRuns []pgbenchRun, vs bool, d time.Duration) 
 		res.Errors += r.Errors
 		fewest = min(fewest, r.Ops)
 	}
-	if fewest < benchMinOps {
+	if fewest < minOps {
 		res.TooFew = tooFew(fewest, d)
 	}
 	if !vs {
@@ -614,7 +621,7 @@ func summarize(res *benchResult, pgRuns []pgbenchRun, vs bool, d time.Duration) 
 	byTPS := slices.Clone(pgRuns)
 	slices.SortFunc(byTPS, func(a, b pgbenchRun) int { return cmpFloat(a.PerSecond, b.PerSecond) })
 	pg.Transactions = byTPS[len(byTPS)/2].Transactions
-	if fewest < benchMinOps {
+	if fewest < minOps {
 		pg.TooFew = tooFew(fewest, d)
 	}
 	res.Pgbench = pg
