@@ -94,6 +94,10 @@ type Options struct {
 	// over): the auditor skips a snapshot it cannot take, as during a
 	// crash, instead of ending the run.
 	Outages bool
+	// OutageWait, with Outages, is how long the database may stay
+	// unwritable before the run gives up (moving the database's clock
+	// keeps trying that long); 0 keeps the clock's own 15 s.
+	OutageWait time.Duration
 	// AtIntent, when set, is called as each intent of the fault phase
 	// starts, on its client's goroutine, before it is sent: a partition
 	// cut and healed at seeded intents.
@@ -162,6 +166,9 @@ func RunWith(ctx context.Context, db bank.DB, cfg Config, opts Options) (*Histor
 	e.atIntent, e.beforeHealHook, e.cuts, e.afterCommit = opts.AtIntent, opts.BeforeHeal, opts.Cuts, opts.AfterCommit
 	e.keepGoing = opts.KeepGoing
 	e.began, e.outages = opts.Began, opts.Outages
+	if opts.Outages && opts.OutageWait > 0 {
+		e.clock.SetPatience(opts.OutageWait)
+	}
 	if err := e.open(ctx); err != nil {
 		return nil, err
 	}

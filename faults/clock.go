@@ -9,9 +9,10 @@ import (
 	"github.com/banksim/bank-sim/bank"
 )
 
-// clockSyncTimeout bounds how long Advance keeps trying to move the
-// database's clock: long enough for a PostgreSQL that was just killed to come
-// back (chaos --kill-postgres), short enough to fail a run that went wrong.
+// clockSyncTimeout bounds, by default, how long Advance keeps trying to move
+// the database's clock: long enough for a PostgreSQL that was just killed to
+// come back (chaos --kill-postgres), short enough to fail a run that went
+// wrong. A run through a failover it waits for allows more (SetPatience).
 const clockSyncTimeout = 15 * time.Second
 
 // Clock is a clock that moves only when told to, so a scenario can jump 31
@@ -30,6 +31,8 @@ type Clock struct {
 	db     bank.Querier
 	synced time.Time // the time last written to the database
 	err    error
+	// patience bounds each push; 0 is clockSyncTimeout.
+	patience time.Duration
 }
 
 // NewClock returns a clock stopped at start.
@@ -53,6 +56,16 @@ func (c *Clock) Follow(ctx context.Context, db bank.Querier) error {
 	}
 	c.db, c.synced, c.err = db, now, nil
 	return nil
+}
+
+// SetPatience bounds how long each Advance keeps trying to move the followed
+// database's clock (15 s when never set): a run through a failover that may
+// leave the cluster without a writable primary for longer gives its own
+// bound.
+func (c *Clock) SetPatience(d time.Duration) {
+	c.sync.Lock()
+	defer c.sync.Unlock()
+	c.patience = d
 }
 
 // Advance moves the clock forward by d and returns the new time. A clock that
@@ -84,7 +97,11 @@ func (c *Clock) push() {
 	if c.db == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), clockSyncTimeout)
+	patience := c.patience
+	if patience <= 0 {
+		patience = clockSyncTimeout
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	for {
 		now := c.Now()
@@ -98,7 +115,7 @@ func (c *Clock) push() {
 		}
 		select {
 		case <-ctx.Done():
-			c.err = fmt.Errorf("the database's clock could not follow the simulated clock for %s: %w", clockSyncTimeout, err)
+			c.err = fmt.Errorf("the database's clock could not follow the simulated clock for %s: %w", patience, err)
 			return
 		case <-time.After(50 * time.Millisecond):
 		}

@@ -94,7 +94,10 @@ func RunExternal(ctx context.Context, dbs banks.Databases, cfg chaos.Config, opt
 			}()
 		})
 	}
-	opts.Outages = true
+	// A failover may leave no writable primary for a while: in
+	// synchronous_mode the new primary's commits wait until a standby
+	// follows it. The run allows what it allows the failover itself.
+	opts.Outages, opts.OutageWait = true, o.WaitTimeout
 	began, atIntent, beforeHeal := opts.Began, opts.AtIntent, opts.BeforeHeal
 	opts.Began = func(t time.Time) {
 		start = t
