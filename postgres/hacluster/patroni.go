@@ -17,6 +17,14 @@ package hacluster
 // (Patroni's defaults are 30, 10 and 10), so that a killed leader's key
 // expires and a replica takes over in seconds. fsync is off, as for the
 // pg_auto_failover formation.
+//
+// use_pg_rewind is on (with wal_log_hints): when replication stalls before
+// a kill, the replica that was not promoted may have received more of the
+// old timeline than the one that was, and without a rewind it cannot
+// follow the new leader. In synchronous_mode it is the new leader's only
+// candidate standby, so commits wait for it. CI once saw the new leader's
+// commits wait more than 15 s after a stalled-standby failover; this is
+// the likeliest cause we know, not a proven one.
 
 import (
 	"context"
@@ -290,10 +298,11 @@ bootstrap:
     maximum_lag_on_failover: 1048576
     synchronous_mode: %[5]t
     postgresql:
-      use_pg_rewind: false
+      use_pg_rewind: true
       use_slots: true
       parameters:
         wal_level: replica
+        wal_log_hints: 'on'
         hot_standby: 'on'
         max_wal_senders: 10
         max_replication_slots: 10
