@@ -205,13 +205,13 @@ func TestDuplicateConnCopiesAreInFlightTogether(t *testing.T) {
 		select {
 		case <-both:
 			return nil
-		case <-time.After(2 * time.Second):
+		case <-time.After(inFlightBound):
 			alone.Add(1)
-			return fmt.Errorf("a copy waited 2 s in the server for the other: they were not in flight together")
+			return fmt.Errorf("a copy waited %s in the server for the other: they were not in flight together", inFlightBound)
 		}
 	}
 	p := behind(t, u, &faults.DuplicateConn{Copies: 2})
-	status, body, err := post(t, p, 10*time.Second)
+	status, body, err := post(t, p, 3*inFlightBound)
 	if err != nil || status != 201 {
 		t.Fatalf("the client got %d %q %v, want the first copy's 201", status, body, err)
 	}
