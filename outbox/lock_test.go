@@ -1,36 +1,19 @@
 package outbox_test
 
 import (
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/banksim/bank-sim/faults"
 	"github.com/banksim/bank-sim/outbox"
 )
-
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
 
 // SET NX PX holds until the expiry; compare-and-delete releases only the
 // holder's own lock; a plain DEL by a holder whose lock expired deletes the
 // next holder's, and the next grant is recorded as two holders at once.
 func TestLocksExpiryAndRelease(t *testing.T) {
 	t.Parallel()
-	c := &clock{now: time.Date(2026, 9, 24, 10, 0, 0, 0, time.UTC)}
+	c := faults.NewClock(time.Date(2026, 9, 24, 10, 0, 0, 0, time.UTC))
 	l := outbox.NewLocks(c.Now)
 	a, ok := l.Acquire("k", "A", 30*time.Second)
 	if !ok {
