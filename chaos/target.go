@@ -209,11 +209,17 @@ func (t *Target) transfer(r bank.TransferRequest) probe.Transfer {
 }
 
 // Money is what the first n intents of cfg move if the target accepts them
-// all: the total each payer sends, by user name.
+// all: the total each payer sends, by user name. A request sent without its
+// key first (Planned.Keyless) counts too: a target that accepts it makes a
+// transfer of its own.
 func (t *Target) Money(cfg Config) map[string]int64 {
 	out := map[string]int64{}
 	for _, p := range cfg.Plan(cfg.WithDefaults().Intents).Intents {
-		if p.Reuse == "" { // a key reused for another request must be refused
+		if p.Reuse != "" { // a key reused for another request must be refused
+			continue
+		}
+		out[t.user(p.UserID).Name] += p.Request.AmountKobo
+		if p.Keyless {
 			out[t.user(p.UserID).Name] += p.Request.AmountKobo
 		}
 	}
