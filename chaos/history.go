@@ -264,6 +264,20 @@ type Intent struct {
 	Keyless *Attempt `json:"keyless,omitempty"`
 }
 
+// Requests are what the intent's client sent, in order: the request
+// without its key (Keyless), if any, then the attempts. A timeline draws
+// them all; the key's rules judge only Attempts.
+func (in *Intent) Requests() []*Attempt {
+	out := make([]*Attempt, 0, len(in.Attempts)+1)
+	if in.Keyless != nil {
+		out = append(out, in.Keyless)
+	}
+	for k := range in.Attempts {
+		out = append(out, &in.Attempts[k])
+	}
+	return out
+}
+
 // Attempt is one delivery of an intent.
 type Attempt struct {
 	N        int    `json:"n"`

@@ -16,18 +16,23 @@ type Stats struct {
 	Rejected int `json:"rejected"`
 	// Healed is how many intents ended the fault phase unknown; Resolved
 	// how many of those healing settled.
-	Healed           int            `json:"healed"`
-	Resolved         int            `json:"resolved"`
-	Unresolved       int            `json:"unresolved"`
-	Replays          int            `json:"replays"`
-	Conflicts        int            `json:"conflicts"` // 409 answers
-	ServerErrors     int            `json:"serverErrors"`
-	Takeovers        int            `json:"takeovers"`
-	FencingRollbacks int            `json:"fencingRollbacks"`
-	Fired            map[string]int `json:"fired"`
-	Transfers        int            `json:"transfers"`
-	Audits           int            `json:"audits"`
-	Duration         time.Duration  `json:"durationNs"`
+	Healed           int `json:"healed"`
+	Resolved         int `json:"resolved"`
+	Unresolved       int `json:"unresolved"`
+	Replays          int `json:"replays"`
+	Conflicts        int `json:"conflicts"` // 409 answers
+	ServerErrors     int `json:"serverErrors"`
+	Takeovers        int `json:"takeovers"`
+	FencingRollbacks int `json:"fencingRollbacks"`
+	// Keyless is how many requests a target run sent without their key
+	// (Intent.Keyless), and KeylessRefused how many of those the target
+	// refused, as it must (the others break no-key, or went unanswered).
+	Keyless        int            `json:"keyless,omitempty"`
+	KeylessRefused int            `json:"keylessRefused,omitempty"`
+	Fired          map[string]int `json:"fired"`
+	Transfers      int            `json:"transfers"`
+	Audits         int            `json:"audits"`
+	Duration       time.Duration  `json:"durationNs"`
 	// IntentsPerSecond is intents settled per second of the whole run.
 	IntentsPerSecond float64 `json:"intentsPerSecond"`
 	// Crashes are the kills of PostgreSQL (KillPostgres).
@@ -71,6 +76,15 @@ func Summarize(h *History) Stats {
 			s.Healed++
 			if in.Outcome != SeenUnknown {
 				s.Resolved++
+			}
+		}
+		if a := in.Keyless; a != nil {
+			s.Keyless++
+			if h.Config.Target != nil && h.Config.Target.keylessRefused(&in) {
+				s.KeylessRefused++
+			}
+			if a.Status >= 500 || a.Seen == SeenRejected {
+				causes[judge.Cause(a.Status, a.Bytes())]++
 			}
 		}
 		var replays []bool

@@ -791,6 +791,9 @@ func printChaosResult(out io.Writer, p *palette, h *chaos.History, res chaos.Res
 	fmt.Fprintf(tw, "intents\t%d\t(%d ok, %d rejected, %d unknown after the fault phase → %d resolved by healing)\n",
 		s.Intents, s.OK, s.Rejected, s.Healed, s.Resolved)
 	fmt.Fprintf(tw, "attempts\t%d\t(%d replays, %d × 409, %d × 5xx)\n", s.Attempts, s.Replays, s.Conflicts, s.ServerErrors)
+	if s.Keyless > 0 {
+		fmt.Fprintf(tw, "without a key\t%d\t(%d refused, as they must be)\n", s.Keyless, s.KeylessRefused)
+	}
 	for k, c := range s.Causes {
 		label := ""
 		if k == 0 {

@@ -250,6 +250,9 @@ func runHTML(h *chaos.History, res chaos.Result, c clock, o ChaosOptions) templa
 		{C("intents"), {Text: fmt.Sprint(s.Intents), Class: "num"}, C(fmt.Sprintf("%d ok, %d rejected, %d unknown after the fault phase → %d resolved by healing", s.OK, s.Rejected, s.Healed, s.Resolved))},
 		{C("attempts"), {Text: fmt.Sprint(s.Attempts), Class: "num"}, C(fmt.Sprintf("%d replays, %d × 409, %d × 5xx", s.Replays, s.Conflicts, s.ServerErrors))},
 	}
+	if s.Keyless > 0 {
+		rows = append(rows, []Cell{C("without a key"), {Text: fmt.Sprint(s.Keyless), Class: "num"}, C(fmt.Sprintf("%d refused, as they must be", s.KeylessRefused))})
+	}
 	for k, cause := range s.Causes {
 		label := ""
 		if k == 0 {

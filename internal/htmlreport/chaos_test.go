@@ -434,3 +434,30 @@ func TestChaosViolationsTableInTimeOrderInOneUnit(t *testing.T) {
 		t.Errorf("violations table rows (seen at, what happened):\n got %q\nwant %q", got, want)
 	}
 }
+
+// A request a target run sent without its key is drawn on its intent's
+// lane, before the first attempt, titled as what it was, and counted in
+// the run's table: a no-key violation points at a bar on the page.
+func TestTimelineDrawsTheRequestSentWithoutAKey(t *testing.T) {
+	t.Parallel()
+	h := history(12, 3, 1)
+	in := &h.Intents[4]
+	first := in.Attempts[0]
+	in.Keyless = &chaos.Attempt{Phase: chaos.PhaseKeyless, StartNs: first.StartNs - 300_000, EndNs: first.StartNs - 100_000,
+		Status: 400, Body: []byte(`{"code":"idempotency_key_required"}`), Seen: chaos.SeenRejected}
+	res := chaos.Check(h)
+	if res.Stats.Keyless != 1 {
+		t.Errorf("stats count %d requests without a key, want 1", res.Stats.Keyless)
+	}
+	out := render(t, htmlreport.Chaos(h, res, htmlreport.ChaosOptions{}))
+	all, _ := attemptsOf(h)
+	if got := strings.Count(out, `class="attempt `); got != all+1+5 { // +5: the legend's swatches
+		t.Errorf("attempt bars: %d, want %d attempts and the keyless request", got-5, all)
+	}
+	if !strings.Contains(out, "intent-4 sent without its key · server 1") {
+		t.Error("no bar is titled as intent-4's request without its key")
+	}
+	if !strings.Contains(out, "without a key") || !strings.Contains(out, "refused, as they must be") {
+		t.Error("the run's table does not count the requests sent without a key")
+	}
+}

@@ -22,7 +22,7 @@ func newClock(h *chaos.History) clock {
 	var end int64
 	see := func(v int64) { end = max(end, v) }
 	for i := range h.Intents {
-		for _, a := range h.Intents[i].Attempts {
+		for _, a := range h.Intents[i].Requests() {
 			see(a.EndNs)
 			see(a.StartNs)
 		}

@@ -70,11 +70,12 @@ func clientLanes(h *chaos.History) (lane map[int]int, n int, recorded bool) {
 	var ivs []iv
 	for i := range h.Intents {
 		in := &h.Intents[i]
-		if len(in.Attempts) == 0 {
+		reqs := in.Requests()
+		if len(reqs) == 0 {
 			continue
 		}
-		v := iv{idx: in.Index, start: in.Attempts[0].StartNs}
-		for _, a := range in.Attempts {
+		v := iv{idx: in.Index, start: reqs[0].StartNs}
+		for _, a := range reqs {
 			v.end = max(v.end, a.EndNs)
 		}
 		ivs = append(ivs, v)
@@ -104,7 +105,7 @@ func timelineHTML(h *chaos.History, res chaos.Result, c clock, involved []int) t
 	nServers := max(h.Config.Instances, 1)
 	attempts := 0
 	for i := range h.Intents {
-		for _, a := range h.Intents[i].Attempts {
+		for _, a := range h.Intents[i].Requests() {
 			nServers = max(nServers, a.Instance+1)
 			attempts++
 		}
@@ -123,8 +124,7 @@ func timelineHTML(h *chaos.History, res chaos.Result, c clock, involved []int) t
 	hits := make([][]hit, nServers)
 	for i := range h.Intents {
 		in := &h.Intents[i]
-		for k := range in.Attempts {
-			a := &in.Attempts[k]
+		for _, a := range in.Requests() {
 			sv := min(max(a.Instance, 0), nServers-1)
 			hits[sv] = append(hits[sv], hit{in: in, a: a})
 		}
@@ -219,8 +219,7 @@ func timelineHTML(h *chaos.History, res chaos.Result, c clock, involved []int) t
 	for i := range h.Intents {
 		in := &h.Intents[i]
 		top := clientsTop + lane[in.Index]*tlClientH + 3
-		for k := range in.Attempts {
-			a := &in.Attempts[k]
+		for _, a := range in.Requests() {
 			x1, x2 := x(a.StartNs), x(a.EndNs)
 			fmt.Fprintf(&b, `<rect x="%.1f" y="%d" width="%.1f" height="8" class="%s" data-i="%d">`, x1, top, max(x2-x1, 0.8), attemptClass("attempt", a, bad[in.Index]), in.Index)
 			if attempts <= maxTooltips {
@@ -314,6 +313,9 @@ func attemptTitle(in *chaos.Intent, a *chaos.Attempt, c clock) string {
 	}
 	if a.Lookup {
 		what = "lookup " + what
+	}
+	if a.Phase == chaos.PhaseKeyless {
+		return fmt.Sprintf("%s sent without its key · server %d · %s, took %s · %s → %s", in.Label, a.Instance+1, c.at(a.StartNs), c.span(a.EndNs-a.StartNs), what, a.Seen)
 	}
 	return fmt.Sprintf("%s attempt %d (%s) · server %d%s · %s, took %s · %s → %s", in.Label, a.N, a.Phase, a.Instance+1, fault, c.at(a.StartNs), c.span(a.EndNs-a.StartNs), what, a.Seen)
 }
