@@ -16,23 +16,18 @@ type Stats struct {
 	Rejected int `json:"rejected"`
 	// Healed is how many intents ended the fault phase unknown; Resolved
 	// how many of those healing settled.
-	Healed           int `json:"healed"`
-	Resolved         int `json:"resolved"`
-	Unresolved       int `json:"unresolved"`
-	Replays          int `json:"replays"`
-	Conflicts        int `json:"conflicts"` // 409 answers
-	ServerErrors     int `json:"serverErrors"`
-	Takeovers        int `json:"takeovers"`
-	FencingRollbacks int `json:"fencingRollbacks"`
-	// Keyless is how many requests a target run sent without their key
-	// (Intent.Keyless), and KeylessRefused how many of those the target
-	// refused, as it must (the others break no-key, or went unanswered).
-	Keyless        int            `json:"keyless,omitempty"`
-	KeylessRefused int            `json:"keylessRefused,omitempty"`
-	Fired          map[string]int `json:"fired"`
-	Transfers      int            `json:"transfers"`
-	Audits         int            `json:"audits"`
-	Duration       time.Duration  `json:"durationNs"`
+	Healed           int            `json:"healed"`
+	Resolved         int            `json:"resolved"`
+	Unresolved       int            `json:"unresolved"`
+	Replays          int            `json:"replays"`
+	Conflicts        int            `json:"conflicts"` // 409 answers
+	ServerErrors     int            `json:"serverErrors"`
+	Takeovers        int            `json:"takeovers"`
+	FencingRollbacks int            `json:"fencingRollbacks"`
+	Fired            map[string]int `json:"fired"`
+	Transfers        int            `json:"transfers"`
+	Audits           int            `json:"audits"`
+	Duration         time.Duration  `json:"durationNs"`
 	// IntentsPerSecond is intents settled per second of the whole run.
 	IntentsPerSecond float64 `json:"intentsPerSecond"`
 	// Crashes are the kills of PostgreSQL (KillPostgres).
@@ -41,6 +36,11 @@ type Stats struct {
 	// bodies say ("673 × 500 deadlock detected"), most frequent first: a
 	// reader sees why, not only how many.
 	Causes []CauseCount `json:"causes,omitempty"`
+	// Keyless is how many requests a target run sent without their key
+	// (Intent.Keyless), and KeylessRefused how many of those the target
+	// refused, as it must (the others break no-key, or went unanswered).
+	Keyless        int `json:"keyless,omitempty"`
+	KeylessRefused int `json:"keylessRefused,omitempty"`
 }
 
 // CauseCount is how many answers had one cause (judge.Cause).
