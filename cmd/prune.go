@@ -239,9 +239,21 @@ func pruneHA(app *App, p *palette, dryRun bool, verb string, t *pruneTally) {
 			fmt.Fprintf(tw, "  %s\t%s\t%s\tnot provably bank-sim's (%s): remove it yourself if it is\n", p.dim.Sprint("kept"), visible(l.Dir), size(l.Bytes), visible(l.Kept.Error()))
 			continue
 		}
+		if l.Running != nil {
+			fmt.Fprintf(tw, "  %s\t%s\t%s\tits run has ended, but a PostgreSQL server may still run on it: %s; not stopped: stop it and remove the directory yourself if it is bank-sim's\n",
+				p.dim.Sprint("kept"), visible(l.Dir), size(l.Bytes), visible(l.Running.Error()))
+			continue
+		}
 		why := "its run has ended"
 		if l.Killed > 0 {
 			why += fmt.Sprintf("; %d %s still running in it, killed", l.Killed, plural(l.Killed, "process was", "processes were"))
+		}
+		for _, pm := range l.Postmasters {
+			stopped := "stopped"
+			if dryRun {
+				stopped = "would be stopped"
+			}
+			why += fmt.Sprintf("; the postmaster of %s (pid %d), left running by its killed agent, %s", visible(pm.Node), pm.PID, stopped)
 		}
 		if l.Err != nil {
 			t.failed++
