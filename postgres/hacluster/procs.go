@@ -178,7 +178,8 @@ type Leftover struct {
 	// Running says why a directory bank-sim made is kept all the same: a
 	// postmaster.pid in it names a running postgres that Prune cannot
 	// prove bank-sim's, which is neither stopped nor has its data removed
-	// from under it.
+	// from under it. Nothing in such a directory is touched, its recorded
+	// processes included: it is left as found, for its owner to look at.
 	Running error
 	Removed bool
 	Err     error
