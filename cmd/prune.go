@@ -31,9 +31,13 @@ job) left behind, and say how much space that freed:
   The next run builds a new cluster in about a second.
 - in the temporary directory: the pg_auto_failover and Patroni clusters of
   killed HA test runs (bank-sim-ha-*), killing the processes bank-sim recorded when it
-  started them there (by pid and start time) that still run; a directory
-  without the mark bank-sim wrote when it made it (a look-alike, a copy) is
-  kept, with its processes. Listed only when there are some.
+  started them there (by pid and start time) that still run, and stopping
+  a postmaster their killed agent left running on a data directory there
+  (named by its postmaster.pid, a postgres started after the directory and
+  working in that data directory); a directory without the mark bank-sim
+  wrote when it made it (a look-alike, a copy) is kept, with its
+  processes, and so is one a postgres that cannot be proven bank-sim's may
+  still run on. Listed only when there are some.
 - on the server at --database-url / DATABASE_URL, if one is given: every
   database bank-sim created whose bank-sim run has ended. bank-sim writes a
   marker in the comment of each database it creates (bound to that
@@ -239,9 +243,21 @@ func pruneHA(app *App, p *palette, dryRun bool, verb string, t *pruneTally) {
 			fmt.Fprintf(tw, "  %s\t%s\t%s\tnot provably bank-sim's (%s): remove it yourself if it is\n", p.dim.Sprint("kept"), visible(l.Dir), size(l.Bytes), visible(l.Kept.Error()))
 			continue
 		}
+		if l.Running != nil {
+			fmt.Fprintf(tw, "  %s\t%s\t%s\tits run has ended, but a PostgreSQL server may still run on it: %s; not stopped: stop it and remove the directory yourself if it is bank-sim's\n",
+				p.dim.Sprint("kept"), visible(l.Dir), size(l.Bytes), visible(l.Running.Error()))
+			continue
+		}
 		why := "its run has ended"
 		if l.Killed > 0 {
 			why += fmt.Sprintf("; %d %s still running in it, killed", l.Killed, plural(l.Killed, "process was", "processes were"))
+		}
+		for _, pm := range l.Postmasters {
+			stopped := "stopped"
+			if dryRun {
+				stopped = "would be stopped"
+			}
+			why += fmt.Sprintf("; the postmaster of %s (pid %d), left running by its killed agent, %s", visible(pm.Node), pm.PID, stopped)
 		}
 		if l.Err != nil {
 			t.failed++

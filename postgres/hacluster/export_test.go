@@ -10,3 +10,7 @@ func MakeDir(parent string) (dir string, record func(pid int, argv []string) err
 	}
 	return c.dir, c.rec.record, func() { c.lock.Close() }, nil
 }
+
+// PostgresBin is the PostgreSQL installation the clusters run (the parent
+// of bin/).
+func PostgresBin() (string, error) { return findPG("") }

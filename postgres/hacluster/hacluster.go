@@ -44,7 +44,8 @@
 // killed test leaves no server running, only the directory; Prune removes
 // the directories whose lock nobody holds and that carry bank-sim's mark,
 // and kills the processes still running that bank-sim recorded when it
-// started them (record.go), with their descendants.
+// started them (record.go), with their descendants, and the postmasters
+// a killed agent left running on their data directories (postmaster.go).
 package hacluster
 
 import (

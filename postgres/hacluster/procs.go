@@ -170,17 +170,30 @@ type Leftover struct {
 	// free: it is not provably one bank-sim made (record.go).
 	Kept error
 	// Killed counts the processes still running in it that Prune killed.
-	Killed  int
+	Killed int
+	// Postmasters are the PostgreSQL servers still running on its data
+	// directories that their killed agents left (postmaster.go): stopped
+	// before it is removed, or what a dry run would stop.
+	Postmasters []Postmaster
+	// Running says why a directory bank-sim made is kept all the same: a
+	// postmaster.pid in it names a running postgres that Prune cannot
+	// prove bank-sim's, which is neither stopped nor has its data removed
+	// from under it. Nothing in such a directory is touched, its recorded
+	// processes included: it is left as found, for its owner to look at.
+	Running error
 	Removed bool
 	Err     error
 }
 
 // Prune finds the clusters in tmp ("" for os.TempDir()) that no running
 // process holds (their lock is free) and, unless dryRun, kills what
-// bank-sim started there and still runs, and removes them. A cluster in use
-// is never touched: its lock is taken first, and kept until its directory
-// is gone. Nor is a directory bank-sim cannot prove it made, or a process
-// it cannot prove it started (record.go): those are listed with Kept.
+// bank-sim started there and still runs, stops the postmasters left
+// running on its data directories, and removes them. A cluster in use is
+// never touched: its lock is taken first, and kept until its directory is
+// gone. Nor is a directory bank-sim cannot prove it made, or a process it
+// cannot prove it started (record.go): those are listed with Kept; nor a
+// directory a postgres that cannot be proven bank-sim's may still run on
+// (postmaster.go): listed with Running.
 func Prune(tmp string, dryRun bool) ([]Leftover, error) {
 	if tmp == "" {
 		tmp = os.TempDir()
@@ -200,8 +213,15 @@ func Prune(tmp string, dryRun bool) ([]Leftover, error) {
 			continue // in use
 		}
 		l := Leftover{Dir: dir, Bytes: sizeOf(dir), Kept: proven(dir)}
-		if !dryRun && l.Kept == nil {
+		if l.Kept == nil {
+			l.Postmasters, l.Running = leftoverPostmasters(dir)
+		}
+		if !dryRun && l.Kept == nil && l.Running == nil {
 			l.Killed, l.Err = killRecorded(dir)
+			if l.Err == nil {
+				// After the agents: a live one would start it again.
+				l.Err = stopPostmasters(l.Postmasters)
+			}
 			if l.Err == nil {
 				l.Err = os.RemoveAll(dir)
 			}
@@ -221,6 +241,16 @@ func killRecorded(dir string) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("its record of processes cannot be read, so it is kept: %v", err)
 	}
+	n, err := killAll(rs)
+	if err != nil {
+		return n, errors.New("some of its processes survived SIGKILL; it is kept")
+	}
+	return n, nil
+}
+
+// killAll kills the processes of rs that still run, with their
+// descendants, and waits (10 s at most) until they are gone.
+func killAll(rs []recorded) (int, error) {
 	pids := recordedProcs(rs)
 	for _, pid := range pids {
 		syscall.Kill(pid, syscall.SIGSTOP)
@@ -231,10 +261,7 @@ func killRecorded(dir string) (int, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := waitGone(ctx, pids); err != nil {
-		return len(pids), errors.New("some of its processes survived SIGKILL; it is kept")
-	}
-	return len(pids), nil
+	return len(pids), waitGone(ctx, pids)
 }
 
 func sizeOf(dir string) int64 {

@@ -140,6 +140,12 @@ func stray(t *testing.T, dir, name string, args ...string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(name, args...)
 	cmd.Dir = dir
+	return strayCmd(t, cmd)
+}
+
+// strayCmd starts cmd as stray does.
+func strayCmd(t *testing.T, cmd *exec.Cmd) *exec.Cmd {
+	t.Helper()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
