@@ -85,3 +85,31 @@ func TestAuditListsWhatEachRuleAloneCatches(t *testing.T) {
 		}
 	}
 }
+
+// audit --target --off on a rule that another backs up: the text report
+// says it is switched off, that no flaw needs it alone and which rule backs
+// it up, and the audit still passes. (audit_target.txtar runs that audit
+// once, as --json; this pins its text without a second run.)
+func TestTargetAuditSaysASwitchedOffRuleIsBackedUp(t *testing.T) {
+	t.Parallel()
+	rep := chaos.TargetAuditReport{Seed: 1, Off: []string{chaos.KindTwice},
+		Clean: chaos.TargetAuditRow{Mistake: chaos.CleanRow}}
+	for _, m := range chaos.TargetMistakes() {
+		rep.Rows = append(rep.Rows, chaos.TargetAuditRow{Mistake: m.Name, Rule: m.Rule, Broken: []string{m.Rule}})
+	}
+	backed := chaos.TargetBackedUp()[chaos.KindTwice]
+	if backed == "" {
+		t.Fatalf("no rule backs up %s", chaos.KindTwice)
+	}
+	var out bytes.Buffer
+	printTargetAudit(&out, newPalette(false), rep)
+	text := strings.Join(strings.Fields(out.String()), " ")
+	for _, want := range []string{
+		chaos.KindTwice + " switched off; no flaw needs it alone: " + backed,
+		"target audit passed: each flaw caught by its rule alone, the correct reference target by none (seed 1)",
+	} {
+		if !strings.Contains(text, strings.Join(strings.Fields(want), " ")) {
+			t.Errorf("the report lacks %q:\n%s", want, out.String())
+		}
+	}
+}
