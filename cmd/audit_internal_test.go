@@ -3,6 +3,8 @@ package cmd
 import (
 	"bytes"
 	"errors"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -82,6 +84,64 @@ func TestAuditListsWhatEachRuleAloneCatches(t *testing.T) {
 	} {
 		if !strings.Contains(strings.Join(strings.Fields(out.String()), " ")+"\n", strings.Join(strings.Fields(want), " ")) {
 			t.Errorf("the report lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+// audit --target --off: the text report says a switched-off rule is off;
+// of one that another backs up, also that no flaw needs it alone and which
+// rule backs it up; and a flaw only the switched-off rule caught is MISSED,
+// failing the audit. (audit_target.txtar runs such an audit once, as
+// --json; this pins its text without another run.)
+func TestTargetAuditSaysWhatASwitchedOffRuleCost(t *testing.T) {
+	t.Parallel()
+	backed := chaos.TargetBackedUp()[chaos.KindTwice]
+	if backed == "" {
+		t.Fatalf("no rule backs up %s", chaos.KindTwice)
+	}
+	report := func(off ...string) string {
+		rep := chaos.TargetAuditReport{Seed: 1, Off: off, Clean: chaos.TargetAuditRow{Mistake: chaos.CleanRow}}
+		for _, m := range chaos.TargetMistakes() {
+			row := chaos.TargetAuditRow{Mistake: m.Name, Rule: m.Rule, Broken: []string{m.Rule}}
+			if slices.Contains(off, m.Rule) {
+				row.Broken = nil
+			}
+			rep.Rows = append(rep.Rows, row)
+		}
+		var out bytes.Buffer
+		printTargetAudit(&out, newPalette(false), rep)
+		return out.String()
+	}
+	var replayFlaw string
+	for _, m := range chaos.TargetMistakes() {
+		if m.Rule == chaos.KindReplay {
+			replayFlaw = m.Name
+		}
+	}
+	for _, c := range []struct {
+		off       []string
+		want, not []string
+	}{
+		{[]string{chaos.KindTwice}, []string{
+			chaos.KindTwice + " switched off; no flaw needs it alone: " + backed,
+			"target audit passed: each flaw caught by its rule alone, the correct reference target by none (seed 1)",
+		}, []string{"FAILED"}},
+		{[]string{chaos.KindReplay}, []string{
+			chaos.KindReplay + " switched off\n",
+			"target audit FAILED: (seed 1)\n   - " + replayFlaw + " MISSED: only " + chaos.KindReplay + " catches it, and it is switched off\n",
+		}, []string{"target audit passed", chaos.KindReplay + " switched off;"}},
+	} {
+		out := report(c.off...)
+		squeezed := regexp.MustCompile(` +`).ReplaceAllString(out, " ")
+		for _, want := range c.want {
+			if !strings.Contains(squeezed, regexp.MustCompile(` +`).ReplaceAllString(want, " ")) {
+				t.Errorf("--off %v: the report lacks %q:\n%s", c.off, want, out)
+			}
+		}
+		for _, not := range c.not {
+			if strings.Contains(out, not) {
+				t.Errorf("--off %v: the report says %q:\n%s", c.off, not, out)
+			}
 		}
 	}
 }

@@ -129,8 +129,11 @@ func TestProbeAgainstServe(t *testing.T) {
 
 	// Ctrl-C in the middle of a second probe: exit 130, the money it moved
 	// goes back, and the message does not claim to have stopped a
-	// PostgreSQL it never started, nor the target.
-	p := startCommand(t, mustNotStart(t), "PASS", "", "probe", url, "--seed", "12", "--no-color")
+	// PostgreSQL it never started, nor the target. Settling what the
+	// interrupt cut short takes up to --timeout plus --settle (it took the
+	// whole of the default 10 s here), so this probe gets 3 s + 2 s: still
+	// ample for a server in this process.
+	p := startCommand(t, mustNotStart(t), "PASS", "", "probe", url, "--seed", "12", "--no-color", "--timeout", "3s", "--settle", "2s")
 	p.interrupt()
 	if c := p.exit(t); c != cmd.ExitInterrupted {
 		t.Errorf("interrupted probe exit %d, want %d; stderr:\n%s", c, cmd.ExitInterrupted, p.errOut.String())

@@ -110,8 +110,11 @@ func TestScripts(t *testing.T) {
 
 // postgresURL VAR sets VAR to the connection string of a PostgreSQL server
 // that stands in for the user's own: an embedded one in a cache of its own
-// (so it holds only what the scripts make), started on first use and
-// stopped when TestScripts ends.
+// (not the one the scripts' runs share), started on first use and stopped
+// when TestScripts ends. The cache outlives the test, so its cluster is
+// warm (a new one costs an unpack and cold first databases, seconds of
+// prune.txtar's); what an earlier, failed run left in it is dropped first,
+// so it holds only what the scripts make.
 func postgresURL(t *testing.T) func(ts *testscript.TestScript, neg bool, args []string) {
 	var once sync.Once
 	var srv *postgres.Server
@@ -126,21 +129,47 @@ func postgresURL(t *testing.T) func(ts *testscript.TestScript, neg bool, args []
 			ts.Fatalf("usage: postgres-url VAR")
 		}
 		once.Do(func() {
-			// Not t.TempDir: as root the supervisor runs as nobody, who
-			// must be able to enter it.
-			var dir string
-			if dir, err = os.MkdirTemp("", "bank-sim-script-pg-"); err != nil {
+			// Not t.TempDir, and searchable by all: as root the
+			// supervisor runs as nobody, who must be able to enter it.
+			dir := filepath.Join(os.TempDir(), "bank-sim-script-pg")
+			if err = os.MkdirAll(dir, 0o755); err != nil {
 				return
 			}
 			os.Chmod(dir, 0o755)
-			t.Cleanup(func() { os.RemoveAll(dir) })
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			srv, err = postgres.Start(ctx, postgres.Options{CacheDir: dir})
+			if srv, err = postgres.Start(ctx, postgres.Options{CacheDir: dir}); err != nil {
+				return
+			}
+			err = dropAllDatabases(ctx, srv.AdminURL())
 		})
 		ts.Check(err)
 		ts.Setenv(args[0], srv.AdminURL())
 	}
+}
+
+// dropAllDatabases empties a cluster of the scripts' own, but for
+// PostgreSQL's own databases.
+func dropAllDatabases(ctx context.Context, url string) error {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, "SELECT datname FROM pg_database WHERE datname NOT IN ('postgres', 'template0', 'template1') AND datname <> current_database()")
+	if err != nil {
+		return err
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err
+	}
+	for _, n := range names {
+		if _, err := conn.Exec(ctx, "DROP DATABASE "+pgx.Identifier{n}.Sanitize()+" WITH (FORCE)"); err != nil {
+			return fmt.Errorf("emptying the scripts' server: %w", err)
+		}
+	}
+	return nil
 }
 
 // sql URL QUERY runs one statement.
