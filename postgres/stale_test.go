@@ -156,3 +156,62 @@ func TestPruneStopsAProvenPostmasterAndKeepsADirItCannotProve(t *testing.T) {
 		t.Errorf("the pruned slot's data: %v", err)
 	}
 }
+
+// A slot whose postmaster.pid names a running postgres that cannot be
+// proven its postmaster (here one working in another directory) may still
+// have a server on its cluster: Start neither signals it nor starts on,
+// unpacks over or removes that cluster; it takes the next slot.
+func TestStartLeavesASlotWhosePostmasterItCannotProve(t *testing.T) {
+	t.Parallel()
+	cache, data := handMadeSlot(t)
+	// A postgres by name (/proc/PID/exe): a copy of sleep, run as the
+	// supervisor's user, so that it can read what the process runs.
+	bin := cacheDir(t) // t.TempDir's parent is closed to nobody
+	sleep, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Skip("no sleep binary")
+	}
+	b, err := os.ReadFile(sleep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake := filepath.Join(bin, "postgres")
+	if err := os.WriteFile(fake, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := &exec.Cmd{Path: fake, Args: []string{"postgres", "60"}, Dir: "/", SysProcAttr: &syscall.SysProcAttr{}}
+	uid, gid := procfs.Nobody()
+	if os.Geteuid() == 0 {
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() { cmd.Process.Kill() })
+	pidFile := filepath.Join(data, "postmaster.pid")
+	if err := os.WriteFile(pidFile, []byte(pidFileLines(cmd.Process.Pid, data, time.Now())), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if os.Geteuid() == 0 {
+		// As the supervisor would have left its slot.
+		filepath.Walk(filepath.Dir(filepath.Dir(data)), func(p string, _ os.FileInfo, _ error) error { return os.Lchown(p, uid, gid) })
+	}
+
+	s, _ := start(t, Options{CacheDir: cache})
+	if s.slotPath == filepath.Dir(data) {
+		t.Errorf("Start took the slot %s, where a postgres it cannot prove may run", s.slotPath)
+	}
+	if b, err := os.ReadFile(pidFile); err != nil || !strings.HasPrefix(string(b), fmt.Sprint(cmd.Process.Pid)) {
+		t.Errorf("the slot's pid file: %v %q", err, b)
+	}
+	if _, err := os.Stat(filepath.Join(data, "PG_VERSION")); err == nil {
+		t.Error("Start put a cluster in the slot it cannot prove")
+	}
+	select {
+	case err := <-exited:
+		t.Fatalf("Start signalled the postgres it cannot prove: %v", err)
+	default:
+	}
+}
