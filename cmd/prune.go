@@ -28,7 +28,11 @@ job) left behind, and say how much space that freed:
 - in the embedded cache (BANK_SIM_CACHE_DIR, else /var/cache/bank-sim as
   root, else your cache dir): the cluster of every slot that no running
   bank-sim holds, about 60 MB each, with its templates of any schema version.
-  The next run builds a new cluster in about a second.
+  The next run builds a new cluster in about a second. A server still
+  running on one is stopped first, when proven its postmaster (named by its
+  postmaster.pid, a postgres started when that file says, working in that
+  data directory); a slot whose postmaster.pid names a postgres that
+  cannot be proven so is kept, and listed as failed with why.
 - in the temporary directory: the pg_auto_failover and Patroni clusters of
   killed HA test runs (bank-sim-ha-*), killing the processes bank-sim recorded when it
   started them there (by pid and start time) that still run, and stopping

@@ -73,13 +73,16 @@ func (sv *supervisor) pairBaseDir() string { return filepath.Join(sv.slotDir, pa
 
 // stopPair stops what still runs of a pair in the slot. Its clusters
 // stay: the next pair in the slot makes its own from them (refreshTree).
-func (sv *supervisor) stopPair() {
+// The error says why a postmaster may still run on one (stopStale).
+func (sv *supervisor) stopPair() error {
 	if sv.slotDir == "" {
-		return
+		return nil
 	}
+	var errs []error
 	for _, d := range pairDataDirs(sv.slotDir) {
-		stopStale(d)
+		errs = append(errs, stopStale(d))
 	}
+	return errors.Join(errs...)
 }
 
 // pairParams are a pair member's settings. Only the primary's commits wait

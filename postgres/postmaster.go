@@ -216,37 +216,65 @@ func waitGone(max time.Duration, pids ...int) bool {
 // stopStale stops a postmaster that is not our child but still runs on
 // dataDir: one that an older bank-sim started through pg_ctl (detached, so
 // it survived its supervisor), or ours still in its immediate shutdown when
-// the next run takes the slot. It removes a pid file left behind.
-func stopStale(dataDir string) {
+// the next run takes the slot. Only one proven the postmaster of dataDir
+// (procfs.ProvePostmaster) is signalled: a pid file's pid may since have
+// been given to anything, and a command line proves nothing. It removes a
+// pid file left behind. The error says why a postmaster may still run on
+// dataDir (a postgres it names that cannot be proven dataDir's, or one
+// that survived SIGKILL): then nothing in dataDir may be removed.
+func stopStale(dataDir string) error {
 	pidFile := filepath.Join(dataDir, "postmaster.pid")
-	pid := procfs.PIDFile(dataDir)
-	if pid <= 0 {
-		return
+	// No notBefore: a cache slot has no mark written before its
+	// postmaster started (the slot and its cluster serve run after run),
+	// so nothing dates it. The executable, line 3 and the working
+	// directory still have to hold, and they are what rules out a forged
+	// command line or another cluster's postgres.
+	pm, err := procfs.ProvePostmaster(dataDir, time.Time{})
+	if err != nil {
+		return fmt.Errorf("%s %w; it is left running, and the directory kept", pidFile, err)
 	}
-	if procfs.IsPostmasterOf(pid, dataDir) {
-		syscall.Kill(pid, syscall.SIGQUIT) // immediate shutdown, children included
-		deadline := time.Now().Add(3 * time.Second)
-		for procfs.Alive(pid) && time.Now().Before(deadline) {
-			time.Sleep(10 * time.Millisecond)
+	if pm.PID != 0 {
+		// Same pid, same start time: this process, never one given its
+		// pid since.
+		same := func() bool {
+			p, ok := procfs.Stat(pm.PID)
+			return ok && p.StartTime == pm.Start && p.State != 'Z'
 		}
-		if procfs.Alive(pid) {
-			syscall.Kill(pid, syscall.SIGKILL)
-			for i := 0; i < 100 && procfs.Alive(pid); i++ {
+		gone := func(max time.Duration) bool {
+			deadline := time.Now().Add(max)
+			for same() {
+				if time.Now().After(deadline) {
+					return false
+				}
 				time.Sleep(10 * time.Millisecond)
 			}
+			return true
+		}
+		for _, sig := range []syscall.Signal{syscall.SIGQUIT, syscall.SIGKILL} {
+			if same() {
+				syscall.Kill(pm.PID, sig) // SIGQUIT: immediate shutdown, children included
+			}
+			if gone(3 * time.Second) {
+				break
+			}
+		}
+		if same() {
+			return fmt.Errorf("%s names postmaster %d, which survived SIGQUIT and SIGKILL; the directory is kept", pidFile, pm.PID)
 		}
 	}
-	// Whether we stopped it or it was already dead, a leftover pid file
-	// only risks "lock file already exists" when the pid has been reused.
-	if !procfs.Alive(pid) || !procfs.IsPostmasterOf(pid, dataDir) {
-		os.Remove(pidFile)
-	}
+	// Stopped, or dead already: a leftover pid file only risks "lock file
+	// already exists" once the pid is reused.
+	os.Remove(pidFile)
+	return nil
 }
 
 // The process table's questions, answered by procfs for the supervisor, the
 // tests and hacluster alike.
 var (
 	alive          = procfs.Alive
-	isPostmasterOf = procfs.IsPostmasterOf
-	readPidFile    = procfs.PIDFile
+	isPostmasterOf = func(pid int, dataDir string) bool {
+		pm, err := procfs.ProvePostmaster(dataDir, time.Time{})
+		return err == nil && pid > 0 && pm.PID == pid
+	}
+	readPidFile = procfs.PIDFile
 )

@@ -137,9 +137,15 @@ func pruneSlot(path string, dryRun bool) CacheSlot {
 	}
 	// A server an older bank-sim left running (pg_ctl detached it), or a
 	// pair's, still in its immediate shutdown.
-	stopStale(filepath.Join(path, "data"))
+	// One that cannot be stopped may still run on its cluster: nothing in
+	// the slot is removed then.
+	stops := []error{stopStale(filepath.Join(path, "data"))}
 	for _, d := range pairDataDirs(path) {
-		stopStale(d)
+		stops = append(stops, stopStale(d))
+	}
+	if err := errors.Join(stops...); err != nil {
+		s.Err = err
+		return s
 	}
 	entries, err := os.ReadDir(path)
 	if err != nil {

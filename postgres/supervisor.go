@@ -365,11 +365,6 @@ func (sv *supervisor) prepare() (pw string, err error) {
 	}
 	os.Setenv("TMPDIR", sv.tmpDir())
 
-	stopStale(sv.dataDir())
-	// A pair a killed run left in this slot: its postmasters died with
-	// their supervisor, or are in their immediate shutdown.
-	sv.stopPair()
-
 	sv.binPath = sv.cfg.Binaries
 	if sv.cfg.Download {
 		sv.binPath = filepath.Join(sv.root, "dist")
@@ -477,7 +472,10 @@ func (sv *supervisor) start(sigs chan os.Signal) (supStatus, error) {
 			// The server refused the snapshot's cluster: make one with
 			// initdb instead (the next attempt; the snapshot is not retried).
 			fmt.Fprintf(sv.logw, "bank-sim: PostgreSQL would not start the cluster unpacked from %s, running initdb: %v\n", unpacked, err)
-			stopStale(sv.dataDir())
+			if err := stopStale(sv.dataDir()); err != nil {
+				lastErr = err
+				break
+			}
 			os.RemoveAll(sv.dataDir())
 			continue
 		}
@@ -487,7 +485,10 @@ func (sv *supervisor) start(sigs chan os.Signal) (supStatus, error) {
 		// A reused data dir that does not start (half-written by a
 		// killed initdb of an older bank-sim, say) is a cache entry:
 		// start over with a fresh one.
-		stopStale(sv.dataDir())
+		if err := stopStale(sv.dataDir()); err != nil {
+			lastErr = err
+			break
+		}
 		os.RemoveAll(sv.dataDir())
 	}
 	return supStatus{}, fmt.Errorf("starting PostgreSQL (%s) in %s: %v", sv.binPath, sv.slotDir, lastErr)
@@ -508,9 +509,16 @@ func (sv *supervisor) fetch() error {
 		return nil
 	}
 	scratch := filepath.Join(sv.slotDir, "fetch")
-	stopStale(filepath.Join(scratch, "data"))
+	if err := stopStale(filepath.Join(scratch, "data")); err != nil {
+		return err
+	}
 	os.RemoveAll(scratch)
-	defer os.RemoveAll(scratch)
+	keep := false
+	defer func() {
+		if !keep {
+			os.RemoveAll(scratch)
+		}
+	}()
 	port, err := freePort()
 	if err != nil {
 		return fmt.Errorf("no free TCP port on 127.0.0.1: %v", err)
@@ -530,7 +538,10 @@ func (sv *supervisor) fetch() error {
 	if err == nil {
 		err = ep.Stop()
 	}
-	stopStale(filepath.Join(scratch, "data"))
+	if serr := stopStale(filepath.Join(scratch, "data")); serr != nil {
+		keep = true
+		err = errors.Join(err, serr)
+	}
 	if !hasPgCtl(sv.binPath) {
 		return fmt.Errorf("downloading PostgreSQL with embedded-postgres: %v", err)
 	}
@@ -620,9 +631,20 @@ func (sv *supervisor) takeSlot() error {
 			return fmt.Errorf("cannot lock %s: %v", f.Name(), err)
 		}
 		sv.slot, sv.slotDir, sv.lock = n, dir, f
-		return nil
+		// What a killed run left in the slot: a server, or a pair whose
+		// postmasters died with their supervisor or are in their
+		// immediate shutdown. One that cannot be stopped may still run on
+		// the slot's clusters, which the run would start on, or remove:
+		// the slot is left alone.
+		err = errors.Join(stopStale(sv.dataDir()), sv.stopPair())
+		if err == nil {
+			return nil
+		}
+		fmt.Fprintf(sv.logw, "bank-sim: not using %s: %v\n", dir, err)
+		sv.slot, sv.slotDir, sv.lock = 0, "", nil
+		f.Close()
 	}
-	return fmt.Errorf("all %d cluster slots in %s are busy", maxSlots, sv.root)
+	return fmt.Errorf("all %d cluster slots in %s are busy or left alone", maxSlots, sv.root)
 }
 
 func flockWait(path string) (func(), error) {
@@ -677,7 +699,7 @@ func (sv *supervisor) stop() error {
 		sv.pm = nil
 	}
 	if sv.cfg.Pair {
-		sv.stopPair()
+		errs = append(errs, sv.stopPair())
 	}
 	sv.cleanupTmp()
 	return errors.Join(errs...)
@@ -712,7 +734,9 @@ func (sv *supervisor) reapOrphans() {
 		}
 		if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil {
 			for _, d := range dataDirs {
-				stopStale(d)
+				if err := stopStale(d); err != nil {
+					fmt.Fprintf(sv.logw, "bank-sim: %v\n", err)
+				}
 			}
 		}
 		f.Close()

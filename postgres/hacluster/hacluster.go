@@ -286,8 +286,8 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 	// pg_autoctl starts them, so they are its descendants while it runs;
 	// recorded too, for prune to find one that outlived it.
 	for _, n := range c.all() {
-		if pm := procfs.PIDFile(n.data); pm > 0 && procfs.IsPostmasterOf(pm, n.data) {
-			if err := c.rec.record(pm, strings.Fields(procfs.Cmdline(pm))); err != nil {
+		if pm, err := procfs.ProvePostmaster(n.data, time.Time{}); err == nil && pm.PID > 0 {
+			if err := c.rec.record(pm.PID, strings.Fields(procfs.Cmdline(pm.PID))); err != nil {
 				return nil, fmt.Errorf("recording %s's postmaster in %s: %v", n.Name, procsName, err)
 			}
 		}
@@ -672,10 +672,10 @@ func (c *Cluster) killNode(ctx context.Context, n *node) error {
 // (the supervisor, its services, the postmaster and whatever they run) and
 // the postmaster's children, each of which is in a group of its own.
 func nodeProcs(n *node) []int {
-	pm := procfs.PIDFile(n.data)
-	if pm > 0 && !procfs.IsPostmasterOf(pm, n.data) {
-		pm = 0 // a stale pid file, its pid reused
-	}
+	// Only a proven postmaster: a stale pid file's pid may since have been
+	// given to anything, and a command line proves nothing.
+	proven, _ := procfs.ProvePostmaster(n.data, time.Time{})
+	pm := proven.PID
 	pgid := 0
 	if n.run != nil {
 		pgid = n.run.pid

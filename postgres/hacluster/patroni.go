@@ -264,8 +264,8 @@ func StartPatroni(ctx context.Context, o PatroniOptions) (_ *Patroni, err error)
 // its own, so it is no descendant of what was recorded).
 func (p *Patroni) recordPostmasters() error {
 	for _, n := range p.c.nodes {
-		if pm := procfs.PIDFile(n.data); pm > 0 && procfs.IsPostmasterOf(pm, n.data) {
-			if err := p.c.rec.record(pm, strings.Fields(procfs.Cmdline(pm))); err != nil {
+		if pm, err := procfs.ProvePostmaster(n.data, time.Time{}); err == nil && pm.PID > 0 {
+			if err := p.c.rec.record(pm.PID, strings.Fields(procfs.Cmdline(pm.PID))); err != nil {
 				return fmt.Errorf("recording %s's postmaster in %s: %v", n.Name, procsName, err)
 			}
 		}

@@ -7,12 +7,17 @@ package procfs
 import (
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"os"
 	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Proc is one process, as /proc/PID/stat describes it.
@@ -124,21 +129,138 @@ func PIDFile(dataDir string) int {
 	return pid
 }
 
-// IsPostmasterOf reports whether pid is a postgres (or postmaster) running
-// on dataDir: a pid file's pid may since have been given to anything.
-func IsPostmasterOf(pid int, dataDir string) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+// Postmaster is a running PostgreSQL server that ProvePostmaster proved
+// to be the postmaster of a data directory.
+type Postmaster struct {
+	PID int
+	// Start is its start time in ticks since boot (Proc.StartTime): with
+	// the pid, it names this process only, where a pid alone is reused.
+	Start uint64
+}
+
+// clockTicks is USER_HZ, the unit of /proc/PID/stat's start time: 100 on
+// every architecture Linux exposes to user space.
+const clockTicks = 100
+
+// clockSlack absorbs the coarseness of the clocks compared: a start time
+// in ticks (10 ms), a file time from the kernel's coarse clock (a tick
+// behind).
+const clockSlack = 50 * time.Millisecond
+
+// ProvePostmaster finds the postmaster running on dataDir and proves it is
+// one before anything may signal it. A command line proves nothing: anyone
+// can start a process whose argv names any binary and any directory. So the
+// proof is what the kernel says, and what only a postmaster writes:
+//
+//   - the pid is the first line of dataDir/postmaster.pid (opened without
+//     following a symlink), and /proc/PID/exe is a binary named postgres;
+//   - the process started within a second of the time postgres wrote on
+//     line 3 of postmaster.pid, and after notBefore (unless zero);
+//   - its working directory is dataDir, by device and inode (postgres
+//     chdirs there). Never a proof on its own (any process may work
+//     there), it is required besides, because postmaster.pid may be
+//     written by the cluster's user (nobody, when root runs bank-sim),
+//     who could otherwise name another postgres, the system's own.
+//
+// It returns a zero Postmaster and no error when no postmaster runs
+// there: no pid file, or one naming no process or one that is not postgres
+// (the postmaster that wrote it is gone, its pid reused). The error, which
+// completes "DATA/postmaster.pid …", says why a postgres it names cannot be
+// proven dataDir's: then one may still run there, so nothing may be
+// signalled, nor the directory removed.
+func ProvePostmaster(dataDir string, notBefore time.Time) (Postmaster, error) {
+	f, err := os.OpenFile(filepath.Join(dataDir, "postmaster.pid"), os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return Postmaster{}, nil
+	}
 	if err != nil {
-		return false
+		return Postmaster{}, fmt.Errorf("cannot be read: %v", err)
 	}
-	args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
-	if len(args) == 0 || !strings.Contains(filepath.Base(args[0]), "postgres") && !strings.Contains(filepath.Base(args[0]), "postmaster") {
-		return false
+	b, err := io.ReadAll(io.LimitReader(f, 4<<10))
+	f.Close()
+	if err != nil {
+		return Postmaster{}, fmt.Errorf("cannot be read: %v", err)
 	}
-	for _, a := range args[1:] {
-		if filepath.Clean(a) == filepath.Clean(dataDir) {
-			return true
+	lines := strings.Split(string(b), "\n")
+	pid, err := strconv.Atoi(strings.TrimSpace(lines[0]))
+	if err != nil || pid <= 0 {
+		// Cut short by a kill: no server got that far. Negative: a
+		// single-user backend's, which dies with its parent.
+		return Postmaster{}, nil
+	}
+	p, ok := Stat(pid)
+	if !ok || p.State == 'Z' {
+		return Postmaster{}, nil
+	}
+	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+	if errors.Is(err, fs.ErrNotExist) {
+		return Postmaster{}, nil // a kernel thread, or gone
+	}
+	if errors.Is(err, fs.ErrPermission) && !sameOwner(pid, dataDir) {
+		// Another user's process (we are not root): postgres runs only
+		// as its data directory's owner.
+		return Postmaster{}, nil
+	}
+	if err != nil {
+		return Postmaster{}, fmt.Errorf("names process %d, whose executable cannot be read (%v)", pid, err)
+	}
+	if filepath.Base(strings.TrimSuffix(exe, " (deleted)")) != "postgres" {
+		return Postmaster{}, nil
+	}
+	who := fmt.Sprintf("names process %d, a running postgres (%s)", pid, exe)
+	started := StartedAt(p.StartTime)
+	if !notBefore.IsZero() && !started.After(notBefore.Add(clockSlack)) {
+		return Postmaster{}, fmt.Errorf("%s started at %s, before the directory was made (%s)", who, stamp(started), stamp(notBefore))
+	}
+	var sec int64 = -1
+	if len(lines) > 2 {
+		sec, err = strconv.ParseInt(strings.TrimSpace(lines[2]), 10, 64)
+		if err != nil {
+			sec = -1
 		}
 	}
-	return false
+	if sec < 0 {
+		return Postmaster{}, fmt.Errorf("%s, but gives no start time on line 3, as a postmaster writes it", who)
+	}
+	// Line 3 is when postgres began, in whole seconds: at most a second
+	// before the fork /proc dates, and a little after.
+	if d := started.Sub(time.Unix(sec, 0)); d < -time.Second || d >= time.Second+clockSlack {
+		return Postmaster{}, fmt.Errorf("%s started at %s, but postmaster.pid says its postmaster started at %s", who, stamp(started), stamp(time.Unix(sec, 0)))
+	}
+	cwd, err := os.Stat(fmt.Sprintf("/proc/%d/cwd", pid))
+	if err != nil {
+		return Postmaster{}, fmt.Errorf("%s whose working directory cannot be read (%v)", who, err)
+	}
+	if dfi, err := os.Lstat(dataDir); err != nil || !os.SameFile(cwd, dfi) {
+		return Postmaster{}, fmt.Errorf("%s working in another directory, not this data directory", who)
+	}
+	if q, ok := Stat(pid); !ok || q.StartTime != p.StartTime {
+		return Postmaster{}, nil // exited while we looked
+	}
+	return Postmaster{PID: pid, Start: p.StartTime}, nil
 }
+
+// sameOwner reports whether process pid runs as the owner of dir (its
+// /proc directory belongs to its effective user).
+func sameOwner(pid int, dir string) bool {
+	pfi, err := os.Stat(fmt.Sprintf("/proc/%d", pid))
+	if err != nil {
+		return true // the caller cannot tell: assume the worst
+	}
+	dfi, err := os.Lstat(dir)
+	if err != nil {
+		return true
+	}
+	return pfi.Sys().(*syscall.Stat_t).Uid == dfi.Sys().(*syscall.Stat_t).Uid
+}
+
+// StartedAt is when a process started, on the wall clock, given its start
+// time in ticks since boot.
+func StartedAt(ticks uint64) time.Time {
+	var up unix.Timespec
+	unix.ClockGettime(unix.CLOCK_BOOTTIME, &up) // the clock /proc dates processes by
+	boot := time.Now().Add(-time.Duration(up.Nano()))
+	return boot.Add(time.Duration(ticks) * time.Second / clockTicks)
+}
+
+func stamp(t time.Time) string { return t.UTC().Format("15:04:05.000") }
