@@ -147,6 +147,10 @@ const clockTicks = 100
 // behind).
 const clockSlack = 50 * time.Millisecond
 
+// startupSlack bounds how long a postmaster may take from its fork to the
+// start time it writes on line 3 of postmaster.pid.
+const startupSlack = 10 * time.Second
+
 // ProvePostmaster finds the postmaster running on dataDir and proves it is
 // one before anything may signal it. A command line proves nothing: anyone
 // can start a process whose argv names any binary and any directory. So the
@@ -154,8 +158,9 @@ const clockSlack = 50 * time.Millisecond
 //
 //   - the pid is the first line of dataDir/postmaster.pid (opened without
 //     following a symlink), and /proc/PID/exe is a binary named postgres;
-//   - the process started within a second of the time postgres wrote on
-//     line 3 of postmaster.pid, and after notBefore (unless zero);
+//   - the process started within a second after, or startupSlack before,
+//     the time postgres wrote on line 3 of postmaster.pid, and after
+//     notBefore (unless zero);
 //   - its working directory is dataDir, by device and inode (postgres
 //     chdirs there). Never a proof on its own (any process may work
 //     there), it is required besides, because postmaster.pid may be
@@ -222,9 +227,14 @@ func ProvePostmaster(dataDir string, notBefore time.Time) (Postmaster, error) {
 	if sec < 0 {
 		return Postmaster{}, fmt.Errorf("%s, but gives no start time on line 3, as a postmaster writes it", who)
 	}
-	// Line 3 is when postgres began, in whole seconds: at most a second
-	// before the fork /proc dates, and a little after.
-	if d := started.Sub(time.Unix(sec, 0)); d < -time.Second || d >= time.Second+clockSlack {
+	// Line 3 is when postgres began, in whole seconds (truncated): at most
+	// a second before the fork /proc dates, or later by as long as the
+	// process took from its fork (pg_ctl's shell, then exec) to that
+	// moment, which on a loaded machine can be seconds (startupSlack). A
+	// process named by a stale pid file that started after the postmaster
+	// did fails the first bound; the second only ever admits a postgres
+	// already working in dataDir.
+	if d := started.Sub(time.Unix(sec, 0)); d < -startupSlack || d >= time.Second+clockSlack {
 		return Postmaster{}, fmt.Errorf("%s started at %s, but postmaster.pid says its postmaster started at %s", who, stamp(started), stamp(time.Unix(sec, 0)))
 	}
 	cwd, err := os.Stat(fmt.Sprintf("/proc/%d/cwd", pid))
