@@ -2,6 +2,7 @@ package chaos_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -63,6 +64,14 @@ func TestAuditCatchesEveryBugAndNotTheCleanHandler(t *testing.T) {
 			filled := len(row.Caught)
 			if len(by) != 1 || filled == 0 || rep.Columns[filled-1] != by[0] {
 				t.Errorf("bug %s: caught by %v after %d checks, want the first catch to end its row", row.Bug, by, filled)
+			}
+		}
+		for _, sc := range soleCatches {
+			// TestEachRuleAloneCatchesItsMistake runs these through the
+			// chaos run alone, on the strength of this: no scenario catches
+			// them.
+			if row.Bug == sc.bug && !slices.Equal(by, []string{chaos.ChaosColumn}) {
+				t.Errorf("bug %s, which only the %s rule should catch, was caught by %v, want %s alone: %v", row.Bug, sc.rule, by, chaos.ChaosColumn, row.Why)
 			}
 		}
 		if row.Caught[chaos.ChaosColumn] && len(row.Broken) == 0 {
