@@ -169,7 +169,12 @@ func TestLedgerCatchesWhatTheTotalDoesNot(t *testing.T) {
 // A freeze that found the sender not active (a closed account a mistaken
 // check let through) froze nothing, and is not recorded: frozen-debited
 // would otherwise blame the transfer for a freeze that never happened.
+// This is the audit's chaos cell for frozen-only-inactive, which
+// TestAuditCatchesEveryBugAndNotTheCleanHandler runs by default and judges
+// the same way (it breaks wrong-answer alone); here, for the exhaustive run,
+// on its own.
 func TestAFreezeOfAClosedAccountIsNotRecorded(t *testing.T) {
+	pgtest.Exhaustive(t)
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
