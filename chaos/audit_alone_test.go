@@ -9,6 +9,7 @@ import (
 
 	"github.com/banksim/bank-sim/chaos"
 	"github.com/banksim/bank-sim/idem/mistakes"
+	"github.com/banksim/bank-sim/postgres/banks"
 	"github.com/banksim/bank-sim/postgres/pgtest"
 )
 
@@ -30,23 +31,29 @@ var soleCatches = []struct {
 }
 
 // Each rule's sole mistake, through the audit's chaos run, breaks that rule
-// and no other: judged with that rule switched off, the run passes. One seed,
-// a short deterministic run (the free run's interleavings differ from one
-// run to the next, and with them whether an intent whose key
+// and no other: judged with that rule switched off, it goes uncaught. One
+// seed, a short deterministic run (the free run's interleavings differ from
+// one run to the next, and with them whether an intent whose key
 // refusal-in-second-transaction lost is sent again: see chaos.AloneNote).
+//
 // That the mistake gets past every scenario is
 // TestAuditCatchesEveryBugAndNotTheCleanHandler's to prove (its first catch
-// is the chaos column), so this runs the chaos cell alone, as Audit's
-// chaosCell would for the mistake's row: the scenarios were four fifths of
-// its cost.
+// is the chaos column); so the first rule's mistake goes through the audit
+// itself (Only, Off, Silenced: its row alone, its rule off), and the others
+// through the audit's chaos cell alone, as Audit runs it for a mistake's
+// row: their scenarios were four fifths of the cost.
 func TestEachRuleAloneCatchesItsMistake(t *testing.T) {
 	t.Parallel()
 	dbs := pgtest.Banks(t)
-	for _, sc := range soleCatches {
+	for i, sc := range soleCatches {
 		t.Run(sc.rule, func(t *testing.T) {
 			t.Parallel()
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
+			if i == 0 {
+				ruleAloneThroughTheAudit(ctx, t, dbs, sc.rule, sc.bug)
+				return
+			}
 			bug, err := mistakes.Lookup(sc.bug)
 			if err != nil {
 				t.Fatal(err)
@@ -72,6 +79,33 @@ func TestEachRuleAloneCatchesItsMistake(t *testing.T) {
 				t.Errorf("with %s off, %s was still caught: %s: %s", sc.rule, sc.bug, res.First.Kind, res.First.Detail)
 			}
 		})
+	}
+}
+
+// ruleAloneThroughTheAudit audits bug alone (its row, every scenario, then
+// the chaos run) with rule switched off: nothing catches it, the audit says
+// the rule it silenced, and fails.
+func ruleAloneThroughTheAudit(ctx context.Context, t *testing.T, dbs banks.Databases, rule, bug string) {
+	t.Helper()
+	rep, err := chaos.Audit(ctx, dbs, chaos.AuditConfig{Seed: 42, FirstCatch: true, Parallel: 2,
+		Only: []string{bug}, Off: []string{rule}, Chaos: chaos.Config{Intents: 100, Deterministic: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Rows) != 1 {
+		t.Fatalf("%d rows, want the one of %s", len(rep.Rows), bug)
+	}
+	row := rep.Rows[0]
+	for _, c := range rep.Columns {
+		if row.Caught[c] {
+			t.Errorf("%s was caught by %s with %s off: %s", bug, c, rule, row.Why[c])
+		}
+	}
+	if !slices.Equal(row.Silenced, []string{rule}) {
+		t.Errorf("%s: the rules switched off that its chaos run broke are %v, want [%s]", bug, row.Silenced, rule)
+	}
+	if rep.Verdict() != chaos.Invalid {
+		t.Errorf("with %s off the audit of %s is %s, want %s", rule, bug, rep.Verdict(), chaos.Invalid)
 	}
 }
 
