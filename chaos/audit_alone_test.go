@@ -9,7 +9,6 @@ import (
 
 	"github.com/banksim/bank-sim/chaos"
 	"github.com/banksim/bank-sim/idem/mistakes"
-	"github.com/banksim/bank-sim/postgres/banks"
 	"github.com/banksim/bank-sim/postgres/pgtest"
 )
 
@@ -30,82 +29,48 @@ var soleCatches = []struct {
 	{chaos.KindReplay, "rebuilt-refusal-replay", nil},
 }
 
-// Each rule's sole mistake, through the audit's chaos run, breaks that rule
-// and no other: judged with that rule switched off, it goes uncaught. One
-// seed, a short deterministic run (the free run's interleavings differ from
-// one run to the next, and with them whether an intent whose key
-// refusal-in-second-transaction lost is sent again: see chaos.AloneNote).
-//
-// That the mistake gets past every scenario is
-// TestAuditCatchesEveryBugAndNotTheCleanHandler's to prove (its first catch
-// is the chaos column); so the first rule's mistake goes through the audit
-// itself (Only, Off, Silenced: its row alone, its rule off), and the others
-// through the audit's chaos cell alone, as Audit runs it for a mistake's
-// row: their scenarios were four fifths of the cost.
+// Each rule's sole mistake gets past every scenario, and past the chaos run
+// judged with that rule switched off. The three mistakes in one audit, with
+// the three rules off: each row goes uncaught (so its chaos run broke none
+// of the rules left on), and the rules off that its run broke are its own
+// alone. One seed, a short deterministic run (the free run's interleavings
+// differ from one run to the next, and with them whether an intent whose
+// key refusal-in-second-transaction lost is sent again: see
+// chaos.AloneNote), only the mistakes' rows.
 func TestEachRuleAloneCatchesItsMistake(t *testing.T) {
 	t.Parallel()
-	dbs := pgtest.Banks(t)
-	for i, sc := range soleCatches {
-		t.Run(sc.rule, func(t *testing.T) {
-			t.Parallel()
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-			defer cancel()
-			if i == 0 {
-				ruleAloneThroughTheAudit(ctx, t, dbs, sc.rule, sc.bug)
-				return
-			}
-			bug, err := mistakes.Lookup(sc.bug)
-			if err != nil {
-				t.Fatal(err)
-			}
-			// Audit's chaos cell for a mistake's row: its seed, its faults,
-			// its 8 clients.
-			h, err := chaos.RunOn(ctx, dbs, chaos.Config{Seed: 42, Intents: 100, Deterministic: true,
-				Clients: 8, Faults: chaos.AuditRates(), Bug: &bug}, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var broken []string
-			all := chaos.Check(h)
-			for _, k := range chaos.Kinds() {
-				if all.ByKind[k] > 0 {
-					broken = append(broken, k)
-				}
-			}
-			if !slices.Equal(broken, []string{sc.rule}) {
-				t.Errorf("%s: its chaos run broke %v, want [%s] alone", sc.bug, broken, sc.rule)
-			}
-			if res := chaos.CheckWithout(h, []string{sc.rule}); !res.Valid() {
-				t.Errorf("with %s off, %s was still caught: %s: %s", sc.rule, sc.bug, res.First.Kind, res.First.Detail)
-			}
-		})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var only, off []string
+	for _, sc := range soleCatches {
+		only, off = append(only, sc.bug), append(off, sc.rule)
 	}
-}
-
-// ruleAloneThroughTheAudit audits bug alone (its row, every scenario, then
-// the chaos run) with rule switched off: nothing catches it, the audit says
-// the rule it silenced, and fails.
-func ruleAloneThroughTheAudit(ctx context.Context, t *testing.T, dbs banks.Databases, rule, bug string) {
-	t.Helper()
-	rep, err := chaos.Audit(ctx, dbs, chaos.AuditConfig{Seed: 42, FirstCatch: true, Parallel: 2,
-		Only: []string{bug}, Off: []string{rule}, Chaos: chaos.Config{Intents: 100, Deterministic: true}})
+	rep, err := chaos.Audit(ctx, pgtest.Banks(t), chaos.AuditConfig{Seed: 42, FirstCatch: true, Parallel: 2,
+		Only: only, Off: off, Chaos: chaos.Config{Intents: 100, Deterministic: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Rows) != 1 {
-		t.Fatalf("%d rows, want the one of %s", len(rep.Rows), bug)
+	if len(rep.Rows) != len(soleCatches) {
+		t.Fatalf("%d rows, want the %d of %v", len(rep.Rows), len(soleCatches), only)
 	}
-	row := rep.Rows[0]
-	for _, c := range rep.Columns {
-		if row.Caught[c] {
-			t.Errorf("%s was caught by %s with %s off: %s", bug, c, rule, row.Why[c])
+	for _, sc := range soleCatches {
+		i := slices.IndexFunc(rep.Rows, func(r chaos.AuditRow) bool { return r.Bug == sc.bug })
+		if i < 0 {
+			t.Errorf("no row for %s", sc.bug)
+			continue
+		}
+		row := rep.Rows[i]
+		for _, c := range rep.Columns {
+			if row.Caught[c] {
+				t.Errorf("%s was caught by %s with %v off: %s", sc.bug, c, off, row.Why[c])
+			}
+		}
+		if !slices.Equal(row.Silenced, []string{sc.rule}) {
+			t.Errorf("%s: the rules switched off that its chaos run broke are %v, want [%s]", sc.bug, row.Silenced, sc.rule)
 		}
 	}
-	if !slices.Equal(row.Silenced, []string{rule}) {
-		t.Errorf("%s: the rules switched off that its chaos run broke are %v, want [%s]", bug, row.Silenced, rule)
-	}
 	if rep.Verdict() != chaos.Invalid {
-		t.Errorf("with %s off the audit of %s is %s, want %s", rule, bug, rep.Verdict(), chaos.Invalid)
+		t.Errorf("with %v off the audit of %v is %s, want %s", off, only, rep.Verdict(), chaos.Invalid)
 	}
 }
 
@@ -203,12 +168,9 @@ func TestLedgerCatchesWhatTheTotalDoesNot(t *testing.T) {
 // A freeze that found the sender not active (a closed account a mistaken
 // check let through) froze nothing, and is not recorded: frozen-debited
 // would otherwise blame the transfer for a freeze that never happened.
-// This is the audit's chaos cell for frozen-only-inactive, which
-// TestAuditCatchesEveryBugAndNotTheCleanHandler runs by default and judges
-// the same way (it breaks wrong-answer alone); here, for the exhaustive run,
-// on its own.
+// (200 intents: the audit test's shorter deterministic run of
+// frozen-only-inactive meets no freeze of a closed sender.)
 func TestAFreezeOfAClosedAccountIsNotRecorded(t *testing.T) {
-	pgtest.Exhaustive(t)
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
