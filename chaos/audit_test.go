@@ -68,9 +68,8 @@ func TestAuditCatchesEveryBugAndNotTheCleanHandler(t *testing.T) {
 			}
 		}
 		for _, sc := range soleCatches {
-			// TestEachRuleAloneCatchesItsMistake runs these through the
-			// chaos run alone, on the strength of this: no scenario catches
-			// them.
+			// No scenario catches the mistakes only one rule of the chaos
+			// checker catches.
 			if row.Bug != sc.bug {
 				continue
 			}
