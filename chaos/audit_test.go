@@ -2,6 +2,7 @@ package chaos_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -25,14 +26,15 @@ func TestAuditCatchesEveryBugAndNotTheCleanHandler(t *testing.T) {
 	start := time.Now()
 	cfg := chaos.AuditConfig{Seed: 42}
 	if !pgtest.IsExhaustive() {
-		// The chaos column's runs at 200 intents, not the audit's 400: the
-		// three mistakes that only a chaos run catches (frozen-only-inactive,
-		// rebuilt-refusal-replay, refusal-in-second-transaction) are each
-		// caught by their one run, and a checker without its replay rule
-		// misses rebuilt-refusal-replay. The clean column's every path is
-		// TestHTTPRunWithTheCorrectHandlerIsValid's and chaos.txtar's to
-		// prove; the exhaustive run keeps the audit's own length.
-		cfg.FirstCatch, cfg.Chaos.Intents = true, 200
+		// The chaos column's runs short and deterministic (100 intents, as
+		// TestEachRuleAloneCatchesItsMistake's), not the audit's 400 free
+		// ones: the three mistakes that only a chaos run catches
+		// (frozen-only-inactive, rebuilt-refusal-replay,
+		// refusal-in-second-transaction) are each caught by their one run,
+		// breaking their rule alone, and the correct handler's runs (seeds
+		// 42 and 43) reach every path, the same every time. The exhaustive
+		// run keeps the audit's own length and its free runs.
+		cfg.FirstCatch, cfg.Chaos = true, chaos.Config{Intents: 100, Deterministic: true}
 	}
 	rep, err := chaos.Audit(ctx, pgtest.Banks(t), cfg)
 	if err != nil {
@@ -63,6 +65,28 @@ func TestAuditCatchesEveryBugAndNotTheCleanHandler(t *testing.T) {
 			filled := len(row.Caught)
 			if len(by) != 1 || filled == 0 || rep.Columns[filled-1] != by[0] {
 				t.Errorf("bug %s: caught by %v after %d checks, want the first catch to end its row", row.Bug, by, filled)
+			}
+		}
+		for _, sc := range soleCatches {
+			// No scenario catches the mistakes only one rule of the chaos
+			// checker catches.
+			if row.Bug != sc.bug {
+				continue
+			}
+			if !slices.Equal(by, []string{chaos.ChaosColumn}) {
+				t.Errorf("bug %s, which only the %s rule should catch, was caught by %v, want %s alone: %v", row.Bug, sc.rule, by, chaos.ChaosColumn, row.Why)
+			}
+			// Its chaos run breaks its rule and no other (the free runs of
+			// the exhaustive run: at most the backups chaos.AloneNote names):
+			// so with that rule off it would go uncaught
+			// (TestEachRuleAloneCatchesItsMistake switches it off).
+			if !pgtest.IsExhaustive() && !slices.Equal(row.Broken, []string{sc.rule}) {
+				t.Errorf("bug %s broke %v, want [%s] alone", row.Bug, row.Broken, sc.rule)
+			}
+			for _, k := range row.Broken {
+				if k != sc.rule && !slices.Contains(sc.backups, k) {
+					t.Errorf("bug %s broke %s, neither its rule %s nor a backup %v: %v", row.Bug, k, sc.rule, sc.backups, row.Why)
+				}
 			}
 		}
 		if row.Caught[chaos.ChaosColumn] && len(row.Broken) == 0 {

@@ -331,12 +331,19 @@ func TestLateServerCountedOnlyWhenItCarriedOn(t *testing.T) {
 // breaks no rule, fires every attempt fault, and takes every defence those
 // faults are there for, whatever the seed: the schedule gives each its
 // chance (TestShortRunScheduleGivesEveryFaultItsChance), and this is the
-// run that proves the chance is taken. Seeds 1 and 7; exhaustive: 1-20. (The
+// run that proves the chance is taken. Seed 7; exhaustive: 1-20. (The
 // side effects' own faults fire per outbox row as the dispatchers race,
 // outside the schedule: not asserted here.)
+//
+// One seed by default: whether the schedule places every fault where its
+// defence can follow is TestShortRunScheduleGivesEveryFaultItsChance's to
+// prove, over seeds 1-40, without a run; this run proves that a fault drawn
+// or placed is taken. Seed 7 had its deadlock and its held intent placed
+// by the guarantee (seed 1, which had its expire-mid-write placed, is the
+// exhaustive run's).
 func TestShortRunTakesEveryScheduledDefence(t *testing.T) {
 	t.Parallel()
-	seeds := []uint64{1, 7} // 1 missed expired-mid-write, 7 never drew a deadlock
+	seeds := []uint64{7} // 7 never drew a deadlock on a transfer that could take it
 	if pgtest.IsExhaustive() {
 		seeds = nil
 		for s := range uint64(20) {

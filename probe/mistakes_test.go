@@ -7,6 +7,7 @@ import (
 
 	"github.com/banksim/bank-sim/idem"
 	"github.com/banksim/bank-sim/idem/mistakes"
+	"github.com/banksim/bank-sim/postgres/pgtest"
 	"github.com/banksim/bank-sim/probe"
 )
 
@@ -113,6 +114,19 @@ var probeTable = map[string]mistake{
 const sideEffect = "a side effect beyond the database (an SMS, an event, its dispatcher or consumer, the lock in front of the keys): " +
 	"the transfer contract answers the same, and a client sees no SMS or event; bank-sim scenario and chaos check them"
 
+// untouchedTransfers are the blind mistakes that leave the transfer's own
+// handling as the correct server's (a side effect beyond the database, an
+// orders operation, the database's replication): against them the probe
+// meets the correct server, as TestEveryCheckPassesAgainstBankSim does, so
+// by default one of them (sms-in-transaction) stands for the rest, and the
+// exhaustive run pins each in the table.
+var untouchedTransfers = map[string]bool{
+	"sms-after-commit": true, "publish-in-transaction": true, "publish-after-commit": true,
+	"no-provider-key": true, "dispatcher-without-skip-locked": true, "mark-done-without-claim-token": true,
+	"consumer-without-dedup": true, "offset-before-effect": true, "lock-release-without-token": true,
+	"ship-read-then-write": true, "async-replication": true,
+}
+
 // Against each of the lesson's server-side mistakes, the probe fails on the
 // check that explains it.
 func TestEachServerSideMistakeFailsTheCheckThatExplainsIt(t *testing.T) {
@@ -129,9 +143,18 @@ func TestEachServerSideMistakeFailsTheCheckThatExplainsIt(t *testing.T) {
 			continue
 		}
 		t.Run(b.Name, func(t *testing.T) {
+			if untouchedTransfers[b.Name] {
+				pgtest.Exhaustive(t)
+			}
 			t.Parallel()
 			sim := startBankSim(t, simOptions{copies: max(m.copies, 1), bug: &b, lockTTL: m.lockTTL, skew: m.skew})
 			cfg := lesson(sim.urls...)
+			if m.lockTTL > 0 {
+				// A key abandoned under a 30 s lock is told 409 for the whole
+				// settle time: 1.5 s of it proves the abandonment as well as
+				// 4 s does, and the run waits it out.
+				cfg.Settle = 1500 * time.Millisecond
+			}
 			rep := runProbe(t, cfg)
 			for try := 2; try <= m.tries; try++ {
 				if c, _ := rep.Check(m.check); c.Status == probe.Fail {
