@@ -274,6 +274,8 @@ func TestTransferRulesWithoutCoincidences(t *testing.T) {
 			bank.TransferRequest{From: 12, To: 12, AmountKobo: 100}, 422, bank.CodeSameAccount},
 		{"Bola sends one kobo more than his ₦5,000", "balance compared with > instead of >=", bola,
 			bank.TransferRequest{From: 21, To: 11, AmountKobo: 500_001}, 422, bank.CodeInsufficientFunds},
+		{"Ada moves one kobo more than her savings' ₦20,000 into her current account", "the funds condition skipped between a user's own accounts", ada,
+			bank.TransferRequest{From: 12, To: 11, AmountKobo: 2_000_001}, 422, bank.CodeInsufficientFunds},
 	}
 	for _, tt := range refusals {
 		t.Run(tt.name, func(t *testing.T) {
@@ -329,5 +331,46 @@ func TestTransferRulesWithoutCoincidences(t *testing.T) {
 		if !c.OK {
 			t.Errorf("invariant %q broken: %s", c.Name, c.Detail)
 		}
+	}
+}
+
+// The own-accounts-unchecked mistake drops the funds condition between one
+// user's accounts; the accounts table's CHECK (balance_kobo >= 0) still
+// refuses the debit, so the transfer fails with a database error (a 500 to
+// its client, on every retry) and writes nothing. That is what the chaos
+// run sees of it: an intent that never settles. Between two users the
+// condition still holds.
+func TestOwnAccountsUncheckedMeetsTheCheckConstraint(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewBankWith(t, pgtest.BankOptions{Accounts: pgtest.MixedAccounts})
+	flaws := bank.Flaws{OwnAccountsUnchecked: true}
+	run := func(userID int64, req bank.TransferRequest) (bank.Response, error) {
+		ctx := bounded(t, fmt.Sprintf("a transfer %+v by user %d", req, userID))
+		var resp bank.Response
+		err := bank.InTx(ctx, pool, func(tx pgx.Tx) error {
+			var err error
+			resp, err = bank.TransferWith(ctx, tx, userID, req, flaws)
+			return err
+		})
+		return resp, err
+	}
+	before := ledger(t, pool)
+	_, err := run(1, bank.TransferRequest{From: 12, To: 11, AmountKobo: 2_000_001})
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "23514" {
+		t.Fatalf("Ada overdrawing her savings into her current account with the mistake: %v; want the CHECK constraint's violation (23514)", err)
+	}
+	if after := ledger(t, pool); after.Line() != before.Line() || len(after.Transfers) != len(before.Transfers) {
+		t.Errorf("a failed transfer wrote to the bank:\nbefore %s\nafter  %s", before.Line(), after.Line())
+	}
+	// Another user's account: the mistake does not reach it.
+	resp, err := run(2, bank.TransferRequest{From: 21, To: 11, AmountKobo: 500_001})
+	if err != nil || resp.Status != 422 || resp.Code() != bank.CodeInsufficientFunds {
+		t.Errorf("Bola overdrawing to Ada with the mistake: %s, %v; want 422 %s", resp.Summary(), err, bank.CodeInsufficientFunds)
+	}
+	// Within the balance, the mistake moves the money as the correct transfer does.
+	resp, err = run(1, bank.TransferRequest{From: 12, To: 11, AmountKobo: 150_000})
+	if rc, ok := resp.Receipt(); err != nil || !ok || rc.BalanceKobo != 1_850_000 {
+		t.Errorf("Ada moving ₦1,500 of her savings with the mistake: %s, %v; want 201 leaving ₦18,500", resp.Summary(), err)
 	}
 }

@@ -81,7 +81,8 @@ var probeTable = map[string]mistake{
 		"nothing a client does makes it fail there, so every refusal is stored"},
 	"rebuilt-refusal-replay": {blind: "measured: no check resends a request the bank refused and compares the replay byte for byte " +
 		"(the replay checks resend a transfer's 201)"},
-	"frozen-only-inactive": {blind: "the mistake lets a closed account send and receive; the contract gives a client no way to close an account or to find a closed one"},
+	"frozen-only-inactive":   {blind: "the mistake lets a closed account send and receive; the contract gives a client no way to close an account or to find a closed one"},
+	"own-accounts-unchecked": {blind: "the mistake needs a transfer between two accounts of one user, and the probe's users each pay from or into one account"},
 	// The probe's transfers go from account 1 to account 2 and back: those
 	// back to 1 credit their own sender.
 	"credit-second-row": {check: "drain", explains: "more left the account than the answers account for"},

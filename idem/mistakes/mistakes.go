@@ -81,6 +81,7 @@ func (b Bug) Apply(h *idem.Handler) {
 	h.Bank.NoRowLock = h.Bank.NoRowLock || b.Bank.NoRowLock
 	h.Bank.FrozenOnly = h.Bank.FrozenOnly || b.Bank.FrozenOnly
 	h.Bank.CreditSecondRow = h.Bank.CreditSecondRow || b.Bank.CreditSecondRow
+	h.Bank.OwnAccountsUnchecked = h.Bank.OwnAccountsUnchecked || b.Bank.OwnAccountsUnchecked
 	h.SecondTransaction = h.SecondTransaction || b.SecondTransaction
 	h.StoreServerErrors = h.StoreServerErrors || b.StoreServerErrors
 	h.ClaimOnRequestContext = h.ClaimOnRequestContext || b.ClaimOnRequestContext
@@ -178,6 +179,12 @@ func All() []Bug {
 			Mistake:     "The credit goes to the second of the two rows the locking read returned (they come in id order), taken for the recipient",
 			Consequence: "A transfer to a lower account number credits its own sender: the recipient never gets the money, though the receipt and the ledger say it did",
 			Bank:        bank.Flaws{CreditSecondRow: true},
+		},
+		{
+			Name:        "own-accounts-unchecked",
+			Mistake:     "A transfer between two accounts of the same user is debited without the funds condition, as if a move between a customer's own accounts could not overdraw",
+			Consequence: "The customer moves more than one account holds to their other account: the first goes below zero, and the bank has lent what they then spend from the second",
+			Bank:        bank.Flaws{OwnAccountsUnchecked: true},
 		},
 		{
 			Name:        "frozen-only-inactive",
