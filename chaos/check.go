@@ -283,6 +283,10 @@ func (c *checker) intents() {
 		byIntent[t.Intent] = append(byIntent[t.Intent], t)
 		byID[t.ID] = t
 	}
+	settled := make(map[int]bool, len(c.h.Intents))
+	for _, in := range c.h.Intents {
+		settled[in.Index] = in.Outcome != SeenUnknown
+	}
 	for idx := range c.h.Intents {
 		in := &c.h.Intents[idx]
 		rows := byIntent[in.Label]
@@ -296,6 +300,17 @@ func (c *checker) intents() {
 				Detail: fmt.Sprintf("%s moved money %d times (transfers %s)", in.Label, len(rows), transferIDs(rows))})
 		}
 		x := c.f.expect(in)
+		// A reuse of a key whose first request never had a final answer
+		// (unresolved, itself a violation): a server may have released
+		// that key after failing it, and then answers the reuse as a
+		// request of its own, as the correct handler does.
+		var own *expectation
+		if in.Reuse != "" && !settled[in.ReuseOf] {
+			alone := *in
+			alone.Reuse = ""
+			y := c.f.expect(&alone)
+			own = &y
+		}
 		sawOK, sawRejected, wrong := false, false, false
 		for k := range in.Attempts {
 			a := &in.Attempts[k]
@@ -303,7 +318,14 @@ func (c *checker) intents() {
 				continue
 			}
 			resp := a.Response()
-			if ok, allowed := x.allows(in, resp); !ok && !wrong {
+			ok, allowed := x.allows(in, resp)
+			if !ok && own != nil {
+				var also string
+				if ok, also = own.allows(in, resp); !ok {
+					allowed += ", or, its first request never having had a final answer, " + strings.TrimPrefix(also, "only ")
+				}
+			}
+			if !ok && !wrong {
 				wrong = true
 				c.add(Violation{Kind: KindWrong, Intent: in.Index, AtNs: a.EndNs, Kobo: amount,
 					Detail: fmt.Sprintf("%s was told %s (attempt %d); the lesson's rules allow %s", c.f.describe(in), resp.Summary(), a.N, allowed)})

@@ -733,6 +733,20 @@ func TestCheckerBreaksEachConditionAlone(t *testing.T) {
 		{chaos.KindWrong, "the same account, refused (neighbour of a 422 insufficient_funds)", "r.From == r.To dropped", func(h *chaos.History) {
 			h.Intents[11].Attempts[0].Body = refusal(422, bank.CodeInsufficientFunds)
 		}, []string{chaos.KindWrong}},
+		// wrong-answer, a key reused for another request: only 422
+		// idempotency_key_reused, unless its first request never had a
+		// final answer (a server may have released the key after failing it).
+		{chaos.KindWrong, "a reuse of a key whose first request settled", "the reuse excused whatever its first request's outcome", func(h *chaos.History) {
+			a := &h.Intents[2].Attempts[0]
+			a.Body = refusal(422, bank.CodeInsufficientFunds)
+		}, []string{chaos.KindWrong}},
+		{chaos.KindWrong, "a reuse of a key whose first request never settled, answered as its own request (neighbour)", "no excuse for an unsettled first request", func(h *chaos.History) {
+			h.Intents[0].Attempts = h.Intents[0].Attempts[:1]
+			h.Intents[0].Outcome = chaos.SeenUnknown
+			for k := range h.Intents[2].Attempts {
+				h.Intents[2].Attempts[k].Body = refusal(422, bank.CodeInsufficientFunds)
+			}
+		}, []string{chaos.KindUnresolved}},
 		// wrong-answer, a solo intent asking for more than it has: only 422 insufficient_funds.
 		{chaos.KindWrong, "solo, too much: 422 insufficient_funds (neighbour)", "amount > balance written as >=", soloOverdrawn, nil},
 		{chaos.KindWrong, "solo, too much: the status", "resp.Status == 422 dropped", func(h *chaos.History) {
