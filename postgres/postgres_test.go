@@ -367,7 +367,23 @@ func exists(t *testing.T, s *Server, name string) bool {
 func TestTemplateInitErrorLeavesNothing(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, _ := start(t, Options{CacheDir: cacheDir(t)})
+	// The warm cache: the slot is this server's alone while it runs, so
+	// what a failed Init leaves shows as a change in the count, and no
+	// snapshot is unpacked for it.
+	s, _ := start(t, Options{CacheDir: warmCache(t)})
+	count := func() int {
+		c, err := s.admin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.release(c, nil)
+		var n int
+		if err := c.QueryRow(ctx, "SELECT count(*) FROM pg_database WHERE datname LIKE 'bank_sim%'").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	before := count()
 	bad := Template{Version: "bad", Init: func(ctx context.Context, c *pgx.Conn) error {
 		_, err := c.Exec(ctx, "CREATE TABLE x (")
 		return err
@@ -375,22 +391,37 @@ func TestTemplateInitErrorLeavesNothing(t *testing.T) {
 	if _, err := s.CreateDatabase(ctx, bad, "x"); err == nil {
 		t.Fatal("want error")
 	}
-	c, _ := s.admin(ctx)
-	defer s.release(c, nil)
-	var n int
-	c.QueryRow(ctx, "SELECT count(*) FROM pg_database WHERE datname LIKE 'bank_sim%'").Scan(&n)
-	if n != 0 {
-		t.Fatalf("%d bank_sim databases left after failed Init", n)
+	if n := count(); n != before {
+		t.Fatalf("%d bank_sim databases after a failed Init, %d before", n, before)
+	}
+}
+
+// TestSecondStartInTheSameSlot runs the tests whose second Start must
+// find the slot of the first, one after the other on a cache of their own:
+// in the shared warm cache a parallel test could take the slot between the
+// two starts, and a cache each would unpack the snapshot each time (about a
+// CPU-second). Serial top-level tests instead kept a core idle for 8 s.
+func TestSecondStartInTheSameSlot(t *testing.T) {
+	t.Parallel()
+	dir := cacheDir(t)
+	for _, tc := range []struct {
+		name string
+		run  func(*testing.T, string)
+	}{
+		{"LeftoversOfAKilledRun", inSlotLeftoversOfAKilledRunInTheSlot},
+		{"DetachedPostmasterOfAnOlderBankSim", inSlotDetachedPostmasterOfAnOlderBankSim},
+		{"AnInterruptedDropIsFinished", inSlotAnInterruptedDropIsFinishedInTheSlot},
+		{"KeptDatabaseIsTakenByTheNextRun", inSlotKeptDatabaseIsTakenByTheNextRun},
+	} {
+		t.Run(tc.name, func(t *testing.T) { tc.run(t, dir) })
 	}
 }
 
 // A run whose supervisor is SIGKILLed takes its server with it; the next
 // Start in that slot reuses the cluster, drops the killed run's scenario
 // databases and keeps its template.
-func TestLeftoversOfAKilledRunInTheSlot(t *testing.T) {
-	// Not parallel: it counts on the slots of the shared warm cache.
+func inSlotLeftoversOfAKilledRunInTheSlot(t *testing.T, dir string) {
 	ctx := context.Background()
-	dir := warmCache(t)
 	s, _ := start(t, Options{CacheDir: dir})
 	db, err := s.CreateDatabase(ctx, testTemplate, "orphan")
 	if err != nil {
@@ -421,9 +452,7 @@ func TestLeftoversOfAKilledRunInTheSlot(t *testing.T) {
 // An older bank-sim started its server through pg_ctl, which detaches it,
 // so a killed run could leave one running in a slot. The next Start that
 // takes the slot stops it and starts its own on the same cluster.
-func TestDetachedPostmasterOfAnOlderBankSim(t *testing.T) {
-	// Not parallel: it counts on the slots of the shared warm cache.
-	dir := warmCache(t)
+func inSlotDetachedPostmasterOfAnOlderBankSim(t *testing.T, dir string) {
 	s, _ := start(t, Options{CacheDir: dir})
 	data, slot := s.dataDir, s.slotPath
 	if err := s.Close(); err != nil {
