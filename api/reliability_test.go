@@ -231,9 +231,9 @@ func TestDrainLetsRequestsFinishWithinGrace(t *testing.T) {
 	}
 }
 
-// drainWithLockHeld holds Ada's account row locked for hold, sends 20
-// transfers from it, and drains the server with grace once all 20 have
-// claimed their key and wait on the row.
+// drainWithLockHeld holds Ada's account row locked for hold (or until the
+// drain is over, if sooner), sends 20 transfers from it, and drains the
+// server with grace once all 20 have claimed their key and wait on the row.
 func drainWithLockHeld(t *testing.T, grace, hold time.Duration) (map[int]int, *pgxpool.Pool, error, bool) {
 	t.Helper()
 	const n = 20
@@ -290,14 +290,22 @@ func drainWithLockHeld(t *testing.T, grace, hold time.Duration) (map[int]int, *p
 	// hold counts from here, once every request waits on the row: counted
 	// from the lock, a loaded machine could spend it on the claims, and the
 	// row would be free before the grace period ends.
+	// The row is let go after hold, or as soon as Drain has returned: held
+	// through the whole drain either way, and a drain that is cut short
+	// does not wait out the rest of hold.
+	drained := make(chan struct{})
 	unlocked := make(chan struct{})
 	go func() {
 		defer close(unlocked)
-		time.Sleep(hold)
+		select {
+		case <-time.After(hold):
+		case <-drained:
+		}
 		_ = locker.Rollback(ctx)
 	}()
 	t.Cleanup(func() { <-unlocked })
 	cut, drainErr := api.Drain(ls.srv, grace, stop)
+	close(drained)
 	if ls.running.Load() != 0 {
 		t.Errorf("Drain returned with %d handlers still running", ls.running.Load())
 	}

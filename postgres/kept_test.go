@@ -28,11 +28,9 @@ func keptCount(t *testing.T, s *Server, version string) int {
 // A database kept at the end of a run is taken by the next run in the slot,
 // as its last user left it, under a name of the new run; killed while it
 // uses it, that run leaves it to be dropped like any other leftover.
-func TestKeptDatabaseIsTakenByTheNextRun(t *testing.T) {
-	// Not parallel: it counts on the slots of the shared warm cache.
+func inSlotKeptDatabaseIsTakenByTheNextRun(t *testing.T, dir string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	dir := warmCache(t)
 	tpl := testTemplate
 	tpl.Version = "kept-" + randHex(4) // nobody else's kept databases
 	s, _ := start(t, Options{CacheDir: dir})

@@ -527,10 +527,8 @@ func invalidate(t *testing.T, admin *pgx.Conn, name string) {
 // A database left invalid by an interrupted DROP is dropped by the next
 // run in the slot, which starts; it once made every later Start fail with
 // "cannot alter invalid database".
-func TestAnInterruptedDropIsFinishedInTheSlot(t *testing.T) {
-	// Not parallel: it counts on the slots of the shared warm cache.
+func inSlotAnInterruptedDropIsFinishedInTheSlot(t *testing.T, dir string) {
 	ctx := context.Background()
-	dir := warmCache(t)
 	s, _ := start(t, Options{CacheDir: dir})
 	db, err := s.CreateDatabase(ctx, testTemplate, "half-dropped")
 	if err != nil {

@@ -23,6 +23,9 @@ import (
 // the promoted standby, and nothing of either pair is left running. The
 // exhaustive run repeats it: the loss must be certain, not likely.
 func TestFailoverStory(t *testing.T) {
+	// Beside the other tests: most of its time is two pairs of servers
+	// starting and failing over, on a cluster of their own.
+	t.Parallel()
 	s, ok := scenarios.Get("failover")
 	if !ok {
 		t.Fatal("no failover scenario")

@@ -48,6 +48,8 @@ func (o *pausingObserver) Held() time.Duration {
 // the watcher's: the events' clock and the story's duration leave the
 // pauses out, in order, as --timeline shows them.
 func TestStoryClockLeavesOutTheWatchersPauses(t *testing.T) {
+	// Beside the other tests: most of its time is the two pauses.
+	t.Parallel()
 	dbs := banks.OnServer(pgtest.Server(t), banks.Options{})
 	s, _ := scenarios.Get("lost-response")
 	obs := &pausingObserver{pause: time.Second, pauses: 2}
