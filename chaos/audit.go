@@ -155,6 +155,10 @@ func AloneNote(kind string) string {
 		return "refusal-in-second-transaction breaks it alone in some runs (seed 42's deterministic run of 100 intents; of free runs of 400 intents on seeds 1 to 6, seed 5's only); " +
 			"on others an intent whose key it lost is sent again (a second tap, a repeat after the cleanup), " +
 			"runs again, and " + KindReplay + " (and " + KindRejected + " when it then moves money) back it up"
+	case KindNegative:
+		return "bank-sim's own accounts table refuses a balance below zero (CHECK balance_kobo >= 0): a mistake that overdraws " +
+			"fails its debit with a 500 on every attempt instead, and " + KindUnresolved + " sees it (own-accounts-unchecked); " +
+			"the rule guards histories and targets whose databases have no such constraint"
 	case KindLedger:
 		return "credit-second-row breaks it and not " + KindTotal + " in the chaos run (the total kept), " +
 			"but the scenarios double-spend and key-misuse catch that mistake first"
