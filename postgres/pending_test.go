@@ -52,8 +52,21 @@ func killedMidCreate(t *testing.T, url string, admin *pgx.Conn) (killed, lookali
 	if _, err := admin.Exec(ctx, "CREATE DATABASE "+quote(lookalike)); err != nil {
 		t.Fatal(err)
 	}
-	s.owner.release()
+	releaseOwner(t, s, admin)
 	return killed, lookalike
+}
+
+// releaseOwner ends s's owner session, as a killed run's ends, and waits
+// until the server has let its advisory lock go: closing the connection
+// returns before the backend exits, and a prune that still sees the lock
+// held takes the run for alive (seen under load: the killed run's scratch
+// database listed as an ordinary unmarked one, not a pending orphan).
+func releaseOwner(t *testing.T, s *Server, admin *pgx.Conn) {
+	t.Helper()
+	key, _ := ownerOf(s.owner.name(""))
+	s.owner.release()
+	waitFor(t, admin, "the server to release the killed run's owner lock",
+		fmt.Sprintf("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1 AND granted AND classid::bigint = %d AND objid::bigint = %d", key>>32, key&0xffffffff), 0)
 }
 
 // cuttingProxy forwards connections to the server at url and returns a URL
@@ -206,10 +219,7 @@ func TestPruneDuringAKilledRunsCreateDropsWhatItCreates(t *testing.T) {
 	}
 	waitFor(t, admin, "the doomed CREATE DATABASE to wait for pg_database",
 		"SELECT least(count(*), 1) FROM pg_stat_activity WHERE query LIKE 'CREATE DATABASE%doomed%' AND wait_event_type = 'Lock'", 1)
-	key, _ := ownerOf(s.owner.name(""))
-	s.owner.release()
-	waitFor(t, admin, "the server to release the killed run's owner lock",
-		fmt.Sprintf("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1 AND granted AND classid::bigint = %d AND objid::bigint = %d", key>>32, key&0xffffffff), 0)
+	releaseOwner(t, s, admin)
 
 	type result struct {
 		found []Leftover
@@ -283,7 +293,7 @@ func TestATemplatesOwnCreateKilledBeforeItsMarkerIsDroppedByThisMachinesRecord(t
 	if _, err := admin.Exec(ctx, "CREATE DATABASE "+quote(lookalike)); err != nil {
 		t.Fatal(err)
 	}
-	s.owner.release()
+	releaseOwner(t, s, admin)
 	if _, ok := recordAge(killed); !ok {
 		t.Fatalf("no record of %s on this machine: its CREATE was cut off before it was marked", killed)
 	}
