@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -458,28 +457,10 @@ func inSlotDetachedPostmasterOfAnOlderBankSim(t *testing.T, dir string) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	bin, err := resolveBinaries(context.Background(), "")
-	if err != nil {
-		t.Fatal(err)
+	old, port := startDetachedPostmaster(t, data)
+	if !isPostmasterOf(old, data) {
+		t.Fatalf("pid %d on %s is not proven its postmaster", old, data)
 	}
-	var args []string
-	if os.Geteuid() == 0 {
-		// As the supervisor would run it: postgres refuses root.
-		args = []string{"setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"}
-	}
-	port, _ := freePort()
-	args = append(args, filepath.Join(bin.path, "bin", "pg_ctl"), "start", "-w", "-D", data, "-l", "/dev/null",
-		"-o", fmt.Sprintf("-p %d -c listen_addresses=127.0.0.1 -c unix_socket_directories=", port))
-	cmd := exec.Command(args[0], args[1:]...)
-	cmd.Dir = "/"
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("pg_ctl start: %v: %s", err, out)
-	}
-	old := readPidFile(data)
-	if !isPostmasterOf(old, data) || !accepts(port) {
-		t.Fatalf("no detached postmaster on %s (pid %d)", data, old)
-	}
-	t.Cleanup(func() { syscall.Kill(old, syscall.SIGKILL) })
 
 	s2, _ := start(t, Options{CacheDir: dir})
 	if s2.slotPath != slot {
