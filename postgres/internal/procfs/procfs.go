@@ -197,8 +197,15 @@ func ProvePostmaster(dataDir string, notBefore time.Time) (Postmaster, error) {
 	if !ok || p.State == 'Z' {
 		return Postmaster{}, nil
 	}
+	// gone: it exited (or became a zombie) while we looked, as a
+	// postmaster in its immediate shutdown does; /proc then answers
+	// errors that prove nothing either way.
+	gone := func() bool {
+		q, ok := Stat(pid)
+		return !ok || q.State == 'Z' || q.StartTime != p.StartTime
+	}
 	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
-	if errors.Is(err, fs.ErrNotExist) {
+	if errors.Is(err, fs.ErrNotExist) || err != nil && gone() {
 		return Postmaster{}, nil // a kernel thread, or gone
 	}
 	if errors.Is(err, fs.ErrPermission) && !sameOwner(pid, dataDir) {
@@ -239,12 +246,18 @@ func ProvePostmaster(dataDir string, notBefore time.Time) (Postmaster, error) {
 	}
 	cwd, err := os.Stat(fmt.Sprintf("/proc/%d/cwd", pid))
 	if err != nil {
+		if gone() {
+			return Postmaster{}, nil
+		}
 		return Postmaster{}, fmt.Errorf("%s whose working directory cannot be read (%v)", who, err)
 	}
 	if dfi, err := os.Lstat(dataDir); err != nil || !os.SameFile(cwd, dfi) {
+		if gone() {
+			return Postmaster{}, nil
+		}
 		return Postmaster{}, fmt.Errorf("%s working in another directory, not this data directory", who)
 	}
-	if q, ok := Stat(pid); !ok || q.StartTime != p.StartTime {
+	if gone() {
 		return Postmaster{}, nil // exited while we looked
 	}
 	return Postmaster{PID: pid, Start: p.StartTime}, nil
