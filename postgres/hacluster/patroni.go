@@ -18,6 +18,13 @@ package hacluster
 // expires and a replica takes over in seconds. fsync is off, as for the
 // pg_auto_failover formation.
 //
+// maximum_lag_on_failover is 1 GiB, not Patroni's 1 MiB: a drill that
+// stalls replication before it kills the leader wants a replica promoted
+// however far behind it is (that is the loss it measures), and a replica
+// more than the limit behind refuses to take over (CI: "My wal position
+// exceeds maximum replication lag", no failover within 2 minutes, after a
+// stall under load).
+//
 // use_pg_rewind is on (with wal_log_hints): when replication stalls before
 // a kill, the replica that was not promoted may have received more of the
 // old timeline than the one that was, and without a rewind it cannot
@@ -295,7 +302,7 @@ bootstrap:
     ttl: 10
     loop_wait: 1
     retry_timeout: 3
-    maximum_lag_on_failover: 1048576
+    maximum_lag_on_failover: 1073741824
     synchronous_mode: %[5]t
     postgresql:
       use_pg_rewind: true
