@@ -56,6 +56,33 @@ func killedMidCreate(t *testing.T, url string, admin *pgx.Conn) (killed, lookali
 	return killed, lookalike
 }
 
+// prunePendingOrphan prunes url dry, then for real, and checks both times
+// that the killed run's database (what it is, for the message) is a pending
+// orphan, dropped unless dry, and the look-alike an unmarked database, kept;
+// then that only the killed run's database is gone.
+func prunePendingOrphan(t *testing.T, url string, admin *pgx.Conn, killed, lookalike, what string, unmarked []string) {
+	t.Helper()
+	for _, dry := range []bool{true, false} {
+		_, found, err := PruneServer(context.Background(), url, dry)
+		if err != nil {
+			t.Fatal(err)
+		}
+		states := map[string]Leftover{}
+		for _, l := range found {
+			states[l.Name] = l
+		}
+		if l := states[killed]; l.State != Orphan || !l.Pending || l.Dropped == dry || l.Err != nil {
+			t.Errorf("dryRun=%v: the killed run's %s is %+v; want a pending orphan, dropped unless dry", dry, what, l)
+		}
+		if l := states[lookalike]; l.State != Unmarked || l.Pending || l.Dropped {
+			t.Errorf("dryRun=%v: the look-alike is %+v; want unmarked, kept", dry, l)
+		}
+	}
+	have := databases(t, admin)
+	requireAbsent(t, have, []string{killed}, "after prune")
+	requirePresent(t, have, append([]string{lookalike}, unmarked...), "after prune")
+}
+
 // releaseOwner ends s's owner session, as a killed run's ends, and waits
 // until the server has let its advisory lock go: closing the connection
 // returns before the backend exits, and a prune that still sees the lock
@@ -152,25 +179,7 @@ func TestADatabaseKilledBeforeItsMarkerIsDroppedByItsTemplatesWord(t *testing.T)
 
 	killed, lookalike := killedMidCreate(t, url, admin)
 	requirePresent(t, databases(t, admin), []string{killed, lookalike}, "right after the kill")
-	for _, dry := range []bool{true, false} {
-		_, found, err := PruneServer(ctx, url, dry)
-		if err != nil {
-			t.Fatal(err)
-		}
-		states := map[string]Leftover{}
-		for _, l := range found {
-			states[l.Name] = l
-		}
-		if l := states[killed]; l.State != Orphan || !l.Pending || l.Dropped == dry || l.Err != nil {
-			t.Errorf("dryRun=%v: the killed run's unmarked database is %+v; want a pending orphan, dropped unless dry", dry, l)
-		}
-		if l := states[lookalike]; l.State != Unmarked || l.Pending || l.Dropped {
-			t.Errorf("dryRun=%v: the look-alike is %+v; want unmarked, kept", dry, l)
-		}
-	}
-	have := databases(t, admin)
-	requireAbsent(t, have, []string{killed}, "after prune")
-	requirePresent(t, have, append([]string{lookalike}, unmarked...), "after prune")
+	prunePendingOrphan(t, url, admin, killed, lookalike, "unmarked database", unmarked)
 
 	killed2, lookalike2 := killedMidCreate(t, url, admin)
 	next, err := Start(ctx, Options{URL: url})
@@ -178,7 +187,7 @@ func TestADatabaseKilledBeforeItsMarkerIsDroppedByItsTemplatesWord(t *testing.T)
 		t.Fatal(err)
 	}
 	defer next.Close()
-	have = databases(t, admin)
+	have := databases(t, admin)
 	requireAbsent(t, have, []string{killed2}, "after the next run started")
 	requirePresent(t, have, append([]string{lookalike, lookalike2}, unmarked...), "after the next run started")
 }
@@ -297,25 +306,7 @@ func TestATemplatesOwnCreateKilledBeforeItsMarkerIsDroppedByThisMachinesRecord(t
 	if _, ok := recordAge(killed); !ok {
 		t.Fatalf("no record of %s on this machine: its CREATE was cut off before it was marked", killed)
 	}
-	for _, dry := range []bool{true, false} {
-		_, found, err := PruneServer(ctx, url, dry)
-		if err != nil {
-			t.Fatal(err)
-		}
-		states := map[string]Leftover{}
-		for _, l := range found {
-			states[l.Name] = l
-		}
-		if l := states[killed]; l.State != Orphan || !l.Pending || l.Dropped == dry || l.Err != nil {
-			t.Errorf("dryRun=%v: the killed run's scratch database is %+v; want a pending orphan, dropped unless dry", dry, l)
-		}
-		if l := states[lookalike]; l.State != Unmarked || l.Pending || l.Dropped {
-			t.Errorf("dryRun=%v: the look-alike is %+v; want unmarked, kept", dry, l)
-		}
-	}
-	have := databases(t, admin)
-	requireAbsent(t, have, []string{killed}, "after prune")
-	requirePresent(t, have, append([]string{lookalike}, unmarked...), "after prune")
+	prunePendingOrphan(t, url, admin, killed, lookalike, "scratch database", unmarked)
 	if _, ok := recordAge(killed); ok {
 		t.Errorf("the record of %s outlived its database", killed)
 	}
