@@ -67,13 +67,54 @@ func TestPruneSparesAProcessThatOnlyLooksLikeAPostmaster(t *testing.T) {
 	if _, _, err := PruneCache(cache, false); err != nil {
 		t.Fatal(err)
 	}
-	// A signal is delivered before kill(2) returns: had prune sent one, the
-	// sleep would be exiting now; a moment lets its exit be seen.
+	// No window to wait out: a signal prune sent is, once kill(2) has
+	// returned, either still pending or being acted on (the process
+	// exiting), and the shell catches none, so any signal would kill it.
 	select {
 	case err := <-exited:
 		t.Fatalf("prune signalled process %d, a shell whose argv only says postgres: %v", pid, err)
-	case <-time.After(200 * time.Millisecond):
+	default:
 	}
+	if why := signalled(t, pid); why != "" {
+		t.Fatalf("prune signalled process %d, a shell whose argv only says postgres: %s", pid, why)
+	}
+}
+
+// signalled says how process pid shows a signal sent to it ("" for none):
+// one pending (SigPnd, ShdPnd in /proc/PID/status), or its exit under way
+// (PF_EXITING in /proc/PID/stat's flags, or a zombie), which is what a
+// fatal signal's delivery leaves once kill(2) has returned.
+func signalled(t *testing.T, pid int) string {
+	t.Helper()
+	const pfExiting = 0x4
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return fmt.Sprintf("it is gone: %v", err)
+	}
+	// After the command's name (which may hold spaces): state, ppid, pgrp,
+	// session, tty, tpgid, flags.
+	f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+	if len(f) < 7 {
+		t.Fatalf("/proc/%d/stat: %q", pid, stat)
+	}
+	var flags uint64
+	if _, err := fmt.Sscan(f[6], &flags); err != nil {
+		t.Fatalf("/proc/%d/stat flags %q: %v", pid, f[6], err)
+	}
+	if f[0] == "Z" || f[0] == "X" || flags&pfExiting != 0 {
+		return fmt.Sprintf("it is exiting (state %s, flags %#x)", f[0], flags)
+	}
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return fmt.Sprintf("it is gone: %v", err)
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		name, mask, ok := strings.Cut(line, ":\t")
+		if ok && (name == "SigPnd" || name == "ShdPnd") && strings.Trim(mask, "0") != "" {
+			return fmt.Sprintf("a signal is pending (%s %s)", name, mask)
+		}
+	}
+	return ""
 }
 
 // startDetachedPostmaster starts a server on data through pg_ctl, which
