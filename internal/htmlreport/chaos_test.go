@@ -460,4 +460,36 @@ func TestTimelineDrawsTheRequestSentWithoutAKey(t *testing.T) {
 	if !strings.Contains(out, "without a key") || !strings.Contains(out, "refused, as they must be") {
 		t.Error("the run's table does not count the requests sent without a key")
 	}
+	// The plots' numbers: the keyless request is a request finished (and
+	// its latency counted), but it settles nothing; intent-4 settles once.
+	settled, finished := bucketTotals(t, out)
+	if finished != all+1 {
+		t.Errorf("the buckets count %d attempts finished, want %d attempts and the keyless request", finished, all+1)
+	}
+	if settled != len(h.Intents) {
+		t.Errorf("the buckets count %d intents settled, want %d", settled, len(h.Intents))
+	}
+}
+
+// bucketTotals sums the plots' table, bucket by bucket: intents settled
+// and attempts finished.
+func bucketTotals(t *testing.T, out string) (settled, finished int) {
+	t.Helper()
+	_, table, ok := strings.Cut(out, `<table id="buckets">`)
+	if !ok {
+		t.Fatal("no table of buckets")
+	}
+	table, _, _ = strings.Cut(table, "</table>")
+	row := regexp.MustCompile(`<tr><td>[^<]*</td><td>[^<]*</td><td class="num">(\d+)</td><td class="num">(\d+)</td>`)
+	rows := row.FindAllStringSubmatch(table, -1)
+	if len(rows) == 0 {
+		t.Fatalf("no bucket rows in %.300s", table)
+	}
+	for _, m := range rows {
+		var s, f int
+		fmt.Sscan(m[1], &s)
+		fmt.Sscan(m[2], &f)
+		settled, finished = settled+s, finished+f
+	}
+	return settled, finished
 }

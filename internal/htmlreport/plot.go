@@ -48,14 +48,16 @@ func overTimeHTML(h *chaos.History, res chaos.Result, c clock) template.HTML {
 	for i := range h.Intents {
 		in := &h.Intents[i]
 		settled := false
-		for _, a := range in.Attempts {
+		// Every request the server met, the one sent without the key too;
+		// only the key's answers settle the intent.
+		for _, a := range in.Requests() {
 			k := at(a.EndNs)
 			bs[k].attempts++
 			bs[k].lat = append(bs[k].lat, a.EndNs-a.StartNs)
 			if a.Fault != "" {
 				bs[at(a.StartNs)].faults++
 			}
-			if !settled && a.Seen != chaos.SeenUnknown {
+			if !settled && a != in.Keyless && a.Seen != chaos.SeenUnknown {
 				settled = true
 				bs[k].settled++
 			}
