@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -137,6 +138,45 @@ func TestEffectsRowsCommitWithTheTransfer(t *testing.T) {
 	}
 	if len(p.Messages()) != 0 || len(l.Records(outbox.TransfersTopic)) != 0 {
 		t.Error("something was sent before a dispatcher ran")
+	}
+}
+
+// Every committed transfer writes its event row, a move between one user's
+// own accounts too; the no-event-for-own-accounts mistake writes none for
+// that move (Ada's savings to her current account), and still writes the
+// SMS row, and the event of a transfer to another user.
+func TestEveryTransferWritesItsEventRow(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		flaws  outbox.Flaws
+		events string // the transfers with an event row
+	}{
+		{"correct", outbox.Flaws{}, "1,2"},
+		{"no event between own accounts", outbox.Flaws{NoEventForOwnAccounts: true}, "2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			pool := pgtest.NewBankWith(t, pgtest.BankOptions{Accounts: pgtest.MixedAccounts})
+			h := &idem.Handler{DB: pool, Store: &idem.Store{},
+				Effects: &outbox.Effects{DB: pool, SMS: outbox.NewProvider(1), Log: outbox.NewLog(3), Flaws: tc.flaws}}
+			for i, body := range []bank.TransferRequest{{From: 12, To: 11, AmountKobo: 150_000}, {From: 11, To: 21, AmountKobo: 100_000}} {
+				req := idem.Request{UserID: 1, Key: fmt.Sprintf("own-accounts-key-%04d", i), Body: body.Body()}
+				if resp, err := h.Handle(context.Background(), req); err != nil || resp.Status != 201 {
+					t.Fatalf("transfer %+v: %v %v", body, resp, err)
+				}
+			}
+			var events, sms string
+			if err := pool.QueryRow(context.Background(), `
+				SELECT coalesce(string_agg(transfer_id::text, ',' ORDER BY transfer_id) FILTER (WHERE kind = 'event'), ''),
+				       coalesce(string_agg(transfer_id::text, ',' ORDER BY transfer_id) FILTER (WHERE kind = 'sms'), '')
+				FROM outbox`).Scan(&events, &sms); err != nil {
+				t.Fatal(err)
+			}
+			if events != tc.events || sms != "1,2" {
+				t.Errorf("event rows for transfers %q, SMS rows for %q; want events for %q, SMS for 1,2", events, sms, tc.events)
+			}
+		})
 	}
 }
 

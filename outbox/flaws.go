@@ -17,6 +17,11 @@ type Flaws struct {
 	// PublishAfterCommit publishes after the commit: a crash in between
 	// loses the event.
 	PublishAfterCommit bool `json:"publishAfterCommit,omitempty"`
+	// NoEventForOwnAccounts writes no event outbox row for a transfer
+	// between two accounts of one user, as if no other service cared about
+	// a customer moving money between their own accounts: the services
+	// that follow the transfers topic never hear of it.
+	NoEventForOwnAccounts bool `json:"noEventForOwnAccounts,omitempty"`
 	// NoProviderKey sends without the outbox row's id as the provider's
 	// idempotency key: a dispatcher that sent and died before marking sends
 	// a second SMS.
@@ -50,6 +55,7 @@ func (f Flaws) Or(g Flaws) Flaws {
 		SMSAfterCommit:          f.SMSAfterCommit || g.SMSAfterCommit,
 		PublishInTransaction:    f.PublishInTransaction || g.PublishInTransaction,
 		PublishAfterCommit:      f.PublishAfterCommit || g.PublishAfterCommit,
+		NoEventForOwnAccounts:   f.NoEventForOwnAccounts || g.NoEventForOwnAccounts,
 		NoProviderKey:           f.NoProviderKey || g.NoProviderKey,
 		NoSkipLocked:            f.NoSkipLocked || g.NoSkipLocked,
 		NoClaimToken:            f.NoClaimToken || g.NoClaimToken,

@@ -235,6 +235,12 @@ func All() []Bug {
 			Outbox:      outbox.Flaws{PublishAfterCommit: true},
 		},
 		{
+			Name:        "no-event-for-own-accounts",
+			Mistake:     "A transfer between two accounts of the same user writes no event outbox row, as if no other service cared about a customer moving money between their own accounts",
+			Consequence: "The services that follow the transfers topic (statements, fraud checks, notifications) never hear of those moves: their view of the accounts misses money that moved",
+			Outbox:      outbox.Flaws{NoEventForOwnAccounts: true},
+		},
+		{
 			Name:        "no-provider-key",
 			Mistake:     "The dispatcher sends the SMS without the outbox row's id as the provider's idempotency key",
 			Consequence: "A dispatcher that sent and crashed before marking the row done, or whose answer timed out, sends the SMS again: two messages",
