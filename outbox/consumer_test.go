@@ -106,6 +106,57 @@ func TestConsumerCrashBetweenEffectAndOffset(t *testing.T) {
 	}
 }
 
+// A consumer that dies at its first chance before the offset commit: the
+// correct one commits the marker with the effect, so it dies after both,
+// and the redelivery is skipped; marker-after-effect commits the marker in
+// a transaction of its own, dies between the two commits, and the
+// redelivery finds no marker and notifies Bola a second time.
+func TestConsumerCrashBeforeItsMarker(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		flaws   outbox.Flaws
+		applied int // by the restarted consumer
+		effects int // notifications for the event
+	}{
+		{"marker with the effect", outbox.Flaws{}, 0, 1},
+		{"marker after the effect", outbox.Flaws{MarkerAfterEffect: true}, 1, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			pool := pgtest.NewBank(t, 4)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			l := outbox.NewLog(1)
+			value, _ := json.Marshal(outbox.Event{Type: "transfer.created",
+				Receipt: bank.Receipt{TransferID: 1, From: 1, To: 2, AmountKobo: 100}})
+			if _, err := l.Publish(ctx, outbox.TransfersTopic, "account-1", "evt-1", 1, value); err != nil {
+				t.Fatal(err)
+			}
+			crash := errors.New("crash")
+			dies := func(context.Context, outbox.Record) error { return crash }
+			c := &outbox.Consumer{DB: pool, Name: "notifier", Flaws: tc.flaws, Between: dies, AfterEffect: dies}
+			if _, _, err := c.Run(ctx, l.Join("notifier", outbox.TransfersTopic)); !errors.Is(err, crash) {
+				t.Fatalf("run: %v, want the crash", err)
+			}
+			c.Between, c.AfterEffect = nil, nil
+			applied, skipped, err := c.Run(ctx, l.Join("notifier", outbox.TransfersTopic))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if applied != tc.applied || skipped != 1-tc.applied {
+				t.Errorf("restarted: applied %d, skipped %d; want applied %d", applied, skipped, tc.applied)
+			}
+			if n := count(t, pool, "SELECT count(*) FROM notifications WHERE event_id = 'evt-1' AND account_id = 2"); n != tc.effects {
+				t.Errorf("%d notifications, want %d", n, tc.effects)
+			}
+			if n := count(t, pool, "SELECT count(*) FROM processed_events WHERE event_id = 'evt-1'"); n != 1 {
+				t.Errorf("%d markers, want 1", n)
+			}
+		})
+	}
+}
+
 // The transfer's outbox rows exist if and only if its transaction commits:
 // a failure just before COMMIT leaves none; a success leaves one SMS row and
 // one event row; its replay adds nothing.

@@ -35,6 +35,11 @@ type Flaws struct {
 	// NoDedup makes the consumer apply every delivery, without the
 	// processed-events marker.
 	NoDedup bool `json:"noDedup,omitempty"`
+	// MarkerAfterEffect checks the processed-events marker, commits the
+	// effect, and then commits the marker in a transaction of its own: a
+	// consumer that dies between the two commits is redelivered an event
+	// whose effect is applied and not marked, and applies it again.
+	MarkerAfterEffect bool `json:"markerAfterEffect,omitempty"`
 	// OffsetBeforeEffect commits the consumer's offset before applying the
 	// effect: a crash in between loses the event.
 	OffsetBeforeEffect bool `json:"offsetBeforeEffect,omitempty"`
@@ -60,6 +65,7 @@ func (f Flaws) Or(g Flaws) Flaws {
 		NoSkipLocked:            f.NoSkipLocked || g.NoSkipLocked,
 		NoClaimToken:            f.NoClaimToken || g.NoClaimToken,
 		NoDedup:                 f.NoDedup || g.NoDedup,
+		MarkerAfterEffect:       f.MarkerAfterEffect || g.MarkerAfterEffect,
 		OffsetBeforeEffect:      f.OffsetBeforeEffect || g.OffsetBeforeEffect,
 		LockReleaseWithoutToken: f.LockReleaseWithoutToken || g.LockReleaseWithoutToken,
 		ShipReadThenWrite:       f.ShipReadThenWrite || g.ShipReadThenWrite,

@@ -265,6 +265,12 @@ func All() []Bug {
 			Outbox:      outbox.Flaws{NoDedup: true},
 		},
 		{
+			Name:        "marker-after-effect",
+			Mistake:     "The consumer checks its processed-events marker, applies the event, and writes the marker in a transaction of its own after the effect's",
+			Consequence: "A crash between the two commits leaves the effect without its marker: the redelivered event finds none and is applied twice",
+			Outbox:      outbox.Flaws{MarkerAfterEffect: true},
+		},
+		{
 			Name:        "offset-before-effect",
 			Mistake:     "The consumer commits its offset before applying the event",
 			Consequence: "A crash between the two loses the event: the log will not deliver it again, and its effect never happens",
