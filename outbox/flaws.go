@@ -47,6 +47,10 @@ type Flaws struct {
 	// instead of compare-and-delete: a holder whose lock expired deletes the
 	// next holder's.
 	LockReleaseWithoutToken bool `json:"lockReleaseWithoutToken,omitempty"`
+	// LockGetThenSet takes the external lock with a GET, then a SET if the
+	// key was free, instead of one SET NX: two servers that try at once
+	// both find it free, both set it, and both go on as its holder.
+	LockGetThenSet bool `json:"lockGetThenSet,omitempty"`
 	// ShipReadThenWrite marks an order shipped by reading its status and
 	// then writing 'shipped' unconditionally: two concurrent calls both see
 	// 'paid' and both report "shipped".
@@ -68,6 +72,7 @@ func (f Flaws) Or(g Flaws) Flaws {
 		MarkerAfterEffect:       f.MarkerAfterEffect || g.MarkerAfterEffect,
 		OffsetBeforeEffect:      f.OffsetBeforeEffect || g.OffsetBeforeEffect,
 		LockReleaseWithoutToken: f.LockReleaseWithoutToken || g.LockReleaseWithoutToken,
+		LockGetThenSet:          f.LockGetThenSet || g.LockGetThenSet,
 		ShipReadThenWrite:       f.ShipReadThenWrite || g.ShipReadThenWrite,
 	}
 }

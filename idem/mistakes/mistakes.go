@@ -283,6 +283,12 @@ func All() []Bug {
 			Outbox:      outbox.Flaws{LockReleaseWithoutToken: true},
 		},
 		{
+			Name:        "lock-get-then-set",
+			Mistake:     "The lock outside the database is taken with a GET, then a SET when the key was free, instead of one SET NX",
+			Consequence: "Two servers that try at once (a duplicated request, a retry beside a late one) both find the key free and both set it: two holders, each sure the lock is its own",
+			Outbox:      outbox.Flaws{LockGetThenSet: true},
+		},
+		{
 			Name:        "ship-read-then-write",
 			Mistake:     "mark-shipped reads the status, checks it in code, and writes 'shipped' unconditionally",
 			Consequence: "Two deliveries of one request at once both read 'paid' and both answer \"shipped\": the order is handed to the courier twice",
