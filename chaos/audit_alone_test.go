@@ -36,6 +36,9 @@ var soleCatches = []struct {
 	// consumer-crash between the effect's commit and the marker's, a
 	// point consumer-redelivery's crash (after both) never reaches.
 	{chaos.KindEffectTwice, "marker-after-effect", nil},
+	// Two acquisitions at once (a duplicated request), which
+	// external-lock's taps, one at a time, never make.
+	{chaos.KindLockTwoHolder, "lock-get-then-set", nil},
 }
 
 // Each rule's sole mistake gets past every scenario, and past the chaos run
