@@ -30,6 +30,15 @@ var soleCatches = []struct {
 	// The accounts table's CHECK (balance_kobo >= 0) turns its overdraw
 	// into a 500 on every attempt: an intent that never settles.
 	{chaos.KindUnresolved, "own-accounts-unchecked", nil},
+	// A transfer between one user's two accounts, which the scenarios
+	// never make, writes no event row.
+	{chaos.KindEventLost, "no-event-for-own-accounts", nil},
+	// consumer-crash between the effect's commit and the marker's, a
+	// point consumer-redelivery's crash (after both) never reaches.
+	{chaos.KindEffectTwice, "marker-after-effect", nil},
+	// Two acquisitions at once (a duplicated request), which
+	// external-lock's taps, one at a time, never make.
+	{chaos.KindLockTwoHolder, "lock-get-then-set", nil},
 }
 
 // Each rule's sole mistake gets past every scenario, and past the chaos run

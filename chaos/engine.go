@@ -307,6 +307,9 @@ func newEngineOn(db bank.DB, cfg Config, s *sched) *engine {
 	store := &idem.Store{NewLockID: idem.SeededLockIDs(cfg.Seed)}
 	e.store = store
 	e.sms, e.log, e.locks = outbox.NewProvider(cfg.Seed), outbox.NewLog(3), outbox.NewLocks(clock.Now)
+	// Code that takes the lock in two commands meets the others between
+	// them: a round trip to Redis, or a step of the scheduler.
+	e.locks.RoundTrip = func(ctx context.Context) { e.sched.sleep(ctx, lockRoundTrip, "the lock: between GET and SET") }
 	var flaws outbox.Flaws
 	if cfg.Bug != nil {
 		flaws = cfg.Bug.Outbox
@@ -352,6 +355,10 @@ func newEngineOn(db bank.DB, cfg Config, s *sched) *engine {
 	return e
 }
 
+// lockRoundTrip is a free run's round trip to the lock service, between
+// two commands of code that sends them apart.
+const lockRoundTrip = 200 * time.Microsecond
+
 // behindLock puts the lock outside the database in front of a server, as
 // the article's Redis: SET NX PX for the key's TTL before the work (409 when
 // another holds it), compare-and-delete after. A holder stopped by
@@ -359,7 +366,7 @@ func newEngineOn(db bank.DB, cfg Config, s *sched) *engine {
 // PostgreSQL, not the lock, is what stops its late commit.
 func (e *engine) behindLock(serve faults.Server, tokens func() string, flaws outbox.Flaws) faults.Server {
 	return func(ctx context.Context, req idem.Request) (bank.Response, error) {
-		lk, ok := e.locks.Acquire(fmt.Sprintf("idem-lock:%d:%s", req.UserID, req.Key), tokens(), idem.DefaultLockTTL)
+		lk, ok := e.locks.AcquireWith(ctx, fmt.Sprintf("idem-lock:%d:%s", req.UserID, req.Key), tokens(), idem.DefaultLockTTL, flaws)
 		if !ok {
 			return idem.InProgress(), nil
 		}

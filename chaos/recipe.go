@@ -382,7 +382,7 @@ func firingText(f outbox.Firing) string {
 		}
 		return fmt.Sprintf("provider-timeout on %s, %s: the provider accepts it and its answer is lost", on, nth)
 	case outbox.FaultConsumerCrash:
-		return fmt.Sprintf("consumer-crash on event %s, %s: the consumer dies between its two steps, the effect and the offset commit, in the order its code takes them", f.On, nth)
+		return fmt.Sprintf("consumer-crash on event %s, %s: the consumer dies after a commit of its own and before its offset commit (or the offset first, in the order its code takes them; and between the effect and the processed-events marker, when its code commits them apart)", f.On, nth)
 	}
 	return fmt.Sprintf("%s on %s, %s", f.Fault, f.On, nth)
 }

@@ -119,7 +119,7 @@ func parseServeBug(name string) (*mistakes.Bug, error) {
 	if bug.AsyncReplication {
 		return nil, usageError("--bug %s is the database's mistake, not the server's: serve runs on one PostgreSQL with no standby to fail over to. See it with: bank-sim scenario failover --bug %s, or bank-sim chaos --failover --bug %s", name, name, name)
 	}
-	if o := bug.Outbox; o.PublishInTransaction || o.PublishAfterCommit || o.NoDedup || o.OffsetBeforeEffect || o.LockReleaseWithoutToken || o.ShipReadThenWrite {
+	if o := bug.Outbox; o.PublishInTransaction || o.PublishAfterCommit || o.NoEventForOwnAccounts || o.NoDedup || o.MarkerAfterEffect || o.OffsetBeforeEffect || o.LockReleaseWithoutToken || o.LockGetThenSet || o.ShipReadThenWrite {
 		return nil, usageError("--bug %s is in a part serve does not run: serve sends each transfer's SMS through its outbox, and has no message log, consumer, external lock or orders. See it with: bank-sim scenario --all --bug %s", name, name)
 	}
 	return bug, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -105,6 +106,57 @@ func TestConsumerCrashBetweenEffectAndOffset(t *testing.T) {
 	}
 }
 
+// A consumer that dies at its first chance before the offset commit: the
+// correct one commits the marker with the effect, so it dies after both,
+// and the redelivery is skipped; marker-after-effect commits the marker in
+// a transaction of its own, dies between the two commits, and the
+// redelivery finds no marker and notifies Bola a second time.
+func TestConsumerCrashBeforeItsMarker(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		flaws   outbox.Flaws
+		applied int // by the restarted consumer
+		effects int // notifications for the event
+	}{
+		{"marker with the effect", outbox.Flaws{}, 0, 1},
+		{"marker after the effect", outbox.Flaws{MarkerAfterEffect: true}, 1, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			pool := pgtest.NewBank(t, 4)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			l := outbox.NewLog(1)
+			value, _ := json.Marshal(outbox.Event{Type: "transfer.created",
+				Receipt: bank.Receipt{TransferID: 1, From: 1, To: 2, AmountKobo: 100}})
+			if _, err := l.Publish(ctx, outbox.TransfersTopic, "account-1", "evt-1", 1, value); err != nil {
+				t.Fatal(err)
+			}
+			crash := errors.New("crash")
+			dies := func(context.Context, outbox.Record) error { return crash }
+			c := &outbox.Consumer{DB: pool, Name: "notifier", Flaws: tc.flaws, Between: dies, AfterEffect: dies}
+			if _, _, err := c.Run(ctx, l.Join("notifier", outbox.TransfersTopic)); !errors.Is(err, crash) {
+				t.Fatalf("run: %v, want the crash", err)
+			}
+			c.Between, c.AfterEffect = nil, nil
+			applied, skipped, err := c.Run(ctx, l.Join("notifier", outbox.TransfersTopic))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if applied != tc.applied || skipped != 1-tc.applied {
+				t.Errorf("restarted: applied %d, skipped %d; want applied %d", applied, skipped, tc.applied)
+			}
+			if n := count(t, pool, "SELECT count(*) FROM notifications WHERE event_id = 'evt-1' AND account_id = 2"); n != tc.effects {
+				t.Errorf("%d notifications, want %d", n, tc.effects)
+			}
+			if n := count(t, pool, "SELECT count(*) FROM processed_events WHERE event_id = 'evt-1'"); n != 1 {
+				t.Errorf("%d markers, want 1", n)
+			}
+		})
+	}
+}
+
 // The transfer's outbox rows exist if and only if its transaction commits:
 // a failure just before COMMIT leaves none; a success leaves one SMS row and
 // one event row; its replay adds nothing.
@@ -137,6 +189,45 @@ func TestEffectsRowsCommitWithTheTransfer(t *testing.T) {
 	}
 	if len(p.Messages()) != 0 || len(l.Records(outbox.TransfersTopic)) != 0 {
 		t.Error("something was sent before a dispatcher ran")
+	}
+}
+
+// Every committed transfer writes its event row, a move between one user's
+// own accounts too; the no-event-for-own-accounts mistake writes none for
+// that move (Ada's savings to her current account), and still writes the
+// SMS row, and the event of a transfer to another user.
+func TestEveryTransferWritesItsEventRow(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		flaws  outbox.Flaws
+		events string // the transfers with an event row
+	}{
+		{"correct", outbox.Flaws{}, "1,2"},
+		{"no event between own accounts", outbox.Flaws{NoEventForOwnAccounts: true}, "2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			pool := pgtest.NewBankWith(t, pgtest.BankOptions{Accounts: pgtest.MixedAccounts})
+			h := &idem.Handler{DB: pool, Store: &idem.Store{},
+				Effects: &outbox.Effects{DB: pool, SMS: outbox.NewProvider(1), Log: outbox.NewLog(3), Flaws: tc.flaws}}
+			for i, body := range []bank.TransferRequest{{From: 12, To: 11, AmountKobo: 150_000}, {From: 11, To: 21, AmountKobo: 100_000}} {
+				req := idem.Request{UserID: 1, Key: fmt.Sprintf("own-accounts-key-%04d", i), Body: body.Body()}
+				if resp, err := h.Handle(context.Background(), req); err != nil || resp.Status != 201 {
+					t.Fatalf("transfer %+v: %v %v", body, resp, err)
+				}
+			}
+			var events, sms string
+			if err := pool.QueryRow(context.Background(), `
+				SELECT coalesce(string_agg(transfer_id::text, ',' ORDER BY transfer_id) FILTER (WHERE kind = 'event'), ''),
+				       coalesce(string_agg(transfer_id::text, ',' ORDER BY transfer_id) FILTER (WHERE kind = 'sms'), '')
+				FROM outbox`).Scan(&events, &sms); err != nil {
+				t.Fatal(err)
+			}
+			if events != tc.events || sms != "1,2" {
+				t.Errorf("event rows for transfers %q, SMS rows for %q; want events for %q, SMS for 1,2", events, sms, tc.events)
+			}
+		})
 	}
 }
 

@@ -115,6 +115,10 @@ func (e *Effects) InTx(ctx context.Context, tx pgx.Tx, userID int64, rc bank.Rec
 			e.note("the event for transfer %d was published before COMMIT", rc.TransferID)
 		case e.Flaws.PublishAfterCommit:
 			// The mistake: published after COMMIT, if the server lives.
+		case e.Flaws.NoEventForOwnAccounts && ownAccounts(ctx, tx, rc):
+			// The mistake: a move between one customer's own accounts
+			// is taken for nobody else's business, and writes no event.
+			e.note("no event for transfer %d: both accounts are its sender's", rc.TransferID)
 		default:
 			payload, err := eventPayload("", rc)
 			if err != nil {
@@ -163,6 +167,14 @@ func (e *Effects) publishDirect(ctx context.Context, rc bank.Receipt) error {
 		return fmt.Errorf("publish the event: %w", err)
 	}
 	return nil
+}
+
+// ownAccounts reports whether rc's two accounts have one owner (false if
+// the lookup fails: the event is written, as for any other transfer).
+func ownAccounts(ctx context.Context, q bank.Querier, rc bank.Receipt) bool {
+	var same bool
+	err := q.QueryRow(ctx, "SELECT count(DISTINCT owner_id) = 1 FROM accounts WHERE id IN ($1, $2)", rc.From, rc.To).Scan(&same)
+	return err == nil && same
 }
 
 // accountKey keys a transfer's event by the account it debits, so that one

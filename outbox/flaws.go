@@ -17,6 +17,11 @@ type Flaws struct {
 	// PublishAfterCommit publishes after the commit: a crash in between
 	// loses the event.
 	PublishAfterCommit bool `json:"publishAfterCommit,omitempty"`
+	// NoEventForOwnAccounts writes no event outbox row for a transfer
+	// between two accounts of one user, as if no other service cared about
+	// a customer moving money between their own accounts: the services
+	// that follow the transfers topic never hear of it.
+	NoEventForOwnAccounts bool `json:"noEventForOwnAccounts,omitempty"`
 	// NoProviderKey sends without the outbox row's id as the provider's
 	// idempotency key: a dispatcher that sent and died before marking sends
 	// a second SMS.
@@ -30,6 +35,11 @@ type Flaws struct {
 	// NoDedup makes the consumer apply every delivery, without the
 	// processed-events marker.
 	NoDedup bool `json:"noDedup,omitempty"`
+	// MarkerAfterEffect checks the processed-events marker, commits the
+	// effect, and then commits the marker in a transaction of its own: a
+	// consumer that dies between the two commits is redelivered an event
+	// whose effect is applied and not marked, and applies it again.
+	MarkerAfterEffect bool `json:"markerAfterEffect,omitempty"`
 	// OffsetBeforeEffect commits the consumer's offset before applying the
 	// effect: a crash in between loses the event.
 	OffsetBeforeEffect bool `json:"offsetBeforeEffect,omitempty"`
@@ -37,6 +47,10 @@ type Flaws struct {
 	// instead of compare-and-delete: a holder whose lock expired deletes the
 	// next holder's.
 	LockReleaseWithoutToken bool `json:"lockReleaseWithoutToken,omitempty"`
+	// LockGetThenSet takes the external lock with a GET, then a SET if the
+	// key was free, instead of one SET NX: two servers that try at once
+	// both find it free, both set it, and both go on as its holder.
+	LockGetThenSet bool `json:"lockGetThenSet,omitempty"`
 	// ShipReadThenWrite marks an order shipped by reading its status and
 	// then writing 'shipped' unconditionally: two concurrent calls both see
 	// 'paid' and both report "shipped".
@@ -50,12 +64,15 @@ func (f Flaws) Or(g Flaws) Flaws {
 		SMSAfterCommit:          f.SMSAfterCommit || g.SMSAfterCommit,
 		PublishInTransaction:    f.PublishInTransaction || g.PublishInTransaction,
 		PublishAfterCommit:      f.PublishAfterCommit || g.PublishAfterCommit,
+		NoEventForOwnAccounts:   f.NoEventForOwnAccounts || g.NoEventForOwnAccounts,
 		NoProviderKey:           f.NoProviderKey || g.NoProviderKey,
 		NoSkipLocked:            f.NoSkipLocked || g.NoSkipLocked,
 		NoClaimToken:            f.NoClaimToken || g.NoClaimToken,
 		NoDedup:                 f.NoDedup || g.NoDedup,
+		MarkerAfterEffect:       f.MarkerAfterEffect || g.MarkerAfterEffect,
 		OffsetBeforeEffect:      f.OffsetBeforeEffect || g.OffsetBeforeEffect,
 		LockReleaseWithoutToken: f.LockReleaseWithoutToken || g.LockReleaseWithoutToken,
+		LockGetThenSet:          f.LockGetThenSet || g.LockGetThenSet,
 		ShipReadThenWrite:       f.ShipReadThenWrite || g.ShipReadThenWrite,
 	}
 }

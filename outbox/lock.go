@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"time"
@@ -16,6 +17,13 @@ import (
 // holder releases it, and a new grant while another is still valid means two
 // holders at once (Check).
 type Locks struct {
+	// RoundTrip, when set, is the wire between a caller and the lock
+	// service, run between two commands of one acquisition that the code
+	// sends apart (LockGetThenSet's GET and SET): another caller's
+	// commands may come in between. A chaos run makes it a pause, or a
+	// step of its scheduler. SET NX is one command and never calls it.
+	RoundTrip func(ctx context.Context)
+
 	mu      sync.Mutex
 	now     func() time.Time
 	entries map[string]lockEntry
@@ -70,7 +78,22 @@ func (l *Locks) SetNX(key, token string, ttl time.Duration) bool {
 	if e, ok := l.entries[key]; ok && now.Before(e.expires) {
 		return false
 	}
-	if _, ok := l.entries[key]; ok {
+	l.setLocked(key, token, ttl, now)
+	return true
+}
+
+// Set is SET key token PX ttl, without NX: it sets key to token whoever
+// holds it.
+func (l *Locks) Set(key, token string, ttl time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.setLocked(key, token, ttl, l.now())
+}
+
+// setLocked sets key to token and records the grant: over a valid grant of
+// another, as two holders at once.
+func (l *Locks) setLocked(key, token string, ttl time.Duration, now time.Time) {
+	if e, ok := l.entries[key]; ok && !now.Before(e.expires) {
 		l.stats.TakenAfterExpiry++
 	}
 	g := Grant{Key: key, Token: token, At: now, Expires: now.Add(ttl)}
@@ -81,7 +104,17 @@ func (l *Locks) SetNX(key, token string, ttl time.Duration) bool {
 	}
 	l.entries[key] = lockEntry{token: token, expires: g.Expires}
 	l.grants = append(l.grants, g)
-	return true
+}
+
+// Get is GET key: the token that holds it, "" when none does (or its
+// expiry has passed).
+func (l *Locks) Get(key string) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if e, ok := l.entries[key]; ok && l.now().Before(e.expires) {
+		return e.token
+	}
+	return ""
 }
 
 // CompareAndDelete is the article's release script: delete key only if it
@@ -120,6 +153,25 @@ func (l *Locks) Acquire(key, token string, ttl time.Duration) (Lock, bool) {
 	if !l.SetNX(key, token, ttl) {
 		return Lock{}, false
 	}
+	return Lock{Key: key, Token: token}, true
+}
+
+// AcquireWith is Acquire as code with flaws takes the lock: with
+// LockGetThenSet, a GET, then a SET if the key was free, two commands with
+// the wire (RoundTrip) between them.
+func (l *Locks) AcquireWith(ctx context.Context, key, token string, ttl time.Duration, flaws Flaws) (Lock, bool) {
+	if !flaws.LockGetThenSet {
+		return l.Acquire(key, token, ttl)
+	}
+	// The mistake: check, then set. Another caller's GET between the two
+	// finds the key free too, and both set it.
+	if l.Get(key) != "" {
+		return Lock{}, false
+	}
+	if l.RoundTrip != nil {
+		l.RoundTrip(ctx)
+	}
+	l.Set(key, token, ttl)
 	return Lock{Key: key, Token: token}, true
 }
 

@@ -1,6 +1,7 @@
 package outbox_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -52,5 +53,50 @@ func TestLocksExpiryAndRelease(t *testing.T) {
 	}
 	if !l.Release(b, outbox.Flaws{LockReleaseWithoutToken: true}) {
 		t.Error("a plain DEL always deletes")
+	}
+}
+
+// Two servers take the lock at once: B's attempt comes while A's is on the
+// wire (RoundTrip). SET NX is one command, so B finds A's lock and is
+// refused; the lock-get-then-set mistake's GET and SET let B's GET in
+// between, both find the key free, both set it, and both hold it.
+func TestLocksTwoAtOnce(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		flaws    outbox.Flaws
+		bHolds   bool
+		overlaps int
+	}{
+		{"SET NX", outbox.Flaws{}, false, 0},
+		{"GET then SET", outbox.Flaws{LockGetThenSet: true}, true, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c := faults.NewClock(time.Date(2026, 9, 24, 10, 0, 0, 0, time.UTC))
+			l := outbox.NewLocks(c.Now)
+			ctx := context.Background()
+			var bHolds, bTried bool
+			b := func() {
+				bTried = true
+				_, bHolds = l.AcquireWith(ctx, "k", "B", 30*time.Second, tc.flaws)
+			}
+			l.RoundTrip = func(context.Context) {
+				l.RoundTrip = nil // B's own acquisition goes straight through
+				b()
+			}
+			if _, ok := l.AcquireWith(ctx, "k", "A", 30*time.Second, tc.flaws); !ok {
+				t.Fatal("A could not take a free lock")
+			}
+			if !bTried { // SET NX: no gap to come in by, B comes right after
+				b()
+			}
+			if bHolds != tc.bHolds {
+				t.Errorf("B holds the lock too: %v, want %v", bHolds, tc.bHolds)
+			}
+			if o := l.Overlaps(); len(o) != tc.overlaps {
+				t.Errorf("overlaps %v, want %d", o, tc.overlaps)
+			}
+		})
 	}
 }

@@ -28,7 +28,9 @@ const (
 	// lost: the dispatcher hears a timeout and sends again later.
 	FaultProviderTimeout = "provider-timeout"
 	// FaultConsumerCrash: the consumer dies between its effect and its
-	// offset commit; the log redelivers to the next session.
+	// offset commit (and, for code that commits its processed-events
+	// marker apart, between the effect and the marker); the log
+	// redelivers to the next session.
 	FaultConsumerCrash = "consumer-crash"
 )
 
@@ -339,8 +341,8 @@ func (p *Pipeline) outcome(r Row, o Outcome) {
 	}
 }
 
-// errConsumerCrash is the crash injected between a consumer's two steps.
-var errConsumerCrash = errors.New("the consumer crashed between its effect and its offset commit")
+// errConsumerCrash is the crash injected between a consumer's steps.
+var errConsumerCrash = errors.New("the consumer crashed before its offset commit")
 
 // consume is the consumer's process: a session of its group reads the log;
 // after a crash a new session starts at the committed offsets.
@@ -374,12 +376,16 @@ func (p *Pipeline) consume(ctx context.Context) {
 func (p *Pipeline) consumer(faulty bool) *Consumer {
 	c := &Consumer{DB: p.db, Name: p.cfg.Consumer, Flaws: p.cfg.Flaws}
 	if faulty {
-		c.Between = func(_ context.Context, r Record) error {
+		// Each commit of the consumer's before its offset's is a chance
+		// to die: after the effect (and its marker), and, for code that
+		// commits the marker apart, between the effect and the marker.
+		crash := func(_ context.Context, r Record) error {
 			if p.fires(FaultConsumerCrash, r.ID) {
 				return errConsumerCrash
 			}
 			return nil
 		}
+		c.Between, c.AfterEffect = crash, crash
 	}
 	return c
 }

@@ -204,6 +204,11 @@ func (p *Pipeline) consumeTask(ctx context.Context) {
 			p.sc.Step(ctx, fmt.Sprintf("between the effect and the offset of %s", r.ID))
 			return between(ctx, r)
 		}
+		afterEffect := c.AfterEffect
+		c.AfterEffect = func(ctx context.Context, r Record) error {
+			p.sc.Step(ctx, fmt.Sprintf("between the effect and the marker of %s", r.ID))
+			return afterEffect(ctx, r)
+		}
 		s := p.log.Join(p.cfg.Consumer, TransfersTopic)
 		crashed := false
 		for p.live(ctx) && !crashed {

@@ -100,7 +100,10 @@ var probeTable = map[string]mistake{
 	"mark-done-without-claim-token":  {blind: sideEffect},
 	"consumer-without-dedup":         {blind: sideEffect},
 	"offset-before-effect":           {blind: sideEffect},
+	"marker-after-effect":            {blind: sideEffect},
+	"no-event-for-own-accounts":      {blind: sideEffect},
 	"lock-release-without-token":     {blind: sideEffect},
+	"lock-get-then-set":              {blind: sideEffect},
 	"ship-read-then-write":           {blind: "mark-shipped is an orders operation, not part of the transfer contract"},
 	"async-replication": {blind: "the mistake is the database's replication to its standby, not the handler's: " +
 		"it costs only when the primary dies and the standby is promoted, which no client can cause"},
@@ -125,6 +128,7 @@ var untouchedTransfers = map[string]bool{
 	"sms-after-commit": true, "publish-in-transaction": true, "publish-after-commit": true,
 	"no-provider-key": true, "dispatcher-without-skip-locked": true, "mark-done-without-claim-token": true,
 	"consumer-without-dedup": true, "offset-before-effect": true, "lock-release-without-token": true,
+	"marker-after-effect": true, "no-event-for-own-accounts": true, "lock-get-then-set": true,
 	"ship-read-then-write": true, "async-replication": true,
 }
 

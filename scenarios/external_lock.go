@@ -31,7 +31,7 @@ func init() {
 		locked := func(ctx context.Context, req idem.Request) (bank.Response, error) {
 			servers++
 			name := string(rune('A' + servers - 1))
-			lk, ok := locks.Acquire(fmt.Sprintf("idem-lock:%d:%s", req.UserID, req.Key), w.Token("lock-"+name), ttl)
+			lk, ok := locks.AcquireWith(ctx, fmt.Sprintf("idem-lock:%d:%s", req.UserID, req.Key), w.Token("lock-"+name), ttl, w.Flaws)
 			if !ok {
 				r.Server("server %s: SET NX finds the lock held: 409", name)
 				return idem.InProgress(), nil

@@ -235,6 +235,12 @@ func All() []Bug {
 			Outbox:      outbox.Flaws{PublishAfterCommit: true},
 		},
 		{
+			Name:        "no-event-for-own-accounts",
+			Mistake:     "A transfer between two accounts of the same user writes no event outbox row, as if no other service cared about a customer moving money between their own accounts",
+			Consequence: "The services that follow the transfers topic (statements, fraud checks, notifications) never hear of those moves: their view of the accounts misses money that moved",
+			Outbox:      outbox.Flaws{NoEventForOwnAccounts: true},
+		},
+		{
 			Name:        "no-provider-key",
 			Mistake:     "The dispatcher sends the SMS without the outbox row's id as the provider's idempotency key",
 			Consequence: "A dispatcher that sent and crashed before marking the row done, or whose answer timed out, sends the SMS again: two messages",
@@ -259,6 +265,12 @@ func All() []Bug {
 			Outbox:      outbox.Flaws{NoDedup: true},
 		},
 		{
+			Name:        "marker-after-effect",
+			Mistake:     "The consumer checks its processed-events marker, applies the event, and writes the marker in a transaction of its own after the effect's",
+			Consequence: "A crash between the two commits leaves the effect without its marker: the redelivered event finds none and is applied twice",
+			Outbox:      outbox.Flaws{MarkerAfterEffect: true},
+		},
+		{
 			Name:        "offset-before-effect",
 			Mistake:     "The consumer commits its offset before applying the event",
 			Consequence: "A crash between the two loses the event: the log will not deliver it again, and its effect never happens",
@@ -269,6 +281,12 @@ func All() []Bug {
 			Mistake:     "The lock outside the database is released with a plain DEL instead of compare-and-delete",
 			Consequence: "A holder whose lock expired deletes the next holder's lock on waking, and a third takes it: two holders at once",
 			Outbox:      outbox.Flaws{LockReleaseWithoutToken: true},
+		},
+		{
+			Name:        "lock-get-then-set",
+			Mistake:     "The lock outside the database is taken with a GET, then a SET when the key was free, instead of one SET NX",
+			Consequence: "Two servers that try at once (a duplicated request, a retry beside a late one) both find the key free and both set it: two holders, each sure the lock is its own",
+			Outbox:      outbox.Flaws{LockGetThenSet: true},
 		},
 		{
 			Name:        "ship-read-then-write",
