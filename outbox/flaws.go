@@ -11,6 +11,17 @@ type Flaws struct {
 	// SMSAfterCommit sends the SMS after the commit, with nothing recorded:
 	// a server that dies in between never sends it.
 	SMSAfterCommit bool `json:"smsAfterCommit,omitempty"`
+	// SMSBeforeChecks writes the SMS row as the request comes in, before
+	// the transfer's checks, so that a refusal's transaction, which
+	// commits with the key's stored answer, commits it too: "You sent
+	// ₦10,000 to Bola" for a transfer that never happened (Effects.Refused
+	// models it; transfer_id 0, as the request has no transfer).
+	SMSBeforeChecks bool `json:"smsBeforeChecks,omitempty"`
+	// SMSPerOwnedAccount writes the SMS row with INSERT … SELECT over the
+	// transfer's two accounts, kept to those the sender owns: one row
+	// while the recipient is someone else, two for a move between the
+	// sender's own accounts, and two SMS for one transfer.
+	SMSPerOwnedAccount bool `json:"smsPerOwnedAccount,omitempty"`
 	// PublishInTransaction publishes the event from inside the transaction
 	// (the dual write): a rollback leaves an event for nothing.
 	PublishInTransaction bool `json:"publishInTransaction,omitempty"`
@@ -48,6 +59,8 @@ func (f Flaws) Or(g Flaws) Flaws {
 	return Flaws{
 		SMSInTransaction:        f.SMSInTransaction || g.SMSInTransaction,
 		SMSAfterCommit:          f.SMSAfterCommit || g.SMSAfterCommit,
+		SMSBeforeChecks:         f.SMSBeforeChecks || g.SMSBeforeChecks,
+		SMSPerOwnedAccount:      f.SMSPerOwnedAccount || g.SMSPerOwnedAccount,
 		PublishInTransaction:    f.PublishInTransaction || g.PublishInTransaction,
 		PublishAfterCommit:      f.PublishAfterCommit || g.PublishAfterCommit,
 		NoProviderKey:           f.NoProviderKey || g.NoProviderKey,

@@ -223,6 +223,18 @@ func All() []Bug {
 			Outbox:      outbox.Flaws{SMSAfterCommit: true},
 		},
 		{
+			Name:        "sms-before-checks",
+			Mistake:     "The SMS row is written into the outbox as the request comes in, before the transfer's checks",
+			Consequence: "A refusal commits too, with its key's stored answer, and the SMS row with it: the customer is texted \"You sent ₦10,000 to Bola\" for a transfer the bank refused",
+			Outbox:      outbox.Flaws{SMSBeforeChecks: true},
+		},
+		{
+			Name:        "sms-per-owned-account",
+			Mistake:     "The SMS row is inserted with INSERT … SELECT over the transfer's two accounts, kept to those the sender owns, to address it to the sender",
+			Consequence: "A move between two accounts of the same customer matches both rows: the customer is texted twice for one transfer",
+			Outbox:      outbox.Flaws{SMSPerOwnedAccount: true},
+		},
+		{
 			Name:        "publish-in-transaction",
 			Mistake:     "The transfer's event is published to the log from inside the transaction (the dual write)",
 			Consequence: "A rollback leaves an event for a transfer that does not exist, and other services act on it",
