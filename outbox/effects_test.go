@@ -53,7 +53,7 @@ func TestARefusalWritesNoSMSRow(t *testing.T) {
 				status int
 			}{
 				{bank.TransferRequest{From: 1, To: 2, AmountKobo: 6_000_000}, 422}, // more than Ada has
-				{bank.TransferRequest{From: 1, To: 99, AmountKobo: 100_000}, 422}, // no such account
+				{bank.TransferRequest{From: 1, To: 99, AmountKobo: 100_000}, 422},  // no such account
 				{bank.TransferRequest{From: 1, To: 2, AmountKobo: 100_000}, 201},
 			} {
 				req := idem.Request{UserID: 1, Key: "refusal-sms-key-000" + string(rune('1'+i)), Body: want.req.Body()}
