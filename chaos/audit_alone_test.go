@@ -30,6 +30,10 @@ var soleCatches = []struct {
 	// The accounts table's CHECK (balance_kobo >= 0) turns its overdraw
 	// into a 500 on every attempt: an intent that never settles.
 	{chaos.KindUnresolved, "own-accounts-unchecked", nil},
+	// The scenarios' transfers are never refused, and their users own
+	// one account each.
+	{chaos.KindGhostEffect, "sms-before-checks", nil},
+	{chaos.KindSMSNotOnce, "sms-per-owned-account", nil},
 }
 
 // Each rule's sole mistake gets past every scenario, and past the chaos run
