@@ -35,6 +35,11 @@ type Flaws struct {
 	// NoSkipLocked claims a batch without FOR UPDATE SKIP LOCKED: two
 	// dispatchers read the same pending rows and both claim them.
 	NoSkipLocked bool `json:"noSkipLocked,omitempty"`
+	// NoLeaseCheck claims the ready rows without checking their lease,
+	// trusting FOR UPDATE SKIP LOCKED alone: the row locks last only as
+	// long as the claim's short transaction, so the next poll claims rows
+	// another dispatcher claimed a moment ago and is still sending.
+	NoLeaseCheck bool `json:"noLeaseCheck,omitempty"`
 	// NoClaimToken renews and marks a row without checking the claim token:
 	// a dispatcher whose lease expired carries on with rows another took over.
 	NoClaimToken bool `json:"noClaimToken,omitempty"`
@@ -65,6 +70,7 @@ func (f Flaws) Or(g Flaws) Flaws {
 		PublishAfterCommit:      f.PublishAfterCommit || g.PublishAfterCommit,
 		NoProviderKey:           f.NoProviderKey || g.NoProviderKey,
 		NoSkipLocked:            f.NoSkipLocked || g.NoSkipLocked,
+		NoLeaseCheck:            f.NoLeaseCheck || g.NoLeaseCheck,
 		NoClaimToken:            f.NoClaimToken || g.NoClaimToken,
 		NoDedup:                 f.NoDedup || g.NoDedup,
 		OffsetBeforeEffect:      f.OffsetBeforeEffect || g.OffsetBeforeEffect,

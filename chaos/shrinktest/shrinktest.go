@@ -180,7 +180,7 @@ func Each(t *testing.T, keep func(mistakes.Bug) bool) {
 // reach: a deterministic run must catch and shrink each.
 var pipelineMistakes = map[string]bool{
 	"no-provider-key": true, "dispatcher-without-skip-locked": true, "mark-done-without-claim-token": true,
-	"consumer-without-dedup": true, "offset-before-effect": true,
+	"consumer-without-dedup": true, "offset-before-effect": true, "claim-without-lease-check": true,
 }
 
 // needsItsPipeline checks that a side-effect mistake's recipe needs what it

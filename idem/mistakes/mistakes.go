@@ -259,6 +259,12 @@ func All() []Bug {
 			Outbox:      outbox.Flaws{NoSkipLocked: true},
 		},
 		{
+			Name:        "claim-without-lease-check",
+			Mistake:     "The dispatcher's claim leaves out its lease condition and trusts FOR UPDATE SKIP LOCKED alone to keep other dispatchers off the rows it holds",
+			Consequence: "The row locks end when the claim's short transaction commits: the next poll of another dispatcher claims the rows again while the first is still sending them, and both send",
+			Outbox:      outbox.Flaws{NoLeaseCheck: true},
+		},
+		{
 			Name:        "mark-done-without-claim-token",
 			Mistake:     "The dispatcher renews and marks a row without checking that it still holds the row's claim token",
 			Consequence: "A dispatcher paused past its lease wakes up and sends rows another dispatcher took over: the provider is sent them twice",
