@@ -100,6 +100,7 @@ var probeTable = map[string]mistake{
 	"no-provider-key":                {blind: sideEffect},
 	"dispatcher-without-skip-locked": {blind: sideEffect},
 	"mark-done-without-claim-token":  {blind: sideEffect},
+	"claim-without-lease-check":      {blind: sideEffect},
 	"consumer-without-dedup":         {blind: sideEffect},
 	"offset-before-effect":           {blind: sideEffect},
 	"lock-release-without-token":     {blind: sideEffect},
@@ -126,7 +127,7 @@ const sideEffect = "a side effect beyond the database (an SMS, an event, its dis
 var untouchedTransfers = map[string]bool{
 	"sms-after-commit": true, "sms-before-checks": true, "sms-per-owned-account": true, "publish-in-transaction": true, "publish-after-commit": true,
 	"no-provider-key": true, "dispatcher-without-skip-locked": true, "mark-done-without-claim-token": true,
-	"consumer-without-dedup": true, "offset-before-effect": true, "lock-release-without-token": true,
+	"claim-without-lease-check": true, "consumer-without-dedup": true, "offset-before-effect": true, "lock-release-without-token": true,
 	"ship-read-then-write": true, "async-replication": true,
 }
 
