@@ -39,6 +39,13 @@ var soleCatches = []struct {
 	// Two acquisitions at once (a duplicated request), which
 	// external-lock's taps, one at a time, never make.
 	{chaos.KindLockTwoHolder, "lock-get-then-set", nil},
+	// The scenarios' transfers are never refused, and their users own
+	// one account each.
+	{chaos.KindGhostEffect, "sms-before-checks", nil},
+	{chaos.KindSMSNotOnce, "sms-per-owned-account", nil},
+	// competing-dispatchers' claims meet open claims (SKIP LOCKED) and
+	// expired leases, never a lease that still holds.
+	{chaos.KindClaimOverlap, "claim-without-lease-check", nil},
 }
 
 // Each rule's sole mistake gets past every scenario, and past the chaos run

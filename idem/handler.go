@@ -105,6 +105,26 @@ type Effects interface {
 	AfterCommit(ctx context.Context, userID int64, rc bank.Receipt)
 }
 
+// RefusalEffects, when Effects has it, is told about every request the
+// transfer's checks refused, in the transaction that stores the refusal
+// with its key: tx returns it, and a pipelined transfer pays the round
+// trip that flushes its queue only when tx is called. The correct effects
+// cause nothing for a refusal and never call it; the outbox's mistake of
+// writing the SMS before the checks shows here.
+type RefusalEffects interface {
+	Refused(ctx context.Context, tx func() (pgx.Tx, error), userID int64, req bank.TransferRequest) error
+}
+
+// refused tells the effects, if they listen, about a refused request.
+func (h *Handler) refused(ctx context.Context, tx func() (pgx.Tx, error), userID int64, req bank.TransferRequest) error {
+	if r, ok := h.Effects.(RefusalEffects); ok {
+		if err := r.Refused(ctx, tx, userID, req); err != nil {
+			return fmt.Errorf("side effects: %w", err)
+		}
+	}
+	return nil
+}
+
 type hooksKey struct{}
 
 // WithHooks attaches hooks to a request's context.
@@ -374,6 +394,17 @@ func (h *Handler) pipelined(ctx context.Context, req Request, claim *Claim, queu
 			if err := h.Effects.InTx(ctx, tx, req.UserID, rc); err != nil {
 				return fmt.Errorf("side effects: %w", err)
 			}
+		} else if refusal == nil && h.Effects != nil {
+			tx := func() (pgx.Tx, error) {
+				tx, err := p.Tx(ctx)
+				if err != nil {
+					return nil, fmt.Errorf("write: %w", err)
+				}
+				return tx, nil
+			}
+			if err := h.refused(ctx, tx, req.UserID, parsed); err != nil {
+				return err
+			}
 		}
 		if claim != nil {
 			h.Store.QueueComplete(p, req.UserID, req.Key, claim.LockID, out)
@@ -453,6 +484,8 @@ func (h *Handler) work(ctx context.Context, tx pgx.Tx, req Request) (bank.Respon
 		if err := h.Effects.InTx(ctx, tx, req.UserID, rc); err != nil {
 			return bank.Response{}, fmt.Errorf("side effects: %w", err)
 		}
+	} else if err := h.refused(ctx, func() (pgx.Tx, error) { return tx, nil }, req.UserID, parsed); err != nil {
+		return bank.Response{}, err
 	}
 	return resp, nil
 }

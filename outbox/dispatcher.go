@@ -205,11 +205,15 @@ func (d *Dispatcher) ClaimSQL() string {
 	if d.Flaws.NoSkipLocked {
 		lock = "" // the mistake: a concurrent claim reads the same rows as unclaimed and takes them too
 	}
+	lease := "AND (claimed_until IS NULL OR claimed_until < bank_now())"
+	if d.Flaws.NoLeaseCheck {
+		lease = "" // the mistake: once the claim has committed, nothing keeps the next poll off its rows
+	}
 	return `
 			WITH candidates AS (
 				SELECT id FROM outbox
 				WHERE done_at IS NULL AND failed_at IS NULL AND next_attempt_at <= bank_now()
-				  AND (claimed_until IS NULL OR claimed_until < bank_now())
+				  ` + lease + `
 				ORDER BY id
 				LIMIT $1
 				` + lock + `

@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/banksim/bank-sim/bank"
@@ -98,6 +99,16 @@ func (e *Effects) InTx(ctx context.Context, tx pgx.Tx, userID int64, rc bank.Rec
 		case e.Flaws.SMSAfterCommit:
 			// The mistake: nothing is recorded; AfterCommit sends it, if the
 			// server lives that long.
+		case e.Flaws.SMSPerOwnedAccount:
+			// The mistake: the row is addressed through the transfer's
+			// accounts that the sender owns, meant to find the sender's
+			// one; a move between two accounts of the sender's matches both.
+			if _, err := tx.Exec(ctx, `
+				INSERT INTO outbox (kind, transfer_id, user_id, payload)
+				SELECT $1, $2, owner_id, $3 FROM accounts WHERE id IN ($4, $5) AND owner_id = $6`,
+				KindSMS, rc.TransferID, text, rc.From, rc.To, userID); err != nil {
+				return fmt.Errorf("add to the outbox: %w", err)
+			}
 		default:
 			if _, err := Add(ctx, tx, Row{Kind: KindSMS, TransferID: rc.TransferID, UserID: userID, Payload: text}); err != nil {
 				return err
@@ -131,6 +142,32 @@ func (e *Effects) InTx(ctx context.Context, tx pgx.Tx, userID int64, rc bank.Rec
 		}
 	}
 	return nil
+}
+
+// Refused runs in the transaction of a request the transfer's checks
+// refused, which commits with the key's stored refusal. The correct way
+// writes nothing: a refusal causes nothing beyond its answer. The
+// SMSBeforeChecks mistake has written the SMS row before the checks, so it
+// commits here, with no transfer to its name (transfer_id 0). The row needs
+// the recipient's name: a request to an account that does not exist gets
+// none.
+func (e *Effects) Refused(ctx context.Context, txOf func() (pgx.Tx, error), userID int64, req bank.TransferRequest) error {
+	if e.SMS == nil || !e.Flaws.SMSBeforeChecks {
+		return nil
+	}
+	tx, err := txOf()
+	if err != nil {
+		return err
+	}
+	text, err := smsText(ctx, tx, bank.Receipt{From: req.From, To: req.To, AmountKobo: req.AmountKobo})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	_, err = Add(ctx, tx, Row{Kind: KindSMS, UserID: userID, Payload: text})
+	return err
 }
 
 // AfterCommit runs once the transfer has committed. The correct way has

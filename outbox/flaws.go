@@ -11,6 +11,17 @@ type Flaws struct {
 	// SMSAfterCommit sends the SMS after the commit, with nothing recorded:
 	// a server that dies in between never sends it.
 	SMSAfterCommit bool `json:"smsAfterCommit,omitempty"`
+	// SMSBeforeChecks writes the SMS row as the request comes in, before
+	// the transfer's checks, so that a refusal's transaction, which
+	// commits with the key's stored answer, commits it too: "You sent
+	// ₦10,000 to Bola" for a transfer that never happened (Effects.Refused
+	// models it; transfer_id 0, as the request has no transfer).
+	SMSBeforeChecks bool `json:"smsBeforeChecks,omitempty"`
+	// SMSPerOwnedAccount writes the SMS row with INSERT … SELECT over the
+	// transfer's two accounts, kept to those the sender owns: one row
+	// while the recipient is someone else, two for a move between the
+	// sender's own accounts, and two SMS for one transfer.
+	SMSPerOwnedAccount bool `json:"smsPerOwnedAccount,omitempty"`
 	// PublishInTransaction publishes the event from inside the transaction
 	// (the dual write): a rollback leaves an event for nothing.
 	PublishInTransaction bool `json:"publishInTransaction,omitempty"`
@@ -29,6 +40,11 @@ type Flaws struct {
 	// NoSkipLocked claims a batch without FOR UPDATE SKIP LOCKED: two
 	// dispatchers read the same pending rows and both claim them.
 	NoSkipLocked bool `json:"noSkipLocked,omitempty"`
+	// NoLeaseCheck claims the ready rows without checking their lease,
+	// trusting FOR UPDATE SKIP LOCKED alone: the row locks last only as
+	// long as the claim's short transaction, so the next poll claims rows
+	// another dispatcher claimed a moment ago and is still sending.
+	NoLeaseCheck bool `json:"noLeaseCheck,omitempty"`
 	// NoClaimToken renews and marks a row without checking the claim token:
 	// a dispatcher whose lease expired carries on with rows another took over.
 	NoClaimToken bool `json:"noClaimToken,omitempty"`
@@ -62,11 +78,14 @@ func (f Flaws) Or(g Flaws) Flaws {
 	return Flaws{
 		SMSInTransaction:        f.SMSInTransaction || g.SMSInTransaction,
 		SMSAfterCommit:          f.SMSAfterCommit || g.SMSAfterCommit,
+		SMSBeforeChecks:         f.SMSBeforeChecks || g.SMSBeforeChecks,
+		SMSPerOwnedAccount:      f.SMSPerOwnedAccount || g.SMSPerOwnedAccount,
 		PublishInTransaction:    f.PublishInTransaction || g.PublishInTransaction,
 		PublishAfterCommit:      f.PublishAfterCommit || g.PublishAfterCommit,
 		NoEventForOwnAccounts:   f.NoEventForOwnAccounts || g.NoEventForOwnAccounts,
 		NoProviderKey:           f.NoProviderKey || g.NoProviderKey,
 		NoSkipLocked:            f.NoSkipLocked || g.NoSkipLocked,
+		NoLeaseCheck:            f.NoLeaseCheck || g.NoLeaseCheck,
 		NoClaimToken:            f.NoClaimToken || g.NoClaimToken,
 		NoDedup:                 f.NoDedup || g.NoDedup,
 		MarkerAfterEffect:       f.MarkerAfterEffect || g.MarkerAfterEffect,

@@ -93,11 +93,14 @@ var probeTable = map[string]mistake{
 	// in front of the keys, orders. The contract shows none of them.
 	"sms-in-transaction":             {blind: sideEffect},
 	"sms-after-commit":               {blind: sideEffect},
+	"sms-before-checks":              {blind: sideEffect},
+	"sms-per-owned-account":          {blind: sideEffect},
 	"publish-in-transaction":         {blind: sideEffect},
 	"publish-after-commit":           {blind: sideEffect},
 	"no-provider-key":                {blind: sideEffect},
 	"dispatcher-without-skip-locked": {blind: sideEffect},
 	"mark-done-without-claim-token":  {blind: sideEffect},
+	"claim-without-lease-check":      {blind: sideEffect},
 	"consumer-without-dedup":         {blind: sideEffect},
 	"offset-before-effect":           {blind: sideEffect},
 	"marker-after-effect":            {blind: sideEffect},
@@ -125,9 +128,9 @@ const sideEffect = "a side effect beyond the database (an SMS, an event, its dis
 // by default one of them (sms-in-transaction) stands for the rest, and the
 // exhaustive run pins each in the table.
 var untouchedTransfers = map[string]bool{
-	"sms-after-commit": true, "publish-in-transaction": true, "publish-after-commit": true,
+	"sms-after-commit": true, "sms-before-checks": true, "sms-per-owned-account": true, "publish-in-transaction": true, "publish-after-commit": true,
 	"no-provider-key": true, "dispatcher-without-skip-locked": true, "mark-done-without-claim-token": true,
-	"consumer-without-dedup": true, "offset-before-effect": true, "lock-release-without-token": true,
+	"claim-without-lease-check": true, "consumer-without-dedup": true, "offset-before-effect": true, "lock-release-without-token": true,
 	"marker-after-effect": true, "no-event-for-own-accounts": true, "lock-get-then-set": true,
 	"ship-read-then-write": true, "async-replication": true,
 }

@@ -188,7 +188,7 @@ var shrinkBudgets = map[string]int{"marker-after-effect": 800}
 // reach: a deterministic run must catch and shrink each.
 var pipelineMistakes = map[string]bool{
 	"no-provider-key": true, "dispatcher-without-skip-locked": true, "mark-done-without-claim-token": true,
-	"consumer-without-dedup": true, "offset-before-effect": true, "marker-after-effect": true,
+	"consumer-without-dedup": true, "offset-before-effect": true, "marker-after-effect": true, "claim-without-lease-check": true,
 }
 
 // needsItsPipeline checks that a side-effect mistake's recipe needs what it

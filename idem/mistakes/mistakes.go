@@ -223,6 +223,18 @@ func All() []Bug {
 			Outbox:      outbox.Flaws{SMSAfterCommit: true},
 		},
 		{
+			Name:        "sms-before-checks",
+			Mistake:     "The SMS row is written into the outbox as the request comes in, before the transfer's checks",
+			Consequence: "A refusal commits too, with its key's stored answer, and the SMS row with it: the customer is texted \"You sent ₦10,000 to Bola\" for a transfer the bank refused",
+			Outbox:      outbox.Flaws{SMSBeforeChecks: true},
+		},
+		{
+			Name:        "sms-per-owned-account",
+			Mistake:     "The SMS row is inserted with INSERT … SELECT over the transfer's two accounts, kept to those the sender owns, to address it to the sender",
+			Consequence: "A move between two accounts of the same customer matches both rows: the customer is texted twice for one transfer",
+			Outbox:      outbox.Flaws{SMSPerOwnedAccount: true},
+		},
+		{
 			Name:        "publish-in-transaction",
 			Mistake:     "The transfer's event is published to the log from inside the transaction (the dual write)",
 			Consequence: "A rollback leaves an event for a transfer that does not exist, and other services act on it",
@@ -251,6 +263,12 @@ func All() []Bug {
 			Mistake:     "The dispatcher claims its batch without FOR UPDATE SKIP LOCKED",
 			Consequence: "Two dispatchers polling at once read the same pending rows and both claim them: the later claim overwrites the earlier, and both hold the rows",
 			Outbox:      outbox.Flaws{NoSkipLocked: true},
+		},
+		{
+			Name:        "claim-without-lease-check",
+			Mistake:     "The dispatcher's claim leaves out its lease condition and trusts FOR UPDATE SKIP LOCKED alone to keep other dispatchers off the rows it holds",
+			Consequence: "The row locks end when the claim's short transaction commits: the next poll of another dispatcher claims the rows again while the first is still sending them, and both send",
+			Outbox:      outbox.Flaws{NoLeaseCheck: true},
 		},
 		{
 			Name:        "mark-done-without-claim-token",
