@@ -112,6 +112,16 @@ type Flaws struct {
 	// of their accounts goes below zero, and what it lent is spent from the
 	// other.
 	OwnAccountsUnchecked bool
+	// OneLockPerCustomer serializes each customer's transfers on one row,
+	// their first account's, and reads the two accounts without FOR
+	// UPDATE, as if a customer's transfers could only race one another.
+	// Where each customer has one account, that row is the sender's, and a
+	// freeze waits for the transfer; but a customer's other account is
+	// checked on a row nothing holds, and frozen between the transfer's
+	// checks and its debit it is debited anyway. (The recipient's row,
+	// locked only by the credit, lets crossing transfers deadlock:
+	// PostgreSQL aborts one, and InTx runs it again.)
+	OneLockPerCustomer bool
 }
 
 // The statements of the transfer, named so that a tool that replays the
@@ -132,6 +142,10 @@ const (
 	// InsertTransferSQL records the transfer, labelled with its intent (see
 	// Schema), and returns its id.
 	InsertTransferSQL = "INSERT INTO transfers (from_account, to_account, amount_kobo, intent) VALUES ($1, $2, $3, $4) RETURNING id"
+
+	// LockCustomerSQL is the one-lock-per-customer mistake's lock: the row
+	// of the customer's first account.
+	LockCustomerSQL = "SELECT 1 FROM accounts WHERE owner_id = $1::bigint ORDER BY id LIMIT 1 FOR UPDATE"
 
 	// LockSenderSQL and ReadRecipientSQL are how the lesson reads the two
 	// accounts (the sender-lock-only mistake): crossing transfers deadlock.
@@ -169,7 +183,7 @@ func TransferWith(ctx context.Context, tx Querier, userID int64, req TransferReq
 			return Response{}, fmt.Errorf("read balance: %w", err)
 		}
 	}
-	found, err := lockAccounts(ctx, tx, req, flaws)
+	found, err := lockAccounts(ctx, tx, userID, req, flaws)
 	if err != nil {
 		return Response{}, err
 	}
@@ -293,8 +307,8 @@ func scanAccounts(found map[int64]accountRow) func(rows pgx.Rows) error {
 }
 
 // lockAccounts reads both accounts with LockAccountsSQL, or as one of the
-// lesson's mistakes reads them.
-func lockAccounts(ctx context.Context, tx Querier, req TransferRequest, flaws Flaws) (map[int64]accountRow, error) {
+// lesson's mistakes reads them (and locks what they lock).
+func lockAccounts(ctx context.Context, tx Querier, userID int64, req TransferRequest, flaws Flaws) (map[int64]accountRow, error) {
 	found := map[int64]accountRow{}
 	read := func(query string, args ...any) error {
 		rows, err := tx.Query(ctx, query, args...)
@@ -309,6 +323,12 @@ func lockAccounts(ctx context.Context, tx Querier, req TransferRequest, flaws Fl
 	}
 	switch {
 	case flaws.NoRowLock:
+		return found, read(accountColumns+"id IN ($1::bigint, $2::bigint)", req.From, req.To)
+	case flaws.OneLockPerCustomer:
+		// The mistake: the customer's first account is locked, not the two read.
+		if _, err := tx.Exec(ctx, LockCustomerSQL, userID); err != nil {
+			return nil, fmt.Errorf("lock the customer: %w", err)
+		}
 		return found, read(accountColumns+"id IN ($1::bigint, $2::bigint)", req.From, req.To)
 	case flaws.SenderLockOnly:
 		if err := read(LockSenderSQL, req.From); err != nil {

@@ -82,6 +82,7 @@ func (b Bug) Apply(h *idem.Handler) {
 	h.Bank.FrozenOnly = h.Bank.FrozenOnly || b.Bank.FrozenOnly
 	h.Bank.CreditSecondRow = h.Bank.CreditSecondRow || b.Bank.CreditSecondRow
 	h.Bank.OwnAccountsUnchecked = h.Bank.OwnAccountsUnchecked || b.Bank.OwnAccountsUnchecked
+	h.Bank.OneLockPerCustomer = h.Bank.OneLockPerCustomer || b.Bank.OneLockPerCustomer
 	h.SecondTransaction = h.SecondTransaction || b.SecondTransaction
 	h.StoreServerErrors = h.StoreServerErrors || b.StoreServerErrors
 	h.ClaimOnRequestContext = h.ClaimOnRequestContext || b.ClaimOnRequestContext
@@ -185,6 +186,12 @@ func All() []Bug {
 			Mistake:     "A transfer between two accounts of the same user is debited without the funds condition, as if a move between a customer's own accounts could not overdraw",
 			Consequence: "The customer moves more than one account holds to their other account: the first goes below zero, and the bank has lent what they then spend from the second",
 			Bank:        bank.Flaws{OwnAccountsUnchecked: true},
+		},
+		{
+			Name:        "one-lock-per-customer",
+			Mistake:     "The transfer locks one row per customer, their first account's (FOR UPDATE), and reads the two accounts without a lock, as if a customer's transfers could only race one another",
+			Consequence: "Where each customer has one account it is the sender's row, and a freeze waits; but a transfer from a customer's other account is checked on a row nothing holds: frozen between its checks and its debit, the account is debited anyway",
+			Bank:        bank.Flaws{OneLockPerCustomer: true},
 		},
 		{
 			Name:        "frozen-only-inactive",
