@@ -1182,7 +1182,7 @@ func (e *engine) interfere(ctx context.Context, key string, from int64, ended *e
 // freeze commit under it.
 func (e *engine) freeze(ctx context.Context, label string, from int64) (hook, thaw func()) {
 	var once sync.Once
-	frozen := false
+	frozen, record := false, -1
 	hook = func() {
 		once.Do(func() {
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stageTimeout)
@@ -1216,6 +1216,7 @@ func (e *engine) freeze(ctx context.Context, label string, from int64) (hook, th
 			}
 			frozen = true
 			e.mu.Lock()
+			record = len(e.freezes)
 			e.freezes = append(e.freezes, Freeze{Intent: label, Account: from, AtNs: e.since()})
 			e.mu.Unlock()
 		})
@@ -1228,7 +1229,11 @@ func (e *engine) freeze(ctx context.Context, label string, from int64) (hook, th
 		defer cancel()
 		if _, err := e.db.Exec(ctx, "UPDATE accounts SET status = 'active' WHERE id = $1", from); err != nil {
 			e.stall("account %d, frozen under a transfer, could not be made active again: %v", from, err)
+			return
 		}
+		e.mu.Lock()
+		e.freezes[record].ThawNs = e.since()
+		e.mu.Unlock()
 	}
 	return hook, thaw
 }

@@ -139,6 +139,9 @@ type Freeze struct {
 	Intent  string `json:"intent"`
 	Account int64  `json:"account"`
 	AtNs    int64  `json:"atNs"`
+	// ThawNs is when the account was made active again, once the attempt
+	// was over (0 in a history from before it was recorded: the end).
+	ThawNs int64 `json:"thawNs,omitempty"`
 }
 
 // KeyCensus is the keys in progress at one moment, and the holders alive.
