@@ -30,6 +30,9 @@ var soleCatches = []struct {
 	// The accounts table's CHECK (balance_kobo >= 0) turns its overdraw
 	// into a 500 on every attempt: an intent that never settles.
 	{chaos.KindUnresolved, "own-accounts-unchecked", nil},
+	// The row of the customer's first account locked, not the sender's:
+	// a customer's other account is frozen under its transfer.
+	{chaos.KindFrozen, "one-lock-per-customer", nil},
 }
 
 // Each rule's sole mistake gets past every scenario, and past the chaos run
