@@ -122,6 +122,14 @@ type Flaws struct {
 	// locked only by the credit, lets crossing transfers deadlock:
 	// PostgreSQL aborts one, and InTx runs it again.)
 	OneLockPerCustomer bool
+	// ClosedCheckedLast leaves the closed-account rule out of the
+	// transfer's checks (they refuse frozen accounts only, as if an account
+	// were either active or frozen) and checks it where the answer is
+	// built, after the transfer and its side effects are written
+	// (CheckAccountsAfter, in the handler). Its refusal is stored with the
+	// request, in the request's transaction, as every refusal is: the
+	// transfer it follows commits with it, and its client is told 422.
+	ClosedCheckedLast bool
 }
 
 // The statements of the transfer, named so that a tool that replays the
@@ -265,7 +273,7 @@ func checkAccountsWith(found map[int64]accountRow, userID int64, req TransferReq
 	sender, ok := found[req.From]
 	recipient, okTo := found[req.To]
 	inactive := func(a accountRow) bool {
-		if flaws.FrozenOnly {
+		if flaws.FrozenOnly || flaws.ClosedCheckedLast {
 			return a.status == "frozen" // the mistake: closed is not frozen
 		}
 		return a.status != "active"
@@ -283,6 +291,21 @@ func checkAccountsWith(found map[int64]accountRow, userID int64, req TransferReq
 		return nil
 	}
 	return &r
+}
+
+// CheckAccountsAfter applies every rule about the request and its two
+// accounts, read in tx, as the transfer's checks do before its first
+// write: a refusal, or nil. The ClosedCheckedLast mistake calls it after
+// the transfer has written, in place of the checks the transfer skipped.
+func CheckAccountsAfter(ctx context.Context, tx Querier, userID int64, req TransferRequest) (*Response, error) {
+	if refusal := checkRequest(req); refusal != nil {
+		return refusal, nil
+	}
+	found, err := lockAccounts(ctx, tx, userID, req, Flaws{NoRowLock: true})
+	if err != nil {
+		return nil, err
+	}
+	return checkAccounts(found, userID, req), nil
 }
 
 type accountRow struct {

@@ -83,6 +83,7 @@ func (b Bug) Apply(h *idem.Handler) {
 	h.Bank.CreditSecondRow = h.Bank.CreditSecondRow || b.Bank.CreditSecondRow
 	h.Bank.OwnAccountsUnchecked = h.Bank.OwnAccountsUnchecked || b.Bank.OwnAccountsUnchecked
 	h.Bank.OneLockPerCustomer = h.Bank.OneLockPerCustomer || b.Bank.OneLockPerCustomer
+	h.Bank.ClosedCheckedLast = h.Bank.ClosedCheckedLast || b.Bank.ClosedCheckedLast
 	h.SecondTransaction = h.SecondTransaction || b.SecondTransaction
 	h.StoreServerErrors = h.StoreServerErrors || b.StoreServerErrors
 	h.ClaimOnRequestContext = h.ClaimOnRequestContext || b.ClaimOnRequestContext
@@ -192,6 +193,12 @@ func All() []Bug {
 			Mistake:     "The transfer locks one row per customer, their first account's (FOR UPDATE), and reads the two accounts without a lock, as if a customer's transfers could only race one another",
 			Consequence: "Where each customer has one account it is the sender's row, and a freeze waits; but a transfer from a customer's other account is checked on a row nothing holds: frozen between its checks and its debit, the account is debited anyway",
 			Bank:        bank.Flaws{OneLockPerCustomer: true},
+		},
+		{
+			Name:        "closed-checked-last",
+			Mistake:     "The transfer's checks refuse frozen accounts only, and the closed-account rule is checked last, where the answer is built, after the transfer and its SMS are written; its refusal is stored in the request's transaction, as every refusal is",
+			Consequence: "A payment from or to a closed account is told 422, and its money moves all the same, SMS and all: the client, told it was refused, pays again",
+			Bank:        bank.Flaws{ClosedCheckedLast: true},
 		},
 		{
 			Name:        "frozen-only-inactive",
