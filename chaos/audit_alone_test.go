@@ -33,6 +33,9 @@ var soleCatches = []struct {
 	// The row of the customer's first account locked, not the sender's:
 	// a customer's other account is frozen under its transfer.
 	{chaos.KindFrozen, "one-lock-per-customer", nil},
+	// A closed account's refusal decided after the writes, and committed
+	// with them: told 422, the money moved (with its SMS and event).
+	{chaos.KindRejected, "closed-checked-last", nil},
 }
 
 // Each rule's sole mistake gets past every scenario, and past the chaos run
