@@ -231,6 +231,9 @@ type engine struct {
 	cleanup  *CleanupRun
 	stalls   []string
 	freezes  []Freeze
+	// keys counts, per intent, the keys its client has made after a 5xx
+	// (the new-key-after-5xx mistake).
+	keys map[int]int
 	// beforeHeal is the key store as the fault phase left it.
 	beforeHeal *KeyCensus
 	done       atomic.Int64
@@ -1024,6 +1027,14 @@ func (e *engine) backoff(ctx context.Context, a Attempt) {
 // (none when "").
 func (e *engine) attempt(ctx context.Context, i int, p Planned, n int, phase, fault string) Attempt {
 	key := e.cfg.AttemptKey(p, n)
+	newKeyAfter5xx := e.cfg.Bug != nil && e.cfg.Bug.NewKeyAfterServerError
+	if newKeyAfter5xx {
+		e.mu.Lock()
+		if k := e.keys[i]; k > 0 {
+			key = NewKey(p, k+1)
+		}
+		e.mu.Unlock()
+	}
 	inst := e.cfg.Instance(i, n)
 	e.sched.setDoing(ctx, fmt.Sprintf("%s a%d", p.Label, n))
 	e.sched.yield(ctx, fmt.Sprintf("send to server %d (%s)", inst+1, orNoFault(fault)))
@@ -1090,6 +1101,15 @@ func (e *engine) attempt(ctx context.Context, i int, p Planned, n int, phase, fa
 		a.Error, a.Status, a.Seen = err.Error(), 500, SeenUnknown
 	default:
 		a.answered(resp)
+	}
+	if newKeyAfter5xx && a.Status >= 500 {
+		// The mistake: a server error taken for a request that failed whole.
+		e.mu.Lock()
+		if e.keys == nil {
+			e.keys = map[int]int{}
+		}
+		e.keys[i]++
+		e.mu.Unlock()
 	}
 	return a
 }

@@ -33,6 +33,10 @@ type Bug struct {
 	// key for every attempt instead of one per intent. Apply ignores it; the
 	// client reads it.
 	NewKeyPerAttempt bool `json:"newKeyPerAttempt,omitempty"`
+	// NewKeyAfterServerError is a narrower client-side mistake: the client
+	// keeps its key across retries, but makes a new one after a 5xx
+	// answer. Apply ignores it; the client reads it.
+	NewKeyAfterServerError bool `json:"newKeyAfterServerError,omitempty"`
 	// AsyncReplication is the database's mistake, not the handler's: the
 	// primary's standby is replicated asynchronously, so a failover loses
 	// what the primary had acknowledged and not yet sent. Apply ignores it;
@@ -103,6 +107,12 @@ func All() []Bug {
 			Mistake:          "The client makes a new idempotency key for every attempt instead of one per intent",
 			Consequence:      "Every retry looks new to the server: a lost response and its retry move the money twice, exactly as with no keys",
 			NewKeyPerAttempt: true,
+		},
+		{
+			Name:                   "new-key-after-5xx",
+			Mistake:                "The client keeps its key across retries, but makes a new one after a 5xx answer, as if a server error meant the request had failed whole (its transaction rolled back, or its key spoiled by a stored 500)",
+			Consequence:            "A server fails after its request's transfer committed (a holder fenced out once the retry that took its key over has transferred): the new key's request is new to the server, and the money moves twice",
+			NewKeyAfterServerError: true,
 		},
 		{
 			Name:             "async-replication",
