@@ -36,6 +36,12 @@ var soleCatches = []struct {
 	// A closed account's refusal decided after the writes, and committed
 	// with them: told 422, the money moved (with its SMS and event).
 	{chaos.KindRejected, "closed-checked-last", nil},
+	// A client's new key after a 5xx: the request that committed before its
+	// server failed (a holder fenced out after the retry that took its key
+	// over had transferred) runs again. When the sender cannot pay twice,
+	// the new key is refused and the intent was told a refusal for money
+	// that moved: rejected-but-moved (free runs).
+	{chaos.KindTwice, "new-key-after-5xx", []string{chaos.KindRejected}},
 }
 
 // Each rule's sole mistake gets past every scenario, and past the chaos run
