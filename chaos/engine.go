@@ -1230,6 +1230,9 @@ func (e *engine) freeze(ctx context.Context, label string, from int64) (hook, th
 				// through): nothing was frozen, and no freeze is recorded.
 				return
 			}
+			// Taken before the COMMIT: a transfer that reads the account
+			// frozen may answer before the freeze is recorded.
+			at := e.since()
 			if err := tx.Commit(ctx); err != nil {
 				e.stall("freeze of account %d: commit: %v", from, err)
 				return
@@ -1237,7 +1240,7 @@ func (e *engine) freeze(ctx context.Context, label string, from int64) (hook, th
 			frozen = true
 			e.mu.Lock()
 			record = len(e.freezes)
-			e.freezes = append(e.freezes, Freeze{Intent: label, Account: from, AtNs: e.since()})
+			e.freezes = append(e.freezes, Freeze{Intent: label, Account: from, AtNs: at})
 			e.mu.Unlock()
 		})
 	}
