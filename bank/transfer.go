@@ -112,6 +112,24 @@ type Flaws struct {
 	// of their accounts goes below zero, and what it lent is spent from the
 	// other.
 	OwnAccountsUnchecked bool
+	// OneLockPerCustomer serializes each customer's transfers on one row,
+	// their first account's, and reads the two accounts without FOR
+	// UPDATE, as if a customer's transfers could only race one another.
+	// Where each customer has one account, that row is the sender's, and a
+	// freeze waits for the transfer; but a customer's other account is
+	// checked on a row nothing holds, and frozen between the transfer's
+	// checks and its debit it is debited anyway. (The recipient's row,
+	// locked only by the credit, lets crossing transfers deadlock:
+	// PostgreSQL aborts one, and InTx runs it again.)
+	OneLockPerCustomer bool
+	// ClosedCheckedLast leaves the closed-account rule out of the
+	// transfer's checks (they refuse frozen accounts only, as if an account
+	// were either active or frozen) and checks it where the answer is
+	// built, after the transfer and its side effects are written
+	// (CheckAccountsAfter, in the handler). Its refusal is stored with the
+	// request, in the request's transaction, as every refusal is: the
+	// transfer it follows commits with it, and its client is told 422.
+	ClosedCheckedLast bool
 }
 
 // The statements of the transfer, named so that a tool that replays the
@@ -132,6 +150,10 @@ const (
 	// InsertTransferSQL records the transfer, labelled with its intent (see
 	// Schema), and returns its id.
 	InsertTransferSQL = "INSERT INTO transfers (from_account, to_account, amount_kobo, intent) VALUES ($1, $2, $3, $4) RETURNING id"
+
+	// LockCustomerSQL is the one-lock-per-customer mistake's lock: the row
+	// of the customer's first account.
+	LockCustomerSQL = "SELECT 1 FROM accounts WHERE owner_id = $1::bigint ORDER BY id LIMIT 1 FOR UPDATE"
 
 	// LockSenderSQL and ReadRecipientSQL are how the lesson reads the two
 	// accounts (the sender-lock-only mistake): crossing transfers deadlock.
@@ -169,7 +191,7 @@ func TransferWith(ctx context.Context, tx Querier, userID int64, req TransferReq
 			return Response{}, fmt.Errorf("read balance: %w", err)
 		}
 	}
-	found, err := lockAccounts(ctx, tx, req, flaws)
+	found, err := lockAccounts(ctx, tx, userID, req, flaws)
 	if err != nil {
 		return Response{}, err
 	}
@@ -251,7 +273,7 @@ func checkAccountsWith(found map[int64]accountRow, userID int64, req TransferReq
 	sender, ok := found[req.From]
 	recipient, okTo := found[req.To]
 	inactive := func(a accountRow) bool {
-		if flaws.FrozenOnly {
+		if flaws.FrozenOnly || flaws.ClosedCheckedLast {
 			return a.status == "frozen" // the mistake: closed is not frozen
 		}
 		return a.status != "active"
@@ -269,6 +291,21 @@ func checkAccountsWith(found map[int64]accountRow, userID int64, req TransferReq
 		return nil
 	}
 	return &r
+}
+
+// CheckAccountsAfter applies every rule about the request and its two
+// accounts, read in tx, as the transfer's checks do before its first
+// write: a refusal, or nil. The ClosedCheckedLast mistake calls it after
+// the transfer has written, in place of the checks the transfer skipped.
+func CheckAccountsAfter(ctx context.Context, tx Querier, userID int64, req TransferRequest) (*Response, error) {
+	if refusal := checkRequest(req); refusal != nil {
+		return refusal, nil
+	}
+	found, err := lockAccounts(ctx, tx, userID, req, Flaws{NoRowLock: true})
+	if err != nil {
+		return nil, err
+	}
+	return checkAccounts(found, userID, req), nil
 }
 
 type accountRow struct {
@@ -293,8 +330,8 @@ func scanAccounts(found map[int64]accountRow) func(rows pgx.Rows) error {
 }
 
 // lockAccounts reads both accounts with LockAccountsSQL, or as one of the
-// lesson's mistakes reads them.
-func lockAccounts(ctx context.Context, tx Querier, req TransferRequest, flaws Flaws) (map[int64]accountRow, error) {
+// lesson's mistakes reads them (and locks what they lock).
+func lockAccounts(ctx context.Context, tx Querier, userID int64, req TransferRequest, flaws Flaws) (map[int64]accountRow, error) {
 	found := map[int64]accountRow{}
 	read := func(query string, args ...any) error {
 		rows, err := tx.Query(ctx, query, args...)
@@ -309,6 +346,12 @@ func lockAccounts(ctx context.Context, tx Querier, req TransferRequest, flaws Fl
 	}
 	switch {
 	case flaws.NoRowLock:
+		return found, read(accountColumns+"id IN ($1::bigint, $2::bigint)", req.From, req.To)
+	case flaws.OneLockPerCustomer:
+		// The mistake: the customer's first account is locked, not the two read.
+		if _, err := tx.Exec(ctx, LockCustomerSQL, userID); err != nil {
+			return nil, fmt.Errorf("lock the customer: %w", err)
+		}
 		return found, read(accountColumns+"id IN ($1::bigint, $2::bigint)", req.From, req.To)
 	case flaws.SenderLockOnly:
 		if err := read(LockSenderSQL, req.From); err != nil {

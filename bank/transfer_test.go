@@ -374,3 +374,68 @@ func TestOwnAccountsUncheckedMeetsTheCheckConstraint(t *testing.T) {
 		t.Errorf("Ada moving ₦1,500 of her savings with the mistake: %s, %v; want 201 leaving ₦18,500", resp.Summary(), err)
 	}
 }
+
+// An administrator freezes the sender while the transfer stands between
+// its checks and its debit. The correct transfer holds the sender's row, so
+// the freeze waits (and gives up after its lock_timeout). The
+// one-lock-per-customer mistake locks the customer's first account only:
+// from Ada's first account (11) the freeze still waits, but from her
+// savings (12) it commits at once, and the frozen account is debited.
+func TestOneLockPerCustomerLeavesTheOtherAccountUnlocked(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name       string
+		flaws      bank.Flaws
+		from       int64
+		freezeWins bool
+	}{
+		{"correct transfer, from Ada's savings", bank.Flaws{}, 12, false},
+		{"one lock per customer, from Ada's first account", bank.Flaws{OneLockPerCustomer: true}, 11, false},
+		{"one lock per customer, from Ada's savings", bank.Flaws{OneLockPerCustomer: true}, 12, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			pool := pgtest.NewBankWith(t, pgtest.BankOptions{Accounts: pgtest.MixedAccounts})
+			ctx := bounded(t, "a transfer frozen under")
+			var freezeErr error
+			hooked := 0
+			tctx := bank.WithAfterChecks(ctx, func() {
+				hooked++
+				freezeErr = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+					if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '100ms'"); err != nil {
+						return err
+					}
+					_, err := tx.Exec(ctx, "UPDATE accounts SET status = 'frozen' WHERE id = $1", tt.from)
+					return err
+				})
+			})
+			var resp bank.Response
+			err := bank.InTx(tctx, pool, func(tx pgx.Tx) error {
+				var err error
+				resp, err = bank.TransferWith(tctx, tx, 1, bank.TransferRequest{From: tt.from, To: 21, AmountKobo: 100_000}, tt.flaws)
+				return err
+			})
+			if err != nil || resp.Status != 201 || hooked != 1 {
+				t.Fatalf("the transfer: %s, %v (hook ran %d times); want 201, checked before the freeze", resp.Summary(), err, hooked)
+			}
+			if won := freezeErr == nil; won != tt.freezeWins {
+				t.Errorf("the freeze committed under the transfer: %v (%v); want %v", won, freezeErr, tt.freezeWins)
+			}
+			if !tt.freezeWins && bank.SQLState(freezeErr) != "55P03" {
+				t.Errorf("the freeze failed with %v, want lock_not_available (55P03): it waited for the row", freezeErr)
+			}
+			var status string
+			var bal int64
+			if err := pool.QueryRow(ctx, "SELECT status, balance_kobo FROM accounts WHERE id = $1", tt.from).Scan(&status, &bal); err != nil {
+				t.Fatal(err)
+			}
+			if frozen := status == "frozen"; frozen != tt.freezeWins {
+				t.Errorf("account %d is %s after the debit; frozen under the transfer: want %v", tt.from, status, tt.freezeWins)
+			}
+			if opening := map[int64]int64{11: 5_000_000, 12: 2_000_000}[tt.from]; bal != opening-100_000 {
+				t.Errorf("account %d has %s, want %s: debited once", tt.from, bank.Naira(bal), bank.Naira(opening-100_000))
+			}
+		})
+	}
+}

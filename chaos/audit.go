@@ -155,6 +155,10 @@ func AloneNote(kind string) string {
 		return "refusal-in-second-transaction breaks it alone in some runs (seed 42's deterministic run of 100 intents; of free runs of 400 intents on seeds 1 to 6, seed 5's only); " +
 			"on others an intent whose key it lost is sent again (a second tap, a repeat after the cleanup), " +
 			"runs again, and " + KindReplay + " (and " + KindRejected + " when it then moves money) back it up"
+	case KindTwice:
+		return "new-key-after-5xx breaks it alone in some runs (seed 42's deterministic run of 100 intents); " +
+			"on others the client's new key is refused for want of the money the first request moved, and " + KindRejected +
+			" backs it up (with " + KindWrong + " when the sender is a solo account sending its whole balance)"
 	case KindNegative:
 		return "bank-sim's own accounts table refuses a balance below zero (CHECK balance_kobo >= 0): a mistake that overdraws " +
 			"fails its debit with a 500 on every attempt instead, and " + KindUnresolved + " sees it (own-accounts-unchecked); " +

@@ -46,6 +46,20 @@ var soleCatches = []struct {
 	// competing-dispatchers' claims meet open claims (SKIP LOCKED) and
 	// expired leases, never a lease that still holds.
 	{chaos.KindClaimOverlap, "claim-without-lease-check", nil},
+	// The row of the customer's first account locked, not the sender's:
+	// a customer's other account is frozen under its transfer.
+	{chaos.KindFrozen, "one-lock-per-customer", nil},
+	// A closed account's refusal decided after the writes, and committed
+	// with them: told 422, the money moved (with its SMS and event).
+	{chaos.KindRejected, "closed-checked-last", nil},
+	// A client's new key after a 5xx: the request that committed before its
+	// server failed (a holder fenced out after the retry that took its key
+	// over had transferred, a duplicate's first copy that failed) runs
+	// again. When the sender cannot pay twice, the new key is refused and
+	// the intent was told a refusal for money that moved:
+	// rejected-but-moved, and wrong-answer too when the sender is a solo
+	// account sending its whole balance (free runs; seed 1).
+	{chaos.KindTwice, "new-key-after-5xx", []string{chaos.KindRejected, chaos.KindWrong}},
 }
 
 // Each rule's sole mistake gets past every scenario, and past the chaos run

@@ -325,6 +325,9 @@ func (c *checker) intents() {
 					allowed += ", or, its first request never having had a final answer, " + strings.TrimPrefix(also, "only ")
 				}
 			}
+			if !ok && c.frozenMeanwhile(in, a, resp) {
+				ok = true
+			}
 			if !ok && !wrong {
 				wrong = true
 				c.add(Violation{Kind: KindWrong, Intent: in.Index, AtNs: a.EndNs, Kobo: amount,
@@ -359,6 +362,45 @@ func (c *checker) intents() {
 				Detail: fmt.Sprintf("%s still has no final answer after healing (%d attempts, the last %s)", in.Label, len(in.Attempts), lastSeen(in))})
 		}
 	}
+}
+
+// frozenMeanwhile reports whether resp, attempt a's answer to in, is the
+// refusal of an account that a freeze recorded in the history made
+// inactive while the answer was being made: between in's first attempt and
+// the first final answer of a's key (a later one replays it). Statuses stay
+// as they opened unless a transfer failed to hold its sender's row against
+// the freeze fault (frozen-debited); the intents refused meanwhile were told
+// the truth.
+func (c *checker) frozenMeanwhile(in *Intent, a *Attempt, resp bank.Response) bool {
+	if len(c.h.Freezes) == 0 || resp.Status != 422 || len(in.Attempts) == 0 {
+		return false
+	}
+	var account int64
+	switch resp.Code() {
+	case bank.CodeAccountNotActive:
+		account = in.Request.From
+	case bank.CodeRecipientUnavailable:
+		account = in.Request.To
+	default:
+		return false
+	}
+	from, to := in.Attempts[0].StartNs, a.EndNs
+	for k := range in.Attempts {
+		if b := &in.Attempts[k]; b.Seen != SeenUnknown && b.Key == a.Key {
+			to = b.EndNs
+			break
+		}
+	}
+	for _, f := range c.h.Freezes {
+		thaw := f.ThawNs
+		if thaw == 0 {
+			thaw = c.end()
+		}
+		if f.Account == account && f.AtNs <= to && thaw >= from {
+			return true
+		}
+	}
+	return false
 }
 
 // freezes checks that no account frozen under a transfer, after its checks

@@ -120,6 +120,14 @@ func goodHistory() *chaos.History {
 	return h
 }
 
+// frozenWhileRefused records a freeze of account 123 (under intent-0,
+// which did not debit it) from at to thaw, and has intent-1, from 123 in
+// [10, 15], refused for it: 422 account_not_active.
+func frozenWhileRefused(h *chaos.History, at, thaw int64) {
+	h.Freezes = []chaos.Freeze{{Intent: "intent-0", Account: 123, AtNs: at, ThawNs: thaw}}
+	h.Intents[1].Attempts[0].Body = refusal(422, bank.CodeAccountNotActive)
+}
+
 // withBalances is the opening accounts with these balances, in id order.
 func withBalances(b ...int64) []bank.Account {
 	out := append([]bank.Account(nil), opening...)
@@ -747,6 +755,19 @@ func TestCheckerBreaksEachConditionAlone(t *testing.T) {
 				h.Intents[2].Attempts[k].Body = refusal(422, bank.CodeInsufficientFunds)
 			}
 		}, []string{chaos.KindUnresolved}},
+		// wrong-answer, a refusal of an account that a freeze the history
+		// records (a transfer that did not hold its sender's row) made
+		// inactive while the answer was being made: the truth, then.
+		{chaos.KindWrong, "a sender frozen while it was refused (neighbour)", "", func(h *chaos.History) {
+			frozenWhileRefused(h, 8, 12)
+		}, nil},
+		{chaos.KindWrong, "the freeze overlaps the answer", "the freeze's window not compared with the intent's attempts", func(h *chaos.History) {
+			frozenWhileRefused(h, 2, 8) // thawed before intent-1's first attempt
+		}, []string{chaos.KindWrong}},
+		{chaos.KindWrong, "the freeze is the refused account's", "the refusal's code not matched with the sender or the recipient", func(h *chaos.History) {
+			frozenWhileRefused(h, 8, 12)
+			h.Intents[1].Attempts[0].Body = refusal(422, bank.CodeRecipientUnavailable) // 103 was not frozen
+		}, []string{chaos.KindWrong}},
 		// wrong-answer, a solo intent asking for more than it has: only 422 insufficient_funds.
 		{chaos.KindWrong, "solo, too much: 422 insufficient_funds (neighbour)", "amount > balance written as >=", soloOverdrawn, nil},
 		{chaos.KindWrong, "solo, too much: the status", "resp.Status == 422 dropped", func(h *chaos.History) {

@@ -231,6 +231,9 @@ type engine struct {
 	cleanup  *CleanupRun
 	stalls   []string
 	freezes  []Freeze
+	// keys counts, per intent, the keys its client has made after a 5xx
+	// (the new-key-after-5xx mistake).
+	keys map[int]int
 	// beforeHeal is the key store as the fault phase left it.
 	beforeHeal *KeyCensus
 	done       atomic.Int64
@@ -1031,6 +1034,14 @@ func (e *engine) backoff(ctx context.Context, a Attempt) {
 // (none when "").
 func (e *engine) attempt(ctx context.Context, i int, p Planned, n int, phase, fault string) Attempt {
 	key := e.cfg.AttemptKey(p, n)
+	newKeyAfter5xx := e.cfg.Bug != nil && e.cfg.Bug.NewKeyAfterServerError
+	if newKeyAfter5xx {
+		e.mu.Lock()
+		if k := e.keys[i]; k > 0 {
+			key = NewKey(p, k+1)
+		}
+		e.mu.Unlock()
+	}
 	inst := e.cfg.Instance(i, n)
 	e.sched.setDoing(ctx, fmt.Sprintf("%s a%d", p.Label, n))
 	e.sched.yield(ctx, fmt.Sprintf("send to server %d (%s)", inst+1, orNoFault(fault)))
@@ -1097,6 +1108,15 @@ func (e *engine) attempt(ctx context.Context, i int, p Planned, n int, phase, fa
 		a.Error, a.Status, a.Seen = err.Error(), 500, SeenUnknown
 	default:
 		a.answered(resp)
+	}
+	if newKeyAfter5xx && a.Status >= 500 {
+		// The mistake: a server error taken for a request that failed whole.
+		e.mu.Lock()
+		if e.keys == nil {
+			e.keys = map[int]int{}
+		}
+		e.keys[i]++
+		e.mu.Unlock()
 	}
 	return a
 }
@@ -1189,7 +1209,7 @@ func (e *engine) interfere(ctx context.Context, key string, from int64, ended *e
 // freeze commit under it.
 func (e *engine) freeze(ctx context.Context, label string, from int64) (hook, thaw func()) {
 	var once sync.Once
-	frozen := false
+	frozen, record := false, -1
 	hook = func() {
 		once.Do(func() {
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stageTimeout)
@@ -1217,13 +1237,17 @@ func (e *engine) freeze(ctx context.Context, label string, from int64) (hook, th
 				// through): nothing was frozen, and no freeze is recorded.
 				return
 			}
+			// Taken before the COMMIT: a transfer that reads the account
+			// frozen may answer before the freeze is recorded.
+			at := e.since()
 			if err := tx.Commit(ctx); err != nil {
 				e.stall("freeze of account %d: commit: %v", from, err)
 				return
 			}
 			frozen = true
 			e.mu.Lock()
-			e.freezes = append(e.freezes, Freeze{Intent: label, Account: from, AtNs: e.since()})
+			record = len(e.freezes)
+			e.freezes = append(e.freezes, Freeze{Intent: label, Account: from, AtNs: at})
 			e.mu.Unlock()
 		})
 	}
@@ -1235,7 +1259,11 @@ func (e *engine) freeze(ctx context.Context, label string, from int64) (hook, th
 		defer cancel()
 		if _, err := e.db.Exec(ctx, "UPDATE accounts SET status = 'active' WHERE id = $1", from); err != nil {
 			e.stall("account %d, frozen under a transfer, could not be made active again: %v", from, err)
+			return
 		}
+		e.mu.Lock()
+		e.freezes[record].ThawNs = e.since()
+		e.mu.Unlock()
 	}
 	return hook, thaw
 }

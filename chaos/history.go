@@ -138,7 +138,11 @@ type History struct {
 type Freeze struct {
 	Intent  string `json:"intent"`
 	Account int64  `json:"account"`
-	AtNs    int64  `json:"atNs"`
+	// AtNs is when the freeze was about to commit.
+	AtNs int64 `json:"atNs"`
+	// ThawNs is when the account was made active again, once the attempt
+	// was over (0 in a history from before it was recorded: the end).
+	ThawNs int64 `json:"thawNs,omitempty"`
 }
 
 // KeyCensus is the keys in progress at one moment, and the holders alive.

@@ -345,12 +345,16 @@ func (r *httpRig) client(i int, p Planned, urls []string, attempts int, record f
 		Rand:          rand.New(rand.NewPCG(cfg.Seed^saltJitter, uint64(i))),
 		NewKey: func() string {
 			keys++
+			if cfg.Bug != nil && cfg.Bug.NewKeyAfterServerError {
+				return NewKey(p, keys)
+			}
 			return cfg.AttemptKey(p, keys)
 		},
 		OnAttempt: record,
 	}
 	if cfg.Bug != nil {
 		c.Flaws.NewKeyPerAttempt = cfg.Bug.NewKeyPerAttempt
+		c.Flaws.NewKeyAfterServerError = cfg.Bug.NewKeyAfterServerError
 	}
 	if r.target != nil {
 		r.targetClient(c, p)

@@ -888,10 +888,14 @@ func (c Config) Instance(i, attempt int) int {
 // or a new one per attempt when the client has that bug.
 func (c Config) AttemptKey(p Planned, attempt int) string {
 	if c.Bug != nil && c.Bug.NewKeyPerAttempt && attempt > 1 {
-		return fmt.Sprintf("%s-a%d", p.Key, attempt)
+		return NewKey(p, attempt)
 	}
 	return p.Key
 }
+
+// NewKey is the n-th key a buggy client makes for p (n > 1): a new key per
+// attempt, or after each 5xx.
+func NewKey(p Planned, n int) string { return fmt.Sprintf("%s-a%d", p.Key, n) }
 
 // Schedule is the seed's whole plan for the first n intents: each intent
 // and the fault of each of its fault-phase attempts. Two runs with the same

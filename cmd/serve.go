@@ -96,7 +96,7 @@ mistake (new-key-per-attempt) is refused: serve runs only the server.`,
 	_ = c.RegisterFlagCompletionFunc("bug", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 		var names []string
 		for _, b := range mistakes.All() {
-			if !b.NewKeyPerAttempt && !b.AsyncReplication {
+			if !b.NewKeyPerAttempt && !b.NewKeyAfterServerError && !b.AsyncReplication {
 				names = append(names, b.Name)
 			}
 		}
@@ -113,7 +113,7 @@ func parseServeBug(name string) (*mistakes.Bug, error) {
 	if err != nil || bug == nil {
 		return bug, err
 	}
-	if bug.NewKeyPerAttempt {
+	if bug.NewKeyPerAttempt || bug.NewKeyAfterServerError {
 		return nil, usageError("--bug %s is a client's mistake, not the server's: serve runs only the server, and your client decides its keys. See it with: bank-sim chaos --bug %s, or bank-sim scenario --all --bug %s", name, name, name)
 	}
 	if bug.AsyncReplication {

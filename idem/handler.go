@@ -477,15 +477,26 @@ func (h *Handler) work(ctx context.Context, tx pgx.Tx, req Request) (bank.Respon
 		return *refusal, nil
 	}
 	resp, err := bank.TransferWith(ctx, tx, req.UserID, parsed, h.Bank)
-	if err != nil || h.Effects == nil {
+	if err != nil {
 		return resp, err
 	}
-	if rc, ok := resp.Receipt(); ok {
+	if rc, ok := resp.Receipt(); ok && h.Effects != nil {
 		if err := h.Effects.InTx(ctx, tx, req.UserID, rc); err != nil {
 			return bank.Response{}, fmt.Errorf("side effects: %w", err)
 		}
 	} else if err := h.refused(ctx, func() (pgx.Tx, error) { return tx, nil }, req.UserID, parsed); err != nil {
 		return bank.Response{}, err
+	}
+	if h.Bank.ClosedCheckedLast {
+		// The mistake: the rule that knows "closed" runs last, after the
+		// writes; its refusal commits with them.
+		refusal, err := bank.CheckAccountsAfter(ctx, tx, req.UserID, parsed)
+		if err != nil {
+			return bank.Response{}, err
+		}
+		if refusal != nil {
+			return *refusal, nil
+		}
 	}
 	return resp, nil
 }

@@ -415,3 +415,50 @@ func TestKeyMisuseWithoutCoincidences(t *testing.T) {
 		t.Errorf("%d rows for the key text, want 3 (Ada's, Bola's, Dayo's)", n)
 	}
 }
+
+// The closed-checked-last mistake refuses a closed account after the
+// transfer has written: the refusal is stored in the request's transaction,
+// as every refusal is, so the money moves under a 422 (and its retry is told
+// that 422 again). The correct handler refuses first and moves nothing. A
+// refusal the transfer's own checks make first (another user's account) and
+// one the funds would make (a closed recipient asked for more than the
+// sender has) are the closed rule's or theirs as the lesson orders them.
+func TestClosedCheckedLastMovesTheMoneyItRefuses(t *testing.T) {
+	t.Parallel()
+	const ada, bola = 1, 2
+	cases := []struct {
+		name   string
+		user   int64
+		body   []byte
+		status int
+		code   string
+		moves  bool // under the mistake
+	}{
+		{"Ada pays Bola's closed account", ada, body(11, 22, 100_000), 422, bank.CodeRecipientUnavailable, true},
+		{"Bola pays from his closed account", bola, body(22, 11, 100_000), 422, bank.CodeAccountNotActive, true},
+		{"Ada pays from Bola's closed account", ada, body(22, 11, 100_000), 404, bank.CodeAccountNotFound, false},
+		{"Ada pays Bola's closed account more than she has", ada, body(11, 22, 6_000_000), 422, bank.CodeRecipientUnavailable, false},
+	}
+	for _, tt := range cases {
+		for _, mistaken := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s, mistake %v", tt.name, mistaken), func(t *testing.T) {
+				t.Parallel()
+				pool := pgtest.NewBankWith(t, pgtest.BankOptions{Accounts: pgtest.MixedAccounts})
+				h := &idem.Handler{DB: pool, Store: &idem.Store{}, Bank: bank.Flaws{ClosedCheckedLast: mistaken}}
+				for try := 1; try <= 2; try++ {
+					resp := handle(t, h, tt.user, key, tt.body)
+					if resp.Status != tt.status || resp.Code() != tt.code || resp.Replayed != (try == 2) {
+						t.Errorf("try %d: %s, want %d %s (replayed on the retry)", try, resp.Summary(), tt.status, tt.code)
+					}
+				}
+				moved := transfers(t, pool) > 0
+				if want := mistaken && tt.moves; moved != want {
+					t.Errorf("money moved: %v, want %v; %s", moved, want, ledger(t, pool).Line())
+				}
+				if l := ledger(t, pool); l.Total() != pgtest.MixedTotal {
+					t.Errorf("total %s, want %s", bank.Naira(l.Total()), bank.Naira(pgtest.MixedTotal))
+				}
+			})
+		}
+	}
+}

@@ -150,6 +150,7 @@ func (r *Run) Client(user int64, urls ...string) *client.Client {
 	var flaws client.Flaws
 	if r.bug != nil {
 		flaws.NewKeyPerAttempt = r.bug.NewKeyPerAttempt
+		flaws.NewKeyAfterServerError = r.bug.NewKeyAfterServerError
 	}
 	lane := userName(user)
 	return &client.Client{

@@ -656,7 +656,7 @@ func (r *Run) SendWithRetries(ctx context.Context, net *faults.Network, in Inten
 	var resp bank.Response
 	var err error
 	for attempt := 1; attempt <= attempts; attempt++ {
-		if attempt > 1 && r.bug != nil && r.bug.NewKeyPerAttempt {
+		if attempt > 1 && r.bug != nil && (r.bug.NewKeyPerAttempt || r.bug.NewKeyAfterServerError && resp.Status >= 500) {
 			in.Key = r.Key()
 		}
 		resp, err = r.Send(ctx, net, in, attempt, "")

@@ -90,6 +90,11 @@ type Flaws struct {
 	// NewKeyPerAttempt makes a new key for every attempt instead of one per
 	// intent: every retry looks new to the server.
 	NewKeyPerAttempt bool
+	// NewKeyAfterServerError keeps the key across retries but makes a new
+	// one after a 5xx answer, as if a server error meant the request had
+	// failed whole: one that committed before its server failed is sent
+	// again as new.
+	NewKeyAfterServerError bool
 }
 
 // Intent is one thing a user decided to do, with the key made for it. Make
@@ -188,7 +193,7 @@ func (c *Client) Send(ctx context.Context, in Intent) (Outcome, error) {
 	attempts := c.attempts()
 	first := max(c.FirstAttempt, 1)
 	for n := 1; n <= attempts; n++ {
-		if n > 1 && c.Flaws.NewKeyPerAttempt {
+		if n > 1 && (c.Flaws.NewKeyPerAttempt || c.Flaws.NewKeyAfterServerError && out.Response.Status >= 500) {
 			in.Key = c.newKey()
 		}
 		a := c.try(ctx, in, first+n-1)

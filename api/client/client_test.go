@@ -149,3 +149,56 @@ func TestFirstAttemptAndRawBody(t *testing.T) {
 		t.Errorf("the answer's code is %q, want unavailable (read from the problem details)", out.Response.Code())
 	}
 }
+
+// sequence answers each POST with the next status of its list (the last one
+// after that), and records the key of each.
+type sequence struct {
+	statuses []int
+	mu       sync.Mutex
+	keys     []string
+}
+
+func (s *sequence) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	status := s.statuses[min(len(s.keys), len(s.statuses)-1)]
+	s.keys = append(s.keys, r.Header.Get(api.HeaderKey))
+	s.mu.Unlock()
+	w.Header().Set("Content-Type", api.ProblemType)
+	w.WriteHeader(status)
+	_, _ = w.Write([]byte(`{"type":"about:blank","title":"x","status":` + strconv.Itoa(status) + `,"code":"x"}`))
+}
+
+// The lesson's client keeps its key on every retry. The new-key-after-5xx
+// mistake keeps it after no answer or a 409, and makes a new one after each
+// 5xx only: a request that committed before its server failed is then sent
+// again as new.
+func TestNewKeyAfterServerErrorChangesTheKeyAfterA5xxOnly(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name  string
+		flaws client.Flaws
+		want  []string
+	}{
+		{"the lesson's client", client.Flaws{}, []string{"k", "k", "k", "k", "k"}},
+		{"new key after a 5xx", client.Flaws{NewKeyAfterServerError: true}, []string{"k", "k", "k1", "k1", "k2"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			s := &sequence{statuses: []int{409, 500, 409, 503, 409}}
+			srv := httptest.NewServer(s)
+			defer srv.Close()
+			made := 0
+			c := &client.Client{URLs: []string{srv.URL}, Token: "token-ada", Attempts: 5, Flaws: tt.flaws,
+				Sleep:  func(context.Context, time.Duration) error { return nil },
+				NewKey: func() string { made++; return "k" + strconv.Itoa(made) }}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if _, err := c.Send(ctx, client.Intent{Key: "k", Transfer: bank.TransferRequest{From: 1, To: 2, AmountKobo: 100}}); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(s.keys, tt.want) {
+				t.Errorf("the server saw keys %v, want %v (answers 409, 500, 409, 503, 409)", s.keys, tt.want)
+			}
+		})
+	}
+}

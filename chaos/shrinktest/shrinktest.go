@@ -73,6 +73,9 @@ func ToRecipe(t *testing.T, dbs banks.Databases, b mistakes.Bug) {
 	// audit's 400 the rest. The pipeline's start from 60, which catch
 	// most of them, sooner still.
 	cfg := chaos.Config{Seed: 1, Clients: 8, Intents: 150, Faults: chaos.AuditRates(), Bug: &b}
+	if s, ok := seeds[b.Name]; ok {
+		cfg.Seed = s
+	}
 	if pipelineMistakes[b.Name] {
 		cfg.Intents = 60
 	}
@@ -150,6 +153,16 @@ func ToRecipe(t *testing.T, dbs banks.Databases, b mistakes.Bug) {
 		}
 	}
 }
+
+// seeds are the mistakes whose run on seed 1 breaks a rule first on a path
+// too long to shrink to 5 intents, and the seed whose run does not.
+// new-key-after-5xx on seed 1 first refuses a solo account's second key
+// (wrong-answer), after a duplicate's first copy failed waiting for the
+// second, which takes 7 clients' timing; on seed 42 it shrinks to one
+// intent: an expire-mid-write holder answers 500 after the retry that took
+// its key over has transferred, and the new key is refused for want of the
+// money (rejected-but-moved; moved-twice when the sender can pay twice).
+var seeds = map[string]uint64{"new-key-after-5xx": 42}
 
 // IsPipelineMistake reports whether the mistake named name is one of the
 // side effects' mistakes that only the outbox's dispatchers and consumer

@@ -33,6 +33,10 @@ type Bug struct {
 	// key for every attempt instead of one per intent. Apply ignores it; the
 	// client reads it.
 	NewKeyPerAttempt bool `json:"newKeyPerAttempt,omitempty"`
+	// NewKeyAfterServerError is a narrower client-side mistake: the client
+	// keeps its key across retries, but makes a new one after a 5xx
+	// answer. Apply ignores it; the client reads it.
+	NewKeyAfterServerError bool `json:"newKeyAfterServerError,omitempty"`
 	// AsyncReplication is the database's mistake, not the handler's: the
 	// primary's standby is replicated asynchronously, so a failover loses
 	// what the primary had acknowledged and not yet sent. Apply ignores it;
@@ -82,6 +86,8 @@ func (b Bug) Apply(h *idem.Handler) {
 	h.Bank.FrozenOnly = h.Bank.FrozenOnly || b.Bank.FrozenOnly
 	h.Bank.CreditSecondRow = h.Bank.CreditSecondRow || b.Bank.CreditSecondRow
 	h.Bank.OwnAccountsUnchecked = h.Bank.OwnAccountsUnchecked || b.Bank.OwnAccountsUnchecked
+	h.Bank.OneLockPerCustomer = h.Bank.OneLockPerCustomer || b.Bank.OneLockPerCustomer
+	h.Bank.ClosedCheckedLast = h.Bank.ClosedCheckedLast || b.Bank.ClosedCheckedLast
 	h.SecondTransaction = h.SecondTransaction || b.SecondTransaction
 	h.StoreServerErrors = h.StoreServerErrors || b.StoreServerErrors
 	h.ClaimOnRequestContext = h.ClaimOnRequestContext || b.ClaimOnRequestContext
@@ -101,6 +107,12 @@ func All() []Bug {
 			Mistake:          "The client makes a new idempotency key for every attempt instead of one per intent",
 			Consequence:      "Every retry looks new to the server: a lost response and its retry move the money twice, exactly as with no keys",
 			NewKeyPerAttempt: true,
+		},
+		{
+			Name:                   "new-key-after-5xx",
+			Mistake:                "The client keeps its key across retries, but makes a new one after a 5xx answer, as if a server error meant the request had failed whole (its transaction rolled back, or its key spoiled by a stored 500)",
+			Consequence:            "A server fails after its request's transfer committed (a holder fenced out once the retry that took its key over has transferred): the new key's request is new to the server, and the money moves twice",
+			NewKeyAfterServerError: true,
 		},
 		{
 			Name:             "async-replication",
@@ -185,6 +197,18 @@ func All() []Bug {
 			Mistake:     "A transfer between two accounts of the same user is debited without the funds condition, as if a move between a customer's own accounts could not overdraw",
 			Consequence: "The customer moves more than one account holds to their other account: the first goes below zero, and the bank has lent what they then spend from the second",
 			Bank:        bank.Flaws{OwnAccountsUnchecked: true},
+		},
+		{
+			Name:        "one-lock-per-customer",
+			Mistake:     "The transfer locks one row per customer, their first account's (FOR UPDATE), and reads the two accounts without a lock, as if a customer's transfers could only race one another",
+			Consequence: "Where each customer has one account it is the sender's row, and a freeze waits; but a transfer from a customer's other account is checked on a row nothing holds: frozen between its checks and its debit, the account is debited anyway",
+			Bank:        bank.Flaws{OneLockPerCustomer: true},
+		},
+		{
+			Name:        "closed-checked-last",
+			Mistake:     "The transfer's checks refuse frozen accounts only, and the closed-account rule is checked last, where the answer is built, after the transfer and its SMS are written; its refusal is stored in the request's transaction, as every refusal is",
+			Consequence: "A payment from or to a closed account is told 422, and its money moves all the same, SMS and all: the client, told it was refused, pays again",
+			Bank:        bank.Flaws{ClosedCheckedLast: true},
 		},
 		{
 			Name:        "frozen-only-inactive",
