@@ -25,6 +25,7 @@ var soleCatches = []struct {
 	backups   []string
 }{
 	{chaos.KindWrong, "frozen-only-inactive", nil},
+	{chaos.KindAbandoned, "refusal-failure-as-500-response", nil},
 	{chaos.KindKeyLost, "refusal-in-second-transaction", []string{chaos.KindRejected, chaos.KindReplay}},
 	{chaos.KindReplay, "rebuilt-refusal-replay", nil},
 	// The accounts table's CHECK (balance_kobo >= 0) turns its overdraw

@@ -217,6 +217,13 @@ type Handler struct {
 	// it failed: the key is released as after any failure, and the client
 	// holds a final answer its key no longer has.
 	RefusalInSecondTransaction bool
+	// RefusalErrorAsResponse is the mistake of answering a refused request
+	// whose transaction then failed (its COMMIT, say) with a 500 response
+	// instead of returning the error: the refusal was decided, so the
+	// request looks handled, but Handle releases a key only on an error.
+	// The key stays in progress with nobody working on it, and every retry
+	// is told 409 until its lock expires.
+	RefusalErrorAsResponse bool
 }
 
 // workContext is the context a request's database work runs on. Once a
@@ -317,6 +324,9 @@ func (h *Handler) transfer(ctx context.Context, req Request, claim *Claim) (bank
 	}
 	if claim != nil && h.RefusalInSecondTransaction {
 		return h.refuseThenStore(ctx, req, *claim)
+	}
+	if claim != nil && h.RefusalErrorAsResponse {
+		return h.refuseOrAnswer500(ctx, req, *claim)
 	}
 	if h.Bank == (bank.Flaws{}) && !h.Unpipelined && bank.CanPipeline(h.DB) {
 		return h.transferPipelined(ctx, req, claim)

@@ -64,3 +64,29 @@ func (h *Handler) refuseThenStore(ctx context.Context, req Request, claim Claim)
 	}
 	return resp, nil
 }
+
+// refuseOrAnswer500 is the mistake RefusalErrorAsResponse switches on: the
+// transfer and its stored answer in one transaction, as they should be, but
+// when a refused request's transaction fails after its checks refused it (a
+// BeforeCommit fault, a COMMIT that fails), the failure is answered as a 500
+// response rather than returned as an error, and Handle, which releases a
+// key only on an error, leaves the claim in progress with nobody working on
+// it: every retry is told 409 until the lock expires.
+func (h *Handler) refuseOrAnswer500(ctx context.Context, req Request, claim Claim) (bank.Response, error) {
+	var resp bank.Response
+	err := bank.InTx(ctx, h.DB, func(tx pgx.Tx) error {
+		var err error
+		if resp, err = h.work(ctx, tx, req); err != nil {
+			return err
+		}
+		return h.complete(ctx, tx, req, claim, resp)
+	})
+	if err != nil && resp.Status >= 400 {
+		return ServerError(), nil // the mistake: an answer, not an error, so the key is not released
+	}
+	if err != nil {
+		return bank.Response{}, fmt.Errorf("transfer: %w", err)
+	}
+	h.afterCommit(ctx, req, resp)
+	return resp, nil
+}

@@ -79,6 +79,8 @@ var probeTable = map[string]mistake{
 		"which takes a server stalled past its lock; a client cannot stall a healthy server"},
 	"refusal-in-second-transaction": {blind: "the refusal's own transaction fails only when the server or its database fails between the two commits; " +
 		"nothing a client does makes it fail there, so every refusal is stored"},
+	"refusal-failure-as-500-response": {blind: "a refused request's transaction fails only when the server or its database fails before its COMMIT; " +
+		"nothing a client does makes it fail there, so every refusal is stored and its key completed"},
 	"rebuilt-refusal-replay": {blind: "measured: no check resends a request the bank refused and compares the replay byte for byte " +
 		"(the replay checks resend a transfer's 201)"},
 	"closed-checked-last":    {blind: "the mistake moves the money of a closed account's refused transfer; the contract gives a client no way to close an account or to find a closed one"},

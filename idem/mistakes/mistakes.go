@@ -55,6 +55,10 @@ type Bug struct {
 	// RefusalInSecondTransaction stores a refusal in a second transaction
 	// and answers it even when storing it failed.
 	RefusalInSecondTransaction bool `json:"refusalInSecondTransaction,omitempty"`
+	// RefusalErrorAsResponse answers a refused request whose transaction
+	// failed with a 500 response instead of an error, so its key is not
+	// released.
+	RefusalErrorAsResponse bool `json:"refusalErrorAsResponse,omitempty"`
 	// Store switches on mistakes in the key store.
 	Store idem.Flaws `json:"store,omitzero"`
 	// Bank switches on mistakes in the transfer.
@@ -92,6 +96,7 @@ func (b Bug) Apply(h *idem.Handler) {
 	h.StoreServerErrors = h.StoreServerErrors || b.StoreServerErrors
 	h.ClaimOnRequestContext = h.ClaimOnRequestContext || b.ClaimOnRequestContext
 	h.RefusalInSecondTransaction = h.RefusalInSecondTransaction || b.RefusalInSecondTransaction
+	h.RefusalErrorAsResponse = h.RefusalErrorAsResponse || b.RefusalErrorAsResponse
 	if b.MemoryKeys && h.Memory == nil {
 		h.Memory = &idem.MemoryStore{}
 	}
@@ -137,6 +142,12 @@ func All() []Bug {
 			Mistake:                    "A refusal is stored in a transaction of its own after the request's, and answered even when storing it failed",
 			Consequence:                "The client holds a final refusal whose key is gone: its retry runs the request again and may move the money it was told did not move",
 			RefusalInSecondTransaction: true,
+		},
+		{
+			Name:                   "refusal-failure-as-500-response",
+			Mistake:                "A refused request whose transaction then fails is answered with a 500 response instead of returning the error, and keys are released only on an error",
+			Consequence:            "The key stays in progress with nobody working on it: every retry of that refusal is told 409 until the lock expires",
+			RefusalErrorAsResponse: true,
 		},
 		{
 			Name:        "rebuilt-refusal-replay",
