@@ -163,7 +163,7 @@ func TestAuditCleanColumnJudgesItsRunsTogether(t *testing.T) {
 	}
 
 	run, ran := byRun(fullCoverage(chaos.PathWaited, chaos.PathFencing), fullCoverage(chaos.PathFencing), fullCoverage(chaos.PathWaited))
-	caught, why, missing, seeds, err := chaos.ChaosCell(40, chaos.AuditCoverageRuns, run)
+	caught, why, missing, seeds, err := chaos.ChaosCell(40, chaos.AuditCoverageRuns, false, run)
 	if err != nil || caught || len(missing) != 0 {
 		t.Errorf("runs that together reached every path: caught %v (%s), missing %q, err %v; want clean with nothing missing", caught, why, missing, err)
 	}
@@ -172,12 +172,12 @@ func TestAuditCleanColumnJudgesItsRunsTogether(t *testing.T) {
 	}
 
 	run, ran = byRun(fullCoverage())
-	if _, _, missing, _, _ := chaos.ChaosCell(40, chaos.AuditCoverageRuns, run); len(missing) != 0 || len(*ran) != 1 {
+	if _, _, missing, _, _ := chaos.ChaosCell(40, chaos.AuditCoverageRuns, false, run); len(missing) != 0 || len(*ran) != 1 {
 		t.Errorf("a first run that reached everything: %d runs, missing %q; want 1 run", len(*ran), missing)
 	}
 
 	run, ran = byRun(fullCoverage(chaos.PathWaited))
-	_, _, missing, _, _ = chaos.ChaosCell(40, chaos.AuditCoverageRuns, run)
+	_, _, missing, _, _ = chaos.ChaosCell(40, chaos.AuditCoverageRuns, false, run)
 	if len(*ran) != chaos.AuditCoverageRuns || len(missing) != 1 || !strings.HasPrefix(missing[0], chaos.PathWaited) {
 		t.Errorf("no run ever reached %s: %d runs, missing %q; want %d runs and it named", chaos.PathWaited, len(*ran), missing, chaos.AuditCoverageRuns)
 	}
@@ -190,12 +190,33 @@ func TestAuditCleanColumnJudgesItsRunsTogether(t *testing.T) {
 		}
 		return res, nil
 	}
-	if caught, why, _, _, _ := chaos.ChaosCell(40, chaos.AuditCoverageRuns, broken); !caught || !strings.Contains(why, "seed 41") {
+	if caught, why, _, _, _ := chaos.ChaosCell(40, chaos.AuditCoverageRuns, false, broken); !caught || !strings.Contains(why, "seed 41") {
 		t.Errorf("the second run broke a rule: caught %v (%q), want caught, naming seed 41", caught, why)
 	}
 
+	// A mistake's row is not done when its runs have reached every path:
+	// it goes on, seed after seed, until one catches it.
+	lateCatch := func(s uint64) (chaos.Result, error) {
+		res := chaos.Result{Coverage: fullCoverage()}
+		if s == 42 {
+			v := chaos.Violation{Kind: chaos.KindAbandoned, Detail: "key 7 left in progress"}
+			res.Violations, res.First = []chaos.Violation{v}, &v
+		}
+		return res, nil
+	}
+	if caught, why, _, seeds, _ := chaos.ChaosCell(40, chaos.AuditCoverageRuns, true, lateCatch); !caught || !strings.Contains(why, "seed 42") || len(seeds) != 3 {
+		t.Errorf("a mistake the third seed catches: caught %v (%q) after seeds %v, want caught on seed 42, the third", caught, why, seeds)
+	}
+	if caught, _, _, seeds, _ := chaos.ChaosCell(40, chaos.AuditCoverageRuns, false, lateCatch); caught || len(seeds) != 1 {
+		t.Errorf("the correct handler's column, covered by its first run: caught %v after seeds %v, want one run", caught, seeds)
+	}
+	neverCaught := func(uint64) (chaos.Result, error) { return chaos.Result{Coverage: fullCoverage()}, nil }
+	if caught, _, _, seeds, _ := chaos.ChaosCell(40, chaos.AuditCoverageRuns, true, neverCaught); caught || len(seeds) != chaos.AuditCoverageRuns {
+		t.Errorf("a mistake no run catches: caught %v after %d runs, want missed after %d", caught, len(seeds), chaos.AuditCoverageRuns)
+	}
+
 	failing := func(uint64) (chaos.Result, error) { return chaos.Result{}, errors.New("no database") }
-	if _, _, _, _, err := chaos.ChaosCell(40, chaos.AuditCoverageRuns, failing); err == nil {
+	if _, _, _, _, err := chaos.ChaosCell(40, chaos.AuditCoverageRuns, false, failing); err == nil {
 		t.Error("a run that could not happen: no error")
 	}
 

@@ -38,7 +38,10 @@ kind at 3% or more). The correct handler's chaos column must break no rule
 and exercise every defence, or it proves nothing about the defence it
 missed: a run that broke no rule but happened not to reach a rare path is
 followed by a run on the next seed (--seed N+1, …), up to 4 runs, until
-the runs together reached every path.
+the runs together reached every path. A bug's chaos run that broke no rule
+is followed the same way, up to 4 runs, until one breaks a rule: a mistake
+on a rare path gets the chances the correct handler's column gets, and the
+report names the seed that caught it.
 
 Exit code 0 when every bug is caught by at least one check, the correct
 handler by none, and its chaos runs together exercised every defence; 1

@@ -490,12 +490,14 @@ func (h *Handler) work(ctx context.Context, tx pgx.Tx, req Request) (bank.Respon
 	if err != nil {
 		return resp, err
 	}
-	if rc, ok := resp.Receipt(); ok && h.Effects != nil {
+	if rc, ok := resp.Receipt(); !ok {
+		if err := h.refused(ctx, func() (pgx.Tx, error) { return tx, nil }, req.UserID, parsed); err != nil {
+			return bank.Response{}, err
+		}
+	} else if h.Effects != nil {
 		if err := h.Effects.InTx(ctx, tx, req.UserID, rc); err != nil {
 			return bank.Response{}, fmt.Errorf("side effects: %w", err)
 		}
-	} else if err := h.refused(ctx, func() (pgx.Tx, error) { return tx, nil }, req.UserID, parsed); err != nil {
-		return bank.Response{}, err
 	}
 	if h.Bank.ClosedCheckedLast {
 		// The mistake: the rule that knows "closed" runs last, after the
