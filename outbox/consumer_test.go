@@ -83,12 +83,7 @@ func TestConsumerCrashBetweenEffectAndOffset(t *testing.T) {
 			pool := pgtest.NewBank(t, 4)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			l := outbox.NewLog(1)
-			value, _ := json.Marshal(outbox.Event{Type: "transfer.created",
-				Receipt: bank.Receipt{TransferID: 1, From: 1, To: 2, AmountKobo: 100}})
-			if _, err := l.Publish(ctx, outbox.TransfersTopic, "account-1", "evt-1", 1, value); err != nil {
-				t.Fatal(err)
-			}
+			l := oneEvent(ctx, t)
 			crash := errors.New("crash")
 			c := &outbox.Consumer{DB: pool, Name: "notifier", Flaws: tc.flaws,
 				Between: func(context.Context, outbox.Record) error { return crash }}
@@ -127,12 +122,7 @@ func TestConsumerCrashBeforeItsMarker(t *testing.T) {
 			pool := pgtest.NewBank(t, 4)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			l := outbox.NewLog(1)
-			value, _ := json.Marshal(outbox.Event{Type: "transfer.created",
-				Receipt: bank.Receipt{TransferID: 1, From: 1, To: 2, AmountKobo: 100}})
-			if _, err := l.Publish(ctx, outbox.TransfersTopic, "account-1", "evt-1", 1, value); err != nil {
-				t.Fatal(err)
-			}
+			l := oneEvent(ctx, t)
 			crash := errors.New("crash")
 			dies := func(context.Context, outbox.Record) error { return crash }
 			c := &outbox.Consumer{DB: pool, Name: "notifier", Flaws: tc.flaws, Between: dies, AfterEffect: dies}
@@ -299,4 +289,16 @@ func TestMarkShipped(t *testing.T) {
 			}
 		})
 	}
+}
+
+// oneEvent is a log of one partition holding one transfer's event, evt-1.
+func oneEvent(ctx context.Context, t *testing.T) *outbox.Log {
+	t.Helper()
+	l := outbox.NewLog(1)
+	value, _ := json.Marshal(outbox.Event{Type: "transfer.created",
+		Receipt: bank.Receipt{TransferID: 1, From: 1, To: 2, AmountKobo: 100}})
+	if _, err := l.Publish(ctx, outbox.TransfersTopic, "account-1", "evt-1", 1, value); err != nil {
+		t.Fatal(err)
+	}
+	return l
 }
