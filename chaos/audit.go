@@ -66,8 +66,8 @@ type AuditRow struct {
 	// Kinds' order.
 	Broken []string `json:"broken,omitempty"`
 	// Silenced are the rules switched off (AuditConfig.Off) that the row's
-	// chaos run broke, in Kinds' order: with them on, it would have been
-	// caught by them.
+	// chaos runs broke, any of them, in Kinds' order: with them on, it
+	// would have been caught by them.
 	Silenced []string `json:"silenced,omitempty"`
 }
 
@@ -330,7 +330,7 @@ func Audit(ctx context.Context, dbs banks.Databases, cfg AuditConfig) (AuditRepo
 // cell runs one check with one bug (nil: the clean handler); for the chaos
 // column it also says what the runs never exercised, their seeds, the rules
 // the run that caught the bug broke, and the rules switched off that its
-// (last) run broke.
+// runs broke.
 func cell(ctx context.Context, dbs banks.Databases, pools *poolCache, cfg AuditConfig, bug *mistakes.Bug, column string) (caught bool, why string, missing []string, seeds []Seed, broken, silenced []string, err error) {
 	if column == ChaosColumn {
 		var last Result
@@ -342,14 +342,17 @@ func cell(ctx context.Context, dbs banks.Databases, pools *poolCache, cfg AuditC
 				return Result{}, err
 			}
 			last = CheckWithout(h, cfg.Off)
-			silenced = nil
 			if len(cfg.Off) > 0 {
+				// Over every run of the cell: the first seed's run may be
+				// the one that met the mistake's path.
 				all := Check(h)
+				var now []string
 				for _, k := range Kinds() {
-					if all.ByKind[k] > 0 && slices.Contains(cfg.Off, k) {
-						silenced = append(silenced, k)
+					if slices.Contains(silenced, k) || all.ByKind[k] > 0 && slices.Contains(cfg.Off, k) {
+						now = append(now, k)
 					}
 				}
+				silenced = now
 			}
 			return last, nil
 		}
