@@ -152,7 +152,7 @@ func AloneNote(kind string) string {
 			"so a final total that is not the opening one leaves some balance off its opening plus credits minus debits; " +
 			"it is alone only in a mid-run audit, and " + KindLedger + " backs it up"
 	case KindKeyLost:
-		return "refusal-in-second-transaction breaks it alone in some runs (seed 42's deterministic run of 100 intents; of free runs of 400 intents on seeds 1 to 6, seed 5's only); " +
+		return "refusal-in-second-transaction breaks it alone in some runs (seed 42's deterministic run of 100 intents; free runs of 400 intents differ from one run to the next: alone on seed 5 of seeds 1 to 6 once, on seed 4 of seeds 1 to 8 another time); " +
 			"on others an intent whose key it lost is sent again (a second tap, a repeat after the cleanup), " +
 			"runs again, and " + KindReplay + " (and " + KindRejected + " when it then moves money) back it up"
 	case KindTwice:
