@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -290,7 +291,10 @@ func (r *running) exit(t *testing.T) int {
 	case c := <-r.code:
 		return c
 	case <-time.After(time.Minute):
-		t.Fatalf("the command did not return within a minute; stderr:\n%s", r.errOut.String())
+		// Where it hangs is the finding: every goroutine's stack.
+		buf := make([]byte, 1<<20)
+		buf = buf[:runtime.Stack(buf, true)]
+		t.Fatalf("the command did not return within a minute; stderr:\n%s\ngoroutines:\n%s", r.errOut.String(), buf)
 	}
 	return 0
 }
