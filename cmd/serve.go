@@ -94,9 +94,10 @@ mistake (new-key-per-attempt) is refused: serve runs only the server.`,
 	c.Flags().DurationVar(&o.cleanupEvery, "cleanup-every", time.Hour, "run the cleanup of keys older than 24 h this often (0: never)")
 	c.Flags().BoolVarP(&o.quiet, "quiet", "q", false, "do not show each request and the balances after each transfer")
 	_ = c.RegisterFlagCompletionFunc("bug", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+		// The names serve takes, as its own check decides them.
 		var names []string
 		for _, b := range mistakes.All() {
-			if !b.NewKeyPerAttempt && !b.NewKeyAfterServerError && !b.AsyncReplication {
+			if _, err := parseServeBug(b.Name); err == nil {
 				names = append(names, b.Name)
 			}
 		}
