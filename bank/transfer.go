@@ -130,6 +130,19 @@ type Flaws struct {
 	// request, in the request's transaction, as every refusal is: the
 	// transfer it follows commits with it, and its client is told 422.
 	ClosedCheckedLast bool
+	// ReceiptLastValue reads the answer's transfer id back from the
+	// sequence behind transfers.id where the answer is built, after the
+	// side effects, with SELECT last_value FROM transfers_id_seq
+	// (SequenceLastValueSQL) instead of currval (LastTransferID): the two
+	// are the same number while one session inserts, and a test on one
+	// connection cannot tell them apart. But last_value is the sequence's,
+	// every session's: when another request takes an id after this
+	// transfer's INSERT and before the read, this client is told that
+	// request's transfer (or, should it roll back, an id no transfer has).
+	// The side effects, written first with the INSERT's own id, are right;
+	// the receipt, stored as the key's answer and replayed, names another
+	// intent's transfer.
+	ReceiptLastValue bool
 }
 
 // The statements of the transfer, named so that a tool that replays the
@@ -161,6 +174,11 @@ const (
 	ReadRecipientSQL = accountColumns + "id = $1::bigint"
 
 	accountColumns = "SELECT id, owner_id, status, balance_kobo FROM accounts WHERE "
+
+	// SequenceLastValueSQL is the receipt-last-value mistake's read of the
+	// transfer's id: the last value transfers_id_seq gave to any session,
+	// not to this one (see ReceiptLastValue).
+	SequenceLastValueSQL = "SELECT last_value FROM transfers_id_seq"
 )
 
 // Transfer moves money between two accounts inside the caller's transaction,

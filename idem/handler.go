@@ -494,9 +494,19 @@ func (h *Handler) work(ctx context.Context, tx pgx.Tx, req Request) (bank.Respon
 		if err := h.refused(ctx, func() (pgx.Tx, error) { return tx, nil }, req.UserID, parsed); err != nil {
 			return bank.Response{}, err
 		}
-	} else if h.Effects != nil {
-		if err := h.Effects.InTx(ctx, tx, req.UserID, rc); err != nil {
-			return bank.Response{}, fmt.Errorf("side effects: %w", err)
+	} else {
+		if h.Effects != nil {
+			if err := h.Effects.InTx(ctx, tx, req.UserID, rc); err != nil {
+				return bank.Response{}, fmt.Errorf("side effects: %w", err)
+			}
+		}
+		if h.Bank.ReceiptLastValue {
+			// The mistake: the answer's id is read back from the sequence,
+			// whose last_value is every session's, not this transfer's.
+			if err := tx.QueryRow(ctx, bank.SequenceLastValueSQL).Scan(&rc.TransferID); err != nil {
+				return bank.Response{}, fmt.Errorf("read the transfer's id: %w", err)
+			}
+			resp = bank.Created(rc)
 		}
 	}
 	if h.Bank.ClosedCheckedLast {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -460,5 +461,95 @@ func TestClosedCheckedLastMovesTheMoneyItRefuses(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// meanwhile is side effects that record the transfer id they are given and,
+// while the transfer's transaction is still open, commit another
+// customer's transfer on a connection of their own: Dayo (user 4) pays
+// Bola's account 21, two accounts the request does not lock.
+type meanwhile struct {
+	pool    *pgxpool.Pool
+	told    []int64 // the ids the side effects were given
+	dayo    []int64 // the ids of Dayo's transfers
+	failure error
+}
+
+func (m *meanwhile) InTx(ctx context.Context, _ pgx.Tx, _ int64, rc bank.Receipt) error {
+	m.told = append(m.told, rc.TransferID)
+	var resp bank.Response
+	err := bank.InTx(ctx, m.pool, func(tx pgx.Tx) error {
+		var err error
+		resp, err = bank.Transfer(ctx, tx, 4, bank.TransferRequest{From: 2, To: 21, AmountKobo: 10_000})
+		return err
+	})
+	rc, ok := resp.Receipt()
+	if err == nil && !ok {
+		err = fmt.Errorf("Dayo's transfer: %s", resp.Summary())
+	}
+	if err != nil {
+		m.failure = err
+		return err
+	}
+	m.dayo = append(m.dayo, rc.TransferID)
+	return nil
+}
+
+func (m *meanwhile) AfterCommit(context.Context, int64, bank.Receipt) {}
+
+// The receipt-last-value mistake reads the answer's transfer id from the
+// sequence's last_value, after the side effects: another customer's
+// transfer that commits meanwhile (it took the next id) is the one the 201
+// names, stored as the key's answer and replayed to the retry, while the
+// side effects name the request's own. The correct handler, pipelined or
+// one statement at a time, names its own transfer in all three.
+func TestReceiptLastValueNamesAnotherCustomersTransfer(t *testing.T) {
+	t.Parallel()
+	const ada = 1
+	cases := []struct {
+		name        string
+		unpipelined bool
+		mistaken    bool
+	}{
+		{"correct, pipelined", false, false},
+		{"correct, one statement at a time", true, false},
+		{"mistake", false, true},
+	}
+	for _, tt := range cases {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			pool := pgtest.NewBankWith(t, pgtest.BankOptions{Accounts: pgtest.MixedAccounts})
+			m := &meanwhile{pool: pool}
+			h := &idem.Handler{DB: pool, Store: &idem.Store{}, Effects: m, Unpipelined: tt.unpipelined,
+				Bank: bank.Flaws{ReceiptLastValue: tt.mistaken}}
+			first := handle(t, h, ada, key, body(11, 12, 100_000))
+			if m.failure != nil {
+				t.Fatal(m.failure)
+			}
+			again := handle(t, h, ada, key, body(11, 12, 100_000))
+			var own int64
+			for _, tr := range ledger(t, pool).Transfers {
+				if tr.From == 11 && tr.To == 12 {
+					own = tr.ID
+				}
+			}
+			if own == 0 || len(m.dayo) != 1 || own == m.dayo[0] {
+				t.Fatalf("Ada's transfer %d, Dayo's %v: want one each; %s", own, m.dayo, ledger(t, pool).Line())
+			}
+			if !slices.Equal(m.told, []int64{own}) {
+				t.Errorf("the side effects were given transfers %v, want [%d], Ada's", m.told, own)
+			}
+			want := own
+			if tt.mistaken {
+				want = m.dayo[0]
+			}
+			rc, _ := first.Receipt()
+			if first.Status != 201 || rc.TransferID != want {
+				t.Errorf("Ada was told %s, want 201 transfer %d (Ada's is %d, Dayo's %d)", first.Summary(), want, own, m.dayo[0])
+			}
+			if !again.Replayed || string(again.Body) != string(first.Body) {
+				t.Errorf("the retry was told %s (replayed %v), want the first answer's bytes, %s", again.Body, again.Replayed, first.Body)
+			}
+		})
 	}
 }

@@ -92,6 +92,7 @@ func (b Bug) Apply(h *idem.Handler) {
 	h.Bank.OwnAccountsUnchecked = h.Bank.OwnAccountsUnchecked || b.Bank.OwnAccountsUnchecked
 	h.Bank.OneLockPerCustomer = h.Bank.OneLockPerCustomer || b.Bank.OneLockPerCustomer
 	h.Bank.ClosedCheckedLast = h.Bank.ClosedCheckedLast || b.Bank.ClosedCheckedLast
+	h.Bank.ReceiptLastValue = h.Bank.ReceiptLastValue || b.Bank.ReceiptLastValue
 	h.SecondTransaction = h.SecondTransaction || b.SecondTransaction
 	h.StoreServerErrors = h.StoreServerErrors || b.StoreServerErrors
 	h.ClaimOnRequestContext = h.ClaimOnRequestContext || b.ClaimOnRequestContext
@@ -220,6 +221,12 @@ func All() []Bug {
 			Mistake:     "The transfer's checks refuse frozen accounts only, and the closed-account rule is checked last, where the answer is built, after the transfer and its SMS are written; its refusal is stored in the request's transaction, as every refusal is",
 			Consequence: "A payment from or to a closed account is told 422, and its money moves all the same, SMS and all: the client, told it was refused, pays again",
 			Bank:        bank.Flaws{ClosedCheckedLast: true},
+		},
+		{
+			Name:        "receipt-last-value",
+			Mistake:     "The answer's transfer id is read back where the answer is built, after the transfer's SMS and event are written, with SELECT last_value FROM transfers_id_seq instead of currval('transfers_id_seq'): the sequence's last value, every session's, not this one's",
+			Consequence: "Another request that takes a transfer id between this transfer's INSERT and the read hands its id to this client: the 201, stored as the key's answer and replayed, names another customer's transfer, while the SMS and event name the right one",
+			Bank:        bank.Flaws{ReceiptLastValue: true},
 		},
 		{
 			Name:        "frozen-only-inactive",
