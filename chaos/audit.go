@@ -166,11 +166,6 @@ func AloneNote(kind string) string {
 			"after the clock moved past every lock, never settled (" + KindUnresolved + "). It is alone only for a key that no attempt of an intent sent " +
 			"(a hand-made history, a target's own rows), or for a client that changes keys between attempts (new-key-per-attempt, new-key-after-5xx) when PostgreSQL dies " +
 			"under a claim (--kill-postgres, not an audit run), and that client moves money twice first"
-	case KindAckMissing:
-		return "no built-in mistake yet: the ones tried break another rule or a scenario as well. A receipt that names another transfer " +
-			"(its id read back with SELECT max(id)) also sends that transfer's SMS and event twice (" + KindSMSNotOnce + "); the wrong id in the stored " +
-			"answer alone differs from the first answer on any retry (" + KindReplay + "); a guard against double taps by content (the payee of " +
-			"the account's last transfer) is caught by the scenarios, which pay Bola again and again"
 	case KindOutboxLeft:
 		return "no built-in mistake yet: healing drains every row not given up, so the rule breaks alone only for a row given up after its message " +
 			"went out exactly once; the only failed send chaos injects is a lost provider answer on a row's first send, which outbox-crash stages, " +

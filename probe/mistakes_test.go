@@ -86,6 +86,7 @@ var probeTable = map[string]mistake{
 	"closed-checked-last":    {blind: "the mistake moves the money of a closed account's refused transfer; the contract gives a client no way to close an account or to find a closed one"},
 	"frozen-only-inactive":   {blind: "the mistake lets a closed account send and receive; the contract gives a client no way to close an account or to find a closed one"},
 	"one-lock-per-customer":  {blind: "the mistake leaves a customer's other account unlocked, which only a freeze mid-transfer shows, and the contract gives a client no way to freeze an account; the probe's users each pay from one account"},
+	"receipt-last-value":     {blind: "the mistake names another request's transfer only when that request takes an id between the transfer's INSERT and the read of its answer's id; the probe's checks run one after the other, and the transfers it sends at once pay from one account, whose row lock makes them take their ids one after the other"},
 	"own-accounts-unchecked": {blind: "the mistake needs a transfer between two accounts of one user, and the probe's users each pay from or into one account"},
 	// The probe's transfers go from account 1 to account 2 and back: those
 	// back to 1 credit their own sender.
