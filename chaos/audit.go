@@ -179,9 +179,6 @@ func AloneNote(kind string) string {
 		return "bank-sim's own accounts table refuses a balance below zero (CHECK balance_kobo >= 0): a mistake that overdraws " +
 			"fails its debit with a 500 on every attempt instead, and " + KindUnresolved + " sees it (own-accounts-unchecked); " +
 			"the rule guards histories and targets whose databases have no such constraint"
-	case KindLedger:
-		return "credit-second-row breaks it and not " + KindTotal + " in the chaos run (the total kept), " +
-			"but the scenarios double-spend and key-misuse catch that mistake first"
 	}
 	return ""
 }

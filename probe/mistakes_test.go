@@ -87,6 +87,7 @@ var probeTable = map[string]mistake{
 	"frozen-only-inactive":   {blind: "the mistake lets a closed account send and receive; the contract gives a client no way to close an account or to find a closed one"},
 	"one-lock-per-customer":  {blind: "the mistake leaves a customer's other account unlocked, which only a freeze mid-transfer shows, and the contract gives a client no way to freeze an account; the probe's users each pay from one account"},
 	"own-accounts-unchecked": {blind: "the mistake needs a transfer between two accounts of one user, and the probe's users each pay from or into one account"},
+	"credit-by-customer":     {blind: "the mistake credits the payee's first account instead of the one named, and the probe's users each own one account, so it is the one named"},
 	// The probe's transfers go from account 1 to account 2 and back: those
 	// back to 1 credit their own sender.
 	"credit-second-row": {check: "drain", explains: "more left the account than the answers account for"},
