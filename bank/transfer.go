@@ -143,6 +143,14 @@ type Flaws struct {
 	// the receipt, stored as the key's answer and replayed, names another
 	// intent's transfer.
 	ReceiptLastValue bool
+	// CreditByCustomer credits the payee's customer rather than the account
+	// named: the customer's first account (the lowest id they own), as if
+	// paying a customer were paying their main account. Where each customer
+	// has one account that is the account named; a payment to a customer's
+	// other account lands in their first one, which may be frozen or
+	// closed. The total is kept, and the transfer's row and receipt name
+	// the account asked for: only each balance against its ledger tells.
+	CreditByCustomer bool
 }
 
 // The statements of the transfer, named so that a tool that replays the
@@ -160,6 +168,9 @@ const (
 	DebitSQL = "UPDATE accounts SET balance_kobo = balance_kobo - $1 WHERE id = $2 AND balance_kobo >= $1 RETURNING balance_kobo"
 	// CreditSQL credits the recipient.
 	CreditSQL = "UPDATE accounts SET balance_kobo = balance_kobo + $1 WHERE id = $2"
+	// CreditCustomerSQL is the credit-by-customer mistake's credit: the
+	// first account of the recipient's owner.
+	CreditCustomerSQL = "UPDATE accounts SET balance_kobo = balance_kobo + $1 WHERE id = (SELECT min(id) FROM accounts WHERE owner_id = (SELECT owner_id FROM accounts WHERE id = $2))"
 	// InsertTransferSQL records the transfer, labelled with its intent (see
 	// Schema), and returns its id.
 	InsertTransferSQL = "INSERT INTO transfers (from_account, to_account, amount_kobo, intent) VALUES ($1, $2, $3, $4) RETURNING id"
@@ -252,7 +263,11 @@ func TransferWith(ctx context.Context, tx Querier, userID int64, req TransferReq
 	if flaws.CreditSecondRow {
 		credited = max(req.From, req.To) // the mistake: the second row, not the recipient's
 	}
-	if _, err := tx.Exec(ctx, CreditSQL, req.AmountKobo, credited); err != nil {
+	credit := CreditSQL
+	if flaws.CreditByCustomer {
+		credit = CreditCustomerSQL // the mistake: the payee's first account, not the one named
+	}
+	if _, err := tx.Exec(ctx, credit, req.AmountKobo, credited); err != nil {
 		return Response{}, fmt.Errorf("credit: %w", err)
 	}
 	var id int64

@@ -439,3 +439,56 @@ func TestOneLockPerCustomerLeavesTheOtherAccountUnlocked(t *testing.T) {
 		})
 	}
 }
+
+// The credit-by-customer mistake credits the payee's first account (the
+// lowest id their owner has) instead of the account named. A payment to
+// Ada's current account (11, her first) lands where it should, as every
+// payment does in a bank of one account per customer; a payment to her
+// savings (12) lands in account 11. The receipt, the transfer's row and
+// the total are those of the correct transfer: only the two balances are
+// off their ledgers, and the ledger invariant alone breaks.
+func TestCreditByCustomerPaysTheCustomersFirstAccount(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name           string
+		flaws          bank.Flaws
+		to             int64
+		want11, want12 int64 // Ada's two balances after Bola's ₦1,000
+	}{
+		{"correct transfer, to Ada's savings", bank.Flaws{}, 12, 5_000_000, 2_100_000},
+		{"credit by customer, to Ada's first account", bank.Flaws{CreditByCustomer: true}, 11, 5_100_000, 2_000_000},
+		{"credit by customer, to Ada's savings", bank.Flaws{CreditByCustomer: true}, 12, 5_100_000, 2_000_000},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			pool := pgtest.NewBankWith(t, pgtest.BankOptions{Accounts: pgtest.MixedAccounts})
+			ctx := bounded(t, "Bola's payment to Ada")
+			req := bank.TransferRequest{From: 21, To: tt.to, AmountKobo: 100_000}
+			var resp bank.Response
+			err := bank.InTx(ctx, pool, func(tx pgx.Tx) error {
+				var err error
+				resp, err = bank.TransferWith(ctx, tx, 2, req, tt.flaws)
+				return err
+			})
+			rc, ok := resp.Receipt()
+			if err != nil || !ok || rc.From != 21 || rc.To != tt.to || rc.AmountKobo != 100_000 || rc.BalanceKobo != 400_000 {
+				t.Fatalf("Bola pays ₦1,000 to account %d: %s, %v; want 201 to %d leaving him ₦4,000", tt.to, resp.Summary(), err, tt.to)
+			}
+			l := ledger(t, pool)
+			if got11, got12 := balance(t, l, 11), balance(t, l, 12); got11 != tt.want11 || got12 != tt.want12 {
+				t.Errorf("Ada's accounts 11 and 12 hold %s and %s, want %s and %s", bank.Naira(got11), bank.Naira(got12), bank.Naira(tt.want11), bank.Naira(tt.want12))
+			}
+			if n := len(l.Transfers); n != 1 || l.Transfers[0].To != tt.to {
+				t.Errorf("transfers %+v, want one, to account %d", l.Transfers, tt.to)
+			}
+			wrongRow := tt.flaws.CreditByCustomer && tt.to != 11
+			for _, c := range bank.CheckInvariants(pgtest.MixedAccounts, l, nil) {
+				// Only the ledger's, and only when the credit missed the account named.
+				if want := !(wrongRow && c.Name == bank.InvLedger); c.OK != want {
+					t.Errorf("invariant %q holds: %v (%s); want %v", c.Name, c.OK, c.Detail, want)
+				}
+			}
+		})
+	}
+}

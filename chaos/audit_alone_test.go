@@ -68,6 +68,10 @@ var soleCatches = []struct {
 	// rejected-but-moved, and wrong-answer too when the sender is a solo
 	// account sending its whole balance (free runs; seed 1).
 	{chaos.KindTwice, "new-key-after-5xx", []string{chaos.KindRejected, chaos.KindWrong}},
+	// The credit lands on the payee's first account, which is the account
+	// named wherever a customer has one (the scenarios' bank): the total,
+	// the transfer's row and the receipt are right, two balances are not.
+	{chaos.KindLedger, "credit-by-customer", nil},
 }
 
 // Each rule's sole mistake gets past every scenario, and past the chaos run

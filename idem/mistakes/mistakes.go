@@ -93,6 +93,7 @@ func (b Bug) Apply(h *idem.Handler) {
 	h.Bank.OneLockPerCustomer = h.Bank.OneLockPerCustomer || b.Bank.OneLockPerCustomer
 	h.Bank.ClosedCheckedLast = h.Bank.ClosedCheckedLast || b.Bank.ClosedCheckedLast
 	h.Bank.ReceiptLastValue = h.Bank.ReceiptLastValue || b.Bank.ReceiptLastValue
+	h.Bank.CreditByCustomer = h.Bank.CreditByCustomer || b.Bank.CreditByCustomer
 	h.SecondTransaction = h.SecondTransaction || b.SecondTransaction
 	h.StoreServerErrors = h.StoreServerErrors || b.StoreServerErrors
 	h.ClaimOnRequestContext = h.ClaimOnRequestContext || b.ClaimOnRequestContext
@@ -197,6 +198,12 @@ func All() []Bug {
 			Mistake:     "The accounts are read without FOR UPDATE, so the sender's row is not locked while the transfer checks it",
 			Consequence: "An account frozen while the transfer is in flight is debited anyway: the check saw it active, and nothing stopped the freeze",
 			Bank:        bank.Flaws{NoRowLock: true},
+		},
+		{
+			Name:        "credit-by-customer",
+			Mistake:     "The credit goes to the payee's customer, not to the account named: the first account they own (the lowest id), as if paying a customer were paying their main account",
+			Consequence: "Where each customer has one account nothing shows; a payment to a customer's other account lands in their first one (frozen or closed, it takes the money all the same): the total is kept and the receipt and the transfer's row name the right account, but two balances are off their ledgers",
+			Bank:        bank.Flaws{CreditByCustomer: true},
 		},
 		{
 			Name:        "credit-second-row",
