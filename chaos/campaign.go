@@ -61,6 +61,18 @@ type Twin struct {
 	Hash  string `json:"historySha256"`
 }
 
+// Repeat is the command line that repeats seed r of a campaign whose seeds
+// run with flags (the campaign's, without --seed): the whole run, history
+// byte for byte, for a deterministic seed; its intents and the fault of
+// every attempt, and no more, for a seed over HTTP.
+func (r SeedResult) Repeat(flags string) string {
+	how := "--deterministic"
+	if r.HTTP {
+		how = "--http"
+	}
+	return strings.TrimSpace(fmt.Sprintf("bank-sim chaos %s --seed %d %s", how, uint64(r.Seed), strings.TrimSpace(flags)))
+}
+
 // CampaignOptions tune Campaign.
 type CampaignOptions struct {
 	// Parallel is how many seeds run at once (2 when zero).
@@ -112,9 +124,14 @@ func Campaign(ctx context.Context, dbs banks.Databases, cfg Config, seeds []uint
 			if ctx.Err() != nil {
 				r.Error = ctx.Err().Error()
 			} else {
+				began := time.Now()
 				h, err := RunOnWith(ctx, dbs, c, Options{pools: pools})
 				r = seedResult(seed, h, err)
 				r.HTTP = c.HTTP
+				if r.Wall == 0 {
+					// Only a deterministic run times itself.
+					r.Wall = time.Since(began)
+				}
 			}
 			mu.Lock()
 			out[i] = r
