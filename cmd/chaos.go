@@ -545,6 +545,9 @@ func runChaos(c *cobra.Command, app *App, o chaosOptions) error {
 		return runChaosTarget(c, app, o, cfg)
 	}
 	if o.seeds != "" {
+		if c.Flags().Changed("deterministic") && !c.Flags().Changed("http-every") {
+			o.httpEvery = 0 // as config judged it: every seed deterministic
+		}
 		return runCampaign(c, app, o, cfg)
 	}
 	ctx := c.Context()
