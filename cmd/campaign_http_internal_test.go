@@ -41,9 +41,9 @@ func TestAFailureOverHTTPOnlyHasNoRecipe(t *testing.T) {
 	dir := t.TempDir()
 	o := chaosOptions{recipe: filepath.Join(dir, "r.json"), junit: filepath.Join(dir, "c.xml"), httpEvery: 1}
 	bug := mistakes.Bug{Name: "reencoded-replays", API: api.Flaws{ReencodedReplays: true}}
-	// Seed 43 at 50 intents over HTTP: replay-differs (see
-	// chaos.TestCampaignOverHTTPCatchesWhatOnlyHTTPHas).
-	cfg := chaos.Config{Clients: 8, Intents: 50, Bug: &bug, Deterministic: true}.WithDefaults()
+	// Seed 43 at 200 intents over HTTP: replay-differs (see
+	// chaos.TestCampaignOverHTTPCatchesWhatOnlyHTTPHas, and why not 50).
+	cfg := chaos.Config{Clients: 8, Intents: 200, Bug: &bug, Deterministic: true}.WithDefaults()
 	seeds := []uint64{43}
 	results := chaos.Campaign(ctx, dbs, cfg, seeds, chaos.CampaignOptions{HTTP: chaos.HTTPSeeds(seeds, 1)})
 	first := chaos.FirstFailing(results)
@@ -72,7 +72,7 @@ func TestAFailureOverHTTPOnlyHasNoRecipe(t *testing.T) {
 	for _, want := range []string{
 		"43  ", "over HTTP (free run)",
 		"first failing seed 43 (over HTTP): replay-differs ",
-		"repeat its intents and faults: bank-sim chaos --http --seed 43 --intents 50 ",
+		"repeat its intents and faults: bank-sim chaos --http --seed 43 --intents 200 ",
 		"its deterministic twin in process (--deterministic --seed 43 with these flags) broke no rule (",
 		"the mistake shows over HTTP only (api/, the fault proxies, the retrying client), and a free run cannot be shrunk: no recipe (nothing written to " + o.recipe + ")",
 	} {
