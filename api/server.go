@@ -18,6 +18,7 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -66,6 +67,22 @@ type Config struct {
 	// SMS, when set, is the SMS provider the server's outbox sends to;
 	// GET /sms shows the caller the messages it sent to their phone.
 	SMS *outbox.Provider
+	// Flaws switches on mistakes of the HTTP layer; the zero value is the
+	// correct server.
+	Flaws Flaws
+}
+
+// Flaws are mistakes the HTTP layer can make around a correct handler:
+// nothing in process shows them (chaos runs its handler without api/), only
+// a run over HTTP.
+type Flaws struct {
+	// ReencodedReplays answers a replay through a JSON helper, as a
+	// framework's response helpers do: the stored body is decoded and
+	// encoded again, so its members come out in another order (Go sorts a
+	// map's keys) and the replay is not the first answer byte for byte. A
+	// client that compares the bytes, or verifies a signature over them,
+	// sees another answer.
+	ReencodedReplays bool `json:"reencodedReplays,omitempty"`
 }
 
 type server struct {
@@ -205,6 +222,13 @@ func (s *server) writeResponse(w http.ResponseWriter, resp bank.Response) {
 	}
 	if rc, ok := resp.Receipt(); ok && resp.Status == 201 {
 		w.Header().Set("Location", fmt.Sprintf("/transfers/%d", rc.TransferID))
+	}
+	if resp.Replayed && s.cfg.Flaws.ReencodedReplays {
+		var v any
+		if json.Unmarshal(resp.Body, &v) == nil {
+			writeJSON(w, resp.Status, v)
+			return
+		}
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(resp.Body)))

@@ -22,10 +22,19 @@ type SeedResult struct {
 	// Unknowns is how many intents ended their fault phase without a final
 	// answer (healing settled them, or not).
 	Unknowns int `json:"unknowns"`
-	// Steps and Hash are the scheduler's steps and the history's SHA-256:
-	// the same seed gives the same on any machine.
-	Steps int    `json:"steps"`
-	Hash  string `json:"historySha256"`
+	// HTTP is set for a seed that went over HTTP (CampaignOptions.HTTP): a
+	// free run through api/'s servers, the fault proxies and the retrying
+	// client, which repeats its intents and the fault of every attempt,
+	// not its interleaving. It has no Steps and no Hash.
+	HTTP bool `json:"http,omitempty"`
+	// Steps and Hash are a deterministic seed's scheduler steps and its
+	// history's SHA-256: the same seed gives the same on any machine.
+	Steps int    `json:"steps,omitempty"`
+	Hash  string `json:"historySha256,omitempty"`
+	// Twin is, for a failing seed over HTTP that was to be shrunk, its
+	// deterministic twin in process (the same seed and flags): whether the
+	// mistake shows without HTTP too.
+	Twin *Twin `json:"twin,omitempty"`
 	// First is the first violation (INVALID), Missing what the run never
 	// exercised (INCONCLUSIVE).
 	First   *Violation `json:"first,omitempty"`
@@ -41,18 +50,46 @@ type SeedResult struct {
 	History *History `json:"-"`
 }
 
+// Twin is a deterministic run in process of a seed that failed over HTTP:
+// the same intents and faults, without api/, the proxies and the retrying
+// client, repeatable and so shrinkable.
+type Twin struct {
+	Verdict string `json:"verdict"`
+	// Kind is its first violation's (INVALID).
+	Kind  string `json:"kind,omitempty"`
+	Steps int    `json:"steps"`
+	Hash  string `json:"historySha256"`
+}
+
+// Repeat is the command line that repeats seed r of a campaign whose seeds
+// run with flags (the campaign's, without --seed): the whole run, history
+// byte for byte, for a deterministic seed; its intents and the fault of
+// every attempt, and no more, for a seed over HTTP.
+func (r SeedResult) Repeat(flags string) string {
+	how := "--deterministic"
+	if r.HTTP {
+		how = "--http"
+	}
+	return strings.TrimSpace(fmt.Sprintf("bank-sim chaos %s --seed %d %s", how, uint64(r.Seed), strings.TrimSpace(flags)))
+}
+
 // CampaignOptions tune Campaign.
 type CampaignOptions struct {
 	// Parallel is how many seeds run at once (2 when zero).
 	Parallel int
+	// HTTP holds the seeds that go over HTTP, each as a free run (Config.HTTP,
+	// not Deterministic); the others run deterministically in process.
+	// HTTPSeeds picks them from the campaign's whole list.
+	HTTP map[uint64]bool
 	// Done, when set, is told each seed's result as it finishes (in any
 	// order).
 	Done func(r SeedResult, done, total int)
 }
 
-// Campaign runs cfg deterministically once per seed, Parallel at a time,
-// each on a fresh bank, and returns the results in the order of seeds. A
-// seed whose run could not happen has Error set; the others go on.
+// Campaign runs cfg once per seed, Parallel at a time, each on a fresh
+// bank, and returns the results in the order of seeds: deterministically in
+// process, or, for the seeds in o.HTTP, as a free run over HTTP. A seed
+// whose run could not happen has Error set; the others go on.
 func Campaign(ctx context.Context, dbs banks.Databases, cfg Config, seeds []uint64, o CampaignOptions) []SeedResult {
 	if o.Parallel <= 0 {
 		o.Parallel = 2
@@ -78,12 +115,23 @@ func Campaign(ctx context.Context, dbs banks.Databases, cfg Config, seeds []uint
 			defer func() { <-sem }()
 			c := cfg
 			c.Seed = seed
-			r := SeedResult{Seed: Seed(seed)}
+			if o.HTTP[seed] {
+				// Sockets and HTTP servers run on real time, which no
+				// scheduler orders: a free run.
+				c.HTTP, c.Deterministic = true, false
+			}
+			r := SeedResult{Seed: Seed(seed), HTTP: c.HTTP}
 			if ctx.Err() != nil {
 				r.Error = ctx.Err().Error()
 			} else {
+				began := time.Now()
 				h, err := RunOnWith(ctx, dbs, c, Options{pools: pools})
 				r = seedResult(seed, h, err)
+				r.HTTP = c.HTTP
+				if r.Wall == 0 {
+					// Only a deterministic run times itself.
+					r.Wall = time.Since(began)
+				}
 			}
 			mu.Lock()
 			out[i] = r
@@ -112,9 +160,11 @@ func seedResult(seed uint64, h *History, err error) SeedResult {
 		r.Faults += n
 	}
 	if h.Deterministic != nil {
+		// Only a deterministic history repeats: a free run's hash would
+		// promise what its seed does not give again.
 		r.Steps = h.Deterministic.Steps
+		r.Hash, _ = h.Hash()
 	}
-	r.Hash, _ = h.Hash()
 	counts := res.Coverage.Counts()
 	r.Coverage = &counts
 	switch r.Verdict {
@@ -173,6 +223,27 @@ func ParseSeeds(s string) ([]uint64, error) {
 		}
 	}
 	return out, nil
+}
+
+// CampaignHTTPEvery is how often a campaign's seed goes over HTTP unless
+// told otherwise (chaos --seeds --http-every): the 4th, 8th, … seed of the
+// list. In process the handler never meets api/ (its decoder, its problem
+// details, its replays' headers and bytes, GET /transfers?key=), the
+// fault proxies nor the retrying client, so a campaign all in process
+// cannot see a mistake there; three seeds in four stay deterministic,
+// each repeating exactly and shrinkable.
+const CampaignHTTPEvery = 4
+
+// HTTPSeeds are the seeds of a campaign's whole list that go over HTTP:
+// every n-th (the n-th, the 2n-th, …, counting from 1 in the list's
+// order), none when n is 0. Which seeds they are depends on the list
+// alone, so every shard of a campaign agrees.
+func HTTPSeeds(seeds []uint64, n int) map[uint64]bool {
+	out := map[uint64]bool{}
+	for i := n - 1; n > 0 && i < len(seeds); i += n {
+		out[seeds[i]] = true
+	}
+	return out
 }
 
 // MaxCampaignSeeds bounds a campaign.

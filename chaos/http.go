@@ -178,7 +178,11 @@ func (r *httpRig) connFault(_ int, req *http.Request) faults.ConnFault {
 // it writes) hit the attempts the schedule says.
 func (r *httpRig) serverFaults(h *idem.Handler, tokens map[string]int64, inst int) http.Handler {
 	e := r.e
-	apiH := api.NewServer(api.Config{Handler: h, Tokens: tokens, Log: func(_ string, args ...any) {
+	var flaws api.Flaws
+	if e.cfg.Bug != nil {
+		flaws = e.cfg.Bug.API
+	}
+	apiH := api.NewServer(api.Config{Handler: h, Tokens: tokens, Flaws: flaws, Log: func(_ string, args ...any) {
 		for _, a := range args {
 			if err, ok := a.(error); ok && errors.Is(err, idem.ErrLostLock) {
 				e.count(PathFencing)

@@ -63,6 +63,125 @@ func shrinkRun(ctx context.Context, app *App, o chaosOptions, cfg chaos.Config, 
 	return r, nil
 }
 
+// shrinkFirst shrinks a campaign's first failing seed to a recipe. A
+// deterministic seed is shrunk from its history, run again when the history
+// is not at hand (after a merge). A seed over HTTP was a free run, which no
+// shrink repeats: its deterministic twin in process (the same seed and
+// flags) runs instead, and is shrunk only if it breaks a rule too. first.Twin
+// says how the twin went; when it broke no rule there is no recipe, and no
+// error: the mistake shows over HTTP only.
+func shrinkFirst(ctx context.Context, app *App, o chaosOptions, cfg chaos.Config, first *chaos.SeedResult, dbs banks.Databases, tell bool) (*chaos.Recipe, error) {
+	fc := cfg
+	fc.Seed = uint64(first.Seed)
+	fc.HTTP, fc.Deterministic = false, true
+	h := first.History
+	if first.HTTP || h == nil {
+		if tell && first.HTTP {
+			fmt.Fprintf(app.Env.Stderr, "seed %d broke a rule over HTTP, in a free run that no shrink repeats: running its deterministic twin in process (bank-sim chaos --deterministic --seed %d with these flags)…\n", fc.Seed, fc.Seed)
+		}
+		var err error
+		if h, err = chaos.RunOn(ctx, dbs, fc, nil); err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, runFailed(fmt.Errorf("chaos run (seed %d): %w", fc.Seed, err))
+		}
+		if first.HTTP {
+			res := chaos.Check(h)
+			tw := &chaos.Twin{Verdict: res.Verdict()}
+			if h.Deterministic != nil {
+				tw.Steps = h.Deterministic.Steps
+			}
+			tw.Hash, _ = h.Hash()
+			if res.First != nil {
+				tw.Kind = res.First.Kind
+			}
+			first.Twin = tw
+			if tw.Verdict != chaos.Invalid {
+				return nil, nil
+			}
+		}
+	}
+	return shrinkRun(ctx, app, o, fc, h, dbs, tell)
+}
+
+// twinNote says what the deterministic twin in process of a seed that
+// failed over HTTP showed, and so whether the recipe is the twin's or
+// there is none; "" for a seed in process, or a twin not run.
+func twinNote(r *chaos.SeedResult, cfg chaos.Config) string {
+	tw := r.Twin
+	if !r.HTTP || tw == nil {
+		return ""
+	}
+	again := fmt.Sprintf("--deterministic --seed %d with these flags", uint64(r.Seed))
+	if tw.Verdict == chaos.Invalid {
+		return fmt.Sprintf("its deterministic twin in process (%s) broke a rule too (%s): the recipe is the twin's, shrunk", again, tw.Kind)
+	}
+	return fmt.Sprintf("its deterministic twin in process (%s) broke no rule (%s): the mistake shows over HTTP only (api/, the fault proxies, the retrying client), and a free run cannot be shrunk: no recipe", again, tw.Verdict)
+}
+
+// campaignPromise says, in a campaign's banner, what its seeds repeat:
+// seeds, this machine's share of the list (all of it unless a shard), and
+// http, the list's seeds over HTTP (every every-th of listed).
+func campaignPromise(seeds []uint64, http map[uint64]bool, every, listed int) string {
+	n := 0
+	for _, s := range seeds {
+		if http[s] {
+			n++
+		}
+	}
+	const det = "deterministic: each seed repeats exactly (bank-sim chaos --deterministic --seed N with these flags)"
+	const free = "free runs, each repeats its intents and faults, not its interleaving (bank-sim chaos --http --seed N with these flags)"
+	switch {
+	case n == 0 && every > 0 && len(http) == 0:
+		return fmt.Sprintf("%s · none over HTTP: --http-every %d sends the %s seed of the list, and it has %d", det, every, ordinal(every), listed)
+	case n == 0:
+		return det
+	case n == len(seeds):
+		return "over HTTP: " + free
+	}
+	return fmt.Sprintf("%d deterministic: each repeats exactly (bank-sim chaos --deterministic --seed N with these flags) · %d over HTTP (%s): %s",
+		len(seeds)-n, n, everyNth(every), free)
+}
+
+// everyNth names the seeds --http-every n sends over HTTP: "every 4th
+// seed", "every seed".
+func everyNth(n int) string {
+	if n == 1 {
+		return "every seed"
+	}
+	return "every " + ordinal(n) + " seed"
+}
+
+// ordinal spells n as "1st", "2nd", "4th".
+func ordinal(n int) string {
+	suffix := "th"
+	switch {
+	case n%100 >= 11 && n%100 <= 13:
+	case n%10 == 1:
+		suffix = "st"
+	case n%10 == 2:
+		suffix = "nd"
+	case n%10 == 3:
+		suffix = "rd"
+	}
+	return fmt.Sprintf("%d%s", n, suffix)
+}
+
+// describeCampaign is describeConfig for a campaign whose every every-th
+// seed goes over HTTP.
+func describeCampaign(cfg chaos.Config, every int, http map[uint64]bool) string {
+	s := describeConfig(cfg)
+	if len(http) == 0 {
+		return s
+	}
+	via := " in process, over HTTP for " + everyNth(every)
+	if every == 1 {
+		via = " over HTTP"
+	}
+	return strings.Replace(s, " in process", via, 1)
+}
+
 // printRecipe prints a recipe, and where it was saved.
 func printRecipe(out io.Writer, p *palette, r *chaos.Recipe, saved string) {
 	fmt.Fprintln(out)
@@ -77,10 +196,11 @@ func printRecipe(out io.Writer, p *palette, r *chaos.Recipe, saved string) {
 	}
 }
 
-// runCampaign runs every seed of --seeds deterministically (with --shard
-// K/N, this machine's share of them) and prints the table, the first
-// failing seed shrunk to a recipe, and the JUnit report; --campaign-out
-// saves the results for 'bank-sim check --merge'.
+// runCampaign runs every seed of --seeds (with --shard K/N, this machine's
+// share of them), deterministically in process, and every --http-every-th
+// seed of the list over HTTP, and prints the table, the first failing seed
+// shrunk to a recipe, and the JUnit report; --campaign-out saves the
+// results for 'bank-sim check --merge'.
 func runCampaign(c *cobra.Command, app *App, o chaosOptions, cfg chaos.Config) error {
 	all, err := chaos.ParseSeeds(o.seeds)
 	if err != nil {
@@ -91,6 +211,8 @@ func runCampaign(c *cobra.Command, app *App, o chaosOptions, cfg chaos.Config) e
 		return err
 	}
 	seeds := chaos.Shard(all, sh.K, sh.N)
+	// Which seeds go over HTTP is the whole list's: every shard agrees.
+	httpSeeds := chaos.HTTPSeeds(all, o.httpEvery)
 	ctx := c.Context()
 	out := app.Env.Stdout
 	p := app.palette()
@@ -99,8 +221,7 @@ func runCampaign(c *cobra.Command, app *App, o chaosOptions, cfg chaos.Config) e
 		if sh.sharded() {
 			what = fmt.Sprintf("shard %s: %d of %s", sh, len(seeds), count(len(all), "seed", "seeds"))
 		}
-		fmt.Fprintf(out, "bank-sim %s · chaos campaign · %s · deterministic: each seed repeats exactly (bank-sim chaos --deterministic --seed N with these flags)\n",
-			version(), what)
+		fmt.Fprintf(out, "bank-sim %s · chaos campaign · %s · %s\n", version(), what, campaignPromise(seeds, httpSeeds, o.httpEvery, len(all)))
 	}
 	srv, err := app.Server(ctx)
 	if err != nil {
@@ -108,7 +229,7 @@ func runCampaign(c *cobra.Command, app *App, o chaosOptions, cfg chaos.Config) e
 	}
 	if !o.asJSON {
 		fmt.Fprintf(out, "%s\n", p.dim.Sprint(srv.Describe()))
-		fmt.Fprintf(out, "%s\n", describeConfig(cfg))
+		fmt.Fprintf(out, "%s\n", describeCampaign(cfg, o.httpEvery, httpSeeds))
 	}
 	start := time.Now()
 	// A bar on a terminal; piped (or with --json), lines on stderr, as
@@ -118,20 +239,18 @@ func runCampaign(c *cobra.Command, app *App, o chaosOptions, cfg chaos.Config) e
 		prog.out, prog.terminal = out, true
 	}
 	dbs := banks.OnServer(srv, banks.Options{})
-	opts := chaos.CampaignOptions{Parallel: o.parallel, Done: prog.done}
+	opts := chaos.CampaignOptions{Parallel: o.parallel, Done: prog.done, HTTP: httpSeeds}
 	results := chaos.Campaign(ctx, dbs, cfg, seeds, opts)
 	prog.clear()
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	run := campaignRun{cfg: cfg, seeds: o.seeds, shard: sh, results: results, elapsed: time.Since(start)}
+	run := campaignRun{cfg: cfg, seeds: o.seeds, shard: sh, httpEvery: o.httpEvery, results: results, elapsed: time.Since(start)}
 
 	var recipeErr error
 	run.first = chaos.FirstFailing(results)
 	if run.first != nil {
-		fc := cfg
-		fc.Seed = uint64(run.first.Seed)
-		run.recipe, recipeErr = shrinkRun(ctx, app, o, fc, run.first.History, dbs, !o.asJSON)
+		run.recipe, recipeErr = shrinkFirst(ctx, app, o, cfg, run.first, dbs, !o.asJSON)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -154,13 +273,16 @@ func runCampaign(c *cobra.Command, app *App, o chaosOptions, cfg chaos.Config) e
 // campaignRun is a campaign's outcome: run here (the whole or one shard),
 // or merged from the shards' result files.
 type campaignRun struct {
-	cfg     chaos.Config
-	seeds   string // --seeds as given: the whole campaign's list
-	shard   shard  // 1/1 for a whole campaign
-	results []chaos.SeedResult
-	elapsed time.Duration
-	first   *chaos.SeedResult
-	recipe  *chaos.Recipe
+	cfg   chaos.Config
+	seeds string // --seeds as given: the whole campaign's list
+	shard shard  // 1/1 for a whole campaign
+	// httpEvery is --http-every: every httpEvery-th seed of the list went
+	// over HTTP (none when 0).
+	httpEvery int
+	results   []chaos.SeedResult
+	elapsed   time.Duration
+	first     *chaos.SeedResult
+	recipe    *chaos.Recipe
 	// merged is how many shards' files were merged; 0 for a run here.
 	merged int
 }
@@ -201,7 +323,7 @@ func reportCampaign(app *App, rep campaignReport, run campaignRun) error {
 	}
 	tally := chaos.Tally(run.results)
 	if rep.asJSON {
-		j := campaignJSON{Seeds: run.results, Tally: tally, FirstFailing: firstSeed(run.first), Recipe: run.recipe, Duration: run.elapsed}
+		j := campaignJSON{HTTPEvery: run.httpEvery, Seeds: run.results, Tally: tally, FirstFailing: firstSeed(run.first), Recipe: run.recipe, Duration: run.elapsed}
 		if run.shard.sharded() && run.merged == 0 {
 			j.Shard = &run.shard
 		}
@@ -230,11 +352,29 @@ func reportCampaign(app *App, rep campaignReport, run campaignRun) error {
 				count(tally[chaos.Inconclusive], "seed", "seeds")))
 		}
 		if first := run.first; first != nil {
-			fmt.Fprintf(out, "\n%s seed %d: %s %s\n", p.bad.Sprint("first failing"), uint64(first.Seed), p.bold.Sprint(first.First.Kind), first.First.Detail)
-			fmt.Fprintf(out, "%s\n", p.dim.Sprintf("repeat it: bank-sim chaos --deterministic --seed %d%s", uint64(first.Seed), campaignFlags(run.cfg)))
-			if run.recipe != nil {
+			via := ""
+			if first.HTTP {
+				via = " (over HTTP)"
+			}
+			fmt.Fprintf(out, "\n%s seed %d%s: %s %s\n", p.bad.Sprint("first failing"), uint64(first.Seed), via, p.bold.Sprint(first.First.Kind), first.First.Detail)
+			if first.HTTP {
+				fmt.Fprintf(out, "%s\n", p.dim.Sprintf("repeat its intents and faults: %s (a free run: not its interleaving, so the rule may hold the next time)", first.Repeat(campaignFlags(run.cfg))))
+			} else {
+				fmt.Fprintf(out, "%s\n", p.dim.Sprintf("repeat it: %s", first.Repeat(campaignFlags(run.cfg))))
+			}
+			note := twinNote(first, run.cfg)
+			if note != "" && run.recipe == nil && rep.recipe != "" {
+				note += fmt.Sprintf(" (nothing written to %s)", rep.recipe)
+			}
+			if note != "" {
+				fmt.Fprintf(out, "%s\n", p.dim.Sprint(note))
+			}
+			switch {
+			case run.recipe != nil:
 				printRecipe(out, p, run.recipe, rep.recipe)
-			} else if run.merged > 0 {
+			case run.merged > 0 && first.HTTP && first.Twin == nil:
+				fmt.Fprintf(out, "%s\n", p.dim.Sprint("its shard's file holds no recipe: --shrink (or --save-recipe FILE) runs its deterministic twin in process, and shrinks it if it breaks a rule too"))
+			case run.merged > 0 && !first.HTTP:
 				fmt.Fprintf(out, "%s\n", p.dim.Sprint("its shard's file holds no recipe: shrink it with --shrink (or --save-recipe FILE), which runs it again"))
 			}
 		}
@@ -268,8 +408,11 @@ type campaignJSON struct {
 	Verdict string `json:"verdict,omitempty"`
 	// NotReached is what no seed exercised (why a campaign is
 	// INCONCLUSIVE).
-	NotReached   []string           `json:"notReached,omitempty"`
-	Shard        *shard             `json:"shard,omitempty"`
+	NotReached []string `json:"notReached,omitempty"`
+	Shard      *shard   `json:"shard,omitempty"`
+	// HTTPEvery is --http-every: every HTTPEvery-th seed of the list went
+	// over HTTP (its "http" is set), none when 0.
+	HTTPEvery    int                `json:"httpEvery"`
 	Seeds        []chaos.SeedResult `json:"seeds"`
 	Tally        map[string]int     `json:"tally"`
 	FirstFailing *chaos.Seed        `json:"firstFailing,omitempty"`
@@ -279,9 +422,14 @@ type campaignJSON struct {
 
 // campaignHTML is the campaign's HTML report.
 func campaignHTML(run campaignRun, verdict string, union chaos.Coverage) *htmlreport.Doc {
-	r := htmlreport.CampaignRun{Seeds: run.seeds, Flags: strings.TrimSpace(campaignFlags(run.cfg)), Describe: strings.ReplaceAll(describeConfig(run.cfg), "\n", " · "),
-		Results: run.results, Verdict: verdict, Union: union, Judged: run.judged(), Merged: run.merged,
+	all, _ := chaos.ParseSeeds(run.seeds)
+	r := htmlreport.CampaignRun{Seeds: run.seeds, Flags: strings.TrimSpace(campaignFlags(run.cfg)),
+		Describe: strings.ReplaceAll(describeCampaign(run.cfg, run.httpEvery, chaos.HTTPSeeds(all, run.httpEvery)), "\n", " · "),
+		Results:  run.results, Verdict: verdict, Union: union, Judged: run.judged(), Merged: run.merged,
 		First: run.first, Recipe: run.recipe, Elapsed: run.elapsed, Rates: run.cfg.Faults}
+	if run.first != nil {
+		r.FirstNote = twinNote(run.first, run.cfg)
+	}
 	if run.shard.sharded() && run.merged == 0 {
 		r.Shard = run.shard.String()
 	}
@@ -304,6 +452,7 @@ func printCampaign(out io.Writer, p *palette, run campaignRun, tally map[string]
 	fmt.Fprintln(out)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "seed\tintents\tfaults\tunknowns\tverdict\tsteps\thistory sha256\t\n")
+	overHTTP := 0
 	for _, r := range run.results {
 		verdict := r.Verdict
 		switch r.Verdict {
@@ -316,11 +465,16 @@ func printCampaign(out io.Writer, p *palette, run campaignRun, tally map[string]
 		default:
 			verdict = p.bad.Sprintf("%s: %s", verdict, r.Error)
 		}
-		hash := r.Hash
+		steps, hash := fmt.Sprint(r.Steps), r.Hash
 		if len(hash) > 16 {
 			hash = hash[:16]
 		}
-		fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%s\t%d\t%s\t\n", uint64(r.Seed), r.Stats.Intents, r.Faults, r.Unknowns, verdict, r.Steps, hash)
+		if r.HTTP {
+			// A free run's history does not repeat: nothing to show.
+			steps, hash = "-", "over HTTP (free run)"
+			overHTTP++
+		}
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%s\t%s\t%s\t\n", uint64(r.Seed), r.Stats.Intents, r.Faults, r.Unknowns, verdict, steps, hash)
 	}
 	_ = tw.Flush()
 	var parts []string
@@ -328,6 +482,10 @@ func printCampaign(out io.Writer, p *palette, run campaignRun, tally map[string]
 		parts = append(parts, fmt.Sprintf("%d %s", tally[v], v))
 	}
 	fmt.Fprintf(out, "\n%s of %s · %s\n", strings.Join(parts, ", "), count(len(run.results), "seed", "seeds"), run.elapsed.Round(time.Millisecond))
+	if overHTTP > 0 {
+		fmt.Fprintf(out, "%s\n", p.dim.Sprintf("over HTTP (%s of --seeds): %s, each a free run through api/'s servers, the fault proxies and the retrying client; it repeats its intents and faults, not its interleaving: no steps, no history hash",
+			everyNth(run.httpEvery), count(overHTTP, "seed", "seeds")))
+	}
 }
 
 // notReached names what seed r did not reach, at most n of them and how
@@ -400,18 +558,26 @@ func (c *campaignProgress) clear() {
 // report has no such case).
 func writeCampaignJUnit(path string, run campaignRun, verdict string, union chaos.Coverage) error {
 	suite := junitSuite{Name: "bank-sim chaos campaign", Time: run.elapsed.Seconds()}
-	suite.Properties = append(suite.Properties, junitProperty{"version", version()}, junitProperty{"seeds", run.seeds}, junitProperty{"flags", strings.TrimSpace(campaignFlags(run.cfg))})
+	suite.Properties = append(suite.Properties, junitProperty{"version", version()}, junitProperty{"seeds", run.seeds}, junitProperty{"flags", strings.TrimSpace(campaignFlags(run.cfg))},
+		junitProperty{"http-every", fmt.Sprint(run.httpEvery)})
 	if run.shard.sharded() && run.merged == 0 {
 		suite.Properties = append(suite.Properties, junitProperty{"shard", run.shard.String()})
 	}
 	for _, r := range run.results {
 		tc := junitCase{Name: fmt.Sprintf("seed %d", uint64(r.Seed)), Classname: "bank-sim.chaos", Time: r.Wall.Seconds(),
-			SystemOut: fmt.Sprintf("verdict %s · %d intents · %d faults fired · %d unknown outcomes · %d steps · history sha256 %s\nrepeat: bank-sim chaos --deterministic --seed %d%s\n",
-				r.Verdict, r.Stats.Intents, r.Faults, r.Unknowns, r.Steps, r.Hash, uint64(r.Seed), campaignFlags(run.cfg))}
+			SystemOut: fmt.Sprintf("verdict %s · %d intents · %d faults fired · %d unknown outcomes · %d steps · history sha256 %s\nrepeat: %s\n",
+				r.Verdict, r.Stats.Intents, r.Faults, r.Unknowns, r.Steps, r.Hash, r.Repeat(campaignFlags(run.cfg)))}
+		if r.HTTP {
+			tc.SystemOut = fmt.Sprintf("verdict %s · over HTTP, a free run: it repeats its intents and faults, not its interleaving (no steps, no history hash) · %d intents · %d faults fired · %d unknown outcomes\nrepeat its intents and faults: %s\n",
+				r.Verdict, r.Stats.Intents, r.Faults, r.Unknowns, r.Repeat(campaignFlags(run.cfg)))
+		}
 		switch r.Verdict {
 		case chaos.Valid:
 		case chaos.Invalid:
 			body := tc.SystemOut
+			if note := twinNote(&r, run.cfg); note != "" {
+				body += note + "\n"
+			}
 			if run.first != nil && run.first.Seed == r.Seed && run.recipe != nil {
 				body += "\n" + run.recipe.Text()
 			}

@@ -54,10 +54,11 @@ func parseShard(s string, seeds int) (shard, error) {
 }
 
 // campaignFileFormat names a campaign's result file; its version changes
-// when its shape does.
+// when its shape does (2: seeds over HTTP, httpEvery, a seed's http and
+// twin, no steps or hash for a free run).
 const (
 	campaignFileFormat  = "bank-sim campaign result"
-	campaignFileVersion = 1
+	campaignFileVersion = 2
 )
 
 // maxCampaignFile bounds what check --merge reads of one file: a whole
@@ -79,9 +80,12 @@ type campaignFile struct {
 	Flags        string       `json:"flags"`
 	// Seeds is the whole campaign's list, as --seeds gave it; Shard says
 	// which share of it Results are.
-	Seeds   string             `json:"seeds"`
-	Shard   shard              `json:"shard"`
-	Results []chaos.SeedResult `json:"results"`
+	Seeds string `json:"seeds"`
+	Shard shard  `json:"shard"`
+	// HTTPEvery is --http-every: every HTTPEvery-th seed of the whole
+	// list went over HTTP, as a free run (none when 0).
+	HTTPEvery int                `json:"httpEvery"`
+	Results   []chaos.SeedResult `json:"results"`
 	// Recipe is the shard's first failing seed, shrunk.
 	Recipe   *chaos.Recipe `json:"recipe,omitempty"`
 	Duration time.Duration `json:"durationNs"`
@@ -101,7 +105,7 @@ func saveCampaign(path string, run campaignRun) error {
 	cfg := run.cfg
 	cfg.Seed = 0
 	f := campaignFile{Format: campaignFileFormat, Version: campaignFileVersion, BankSim: version(), Config: cfg, ConfigSHA256: configHash(cfg),
-		Flags: strings.TrimSpace(campaignFlags(cfg)), Seeds: run.seeds, Shard: run.shard, Recipe: run.recipe, Duration: run.elapsed}
+		Flags: strings.TrimSpace(campaignFlags(cfg)), Seeds: run.seeds, Shard: run.shard, HTTPEvery: run.httpEvery, Recipe: run.recipe, Duration: run.elapsed}
 	for _, r := range run.results {
 		// Coverage says in short what Missing spells out.
 		r.Missing = nil
@@ -189,6 +193,8 @@ func mergeCampaign(paths []string, files []*campaignFile) (campaignRun, *chaos.R
 			return campaignRun{}, nil, usageError("%s and %s ran different campaigns (%s): run every shard with the same flags", p0, p, flagsDiffer(p0, f0, p, f))
 		case !slices.Equal(seeds, all):
 			return campaignRun{}, nil, usageError("%s ran --seeds %s, %s --seeds %s: run every shard with the same --seeds", p0, f0.Seeds, p, f.Seeds)
+		case f.HTTPEvery != f0.HTTPEvery:
+			return campaignRun{}, nil, usageError("%s ran --http-every %d, %s --http-every %d: run every shard with the same --http-every", p0, f0.HTTPEvery, p, f.HTTPEvery)
 		case f.Shard.N != f0.Shard.N:
 			return campaignRun{}, nil, usageError("%s is shard %s, %s shard %s: give the files of one campaign's shards, every one with the same N", p0, f0.Shard, p, f.Shard)
 		case f.Shard.K < 1 || f.Shard.K > f.Shard.N:
@@ -234,14 +240,23 @@ func mergeCampaign(paths []string, files []*campaignFile) (campaignRun, *chaos.R
 		cfg.Bug = &b
 	}
 	cfg.Deterministic = true
+	http := chaos.HTTPSeeds(all, f0.HTTPEvery)
 	for i, f := range files {
 		for _, r := range f.Results {
-			if err := checkVerdict(r, cfg.Faults); err != nil {
+			err := checkVerdict(r, cfg.Faults)
+			switch {
+			case err != nil:
+			case r.HTTP != http[uint64(r.Seed)]:
+				err = fmt.Errorf("field \"http\" is %v, but --http-every %d sends it %s", r.HTTP, f0.HTTPEvery, map[bool]string{true: "over HTTP", false: "in process"}[http[uint64(r.Seed)]])
+			case r.HTTP && (r.Steps != 0 || r.Hash != ""):
+				err = fmt.Errorf("it went over HTTP, a free run whose history does not repeat, but its record gives steps or a history hash")
+			}
+			if err != nil {
 				return campaignRun{}, nil, usageError("%s: seed %d: %v: the file was changed after chaos wrote it; merge the files chaos --campaign-out wrote", paths[i], uint64(r.Seed), err)
 			}
 		}
 	}
-	run := campaignRun{cfg: cfg, seeds: f0.Seeds, shard: shard{1, 1}, merged: len(files)}
+	run := campaignRun{cfg: cfg, seeds: f0.Seeds, shard: shard{1, 1}, httpEvery: f0.HTTPEvery, merged: len(files)}
 	result := map[uint64]chaos.SeedResult{}
 	recipes := map[uint64]*chaos.Recipe{}
 	for _, f := range files {
@@ -381,16 +396,21 @@ func runMerge(c *cobra.Command, app *App, paths []string, o mergeOptions) error 
 	if err != nil {
 		return err
 	}
-	shrink := recipe == nil && run.first != nil && (o.shrink || o.recipe != "")
+	// A first failing seed over HTTP whose twin in process broke no rule
+	// has nothing to shrink: its shard ran the twin already.
+	twinPassed := run.first != nil && run.first.Twin != nil && run.first.Twin.Verdict != chaos.Invalid
+	shrink := recipe == nil && run.first != nil && !twinPassed && (o.shrink || o.recipe != "")
 	if b := files[0].BankSim; shrink && b != version() {
 		return usageError("--shrink runs seed %d again, and the shards ran bank-sim %s, not this %s: merge with the bank-sim that ran them", uint64(run.first.Seed), b, version())
 	}
 	ctx := c.Context()
 	out := app.Env.Stdout
 	if !o.asJSON {
-		fmt.Fprintf(out, "bank-sim %s · chaos campaign · %s merged from %s (--seeds %s) · deterministic: each seed repeats exactly (bank-sim chaos --deterministic --seed N with these flags)\n",
-			version(), count(len(run.results), "seed", "seeds"), count(run.merged, "shard's file", "shards' files"), run.seeds)
-		fmt.Fprintf(out, "%s\n", describeConfig(run.cfg))
+		all, _ := chaos.ParseSeeds(run.seeds)
+		http := chaos.HTTPSeeds(all, run.httpEvery)
+		fmt.Fprintf(out, "bank-sim %s · chaos campaign · %s merged from %s (--seeds %s) · %s\n",
+			version(), count(len(run.results), "seed", "seeds"), count(run.merged, "shard's file", "shards' files"), run.seeds, campaignPromise(all, http, run.httpEvery, len(all)))
+		fmt.Fprintf(out, "%s\n", describeCampaign(run.cfg, run.httpEvery, http))
 	}
 	var recipeErr error
 	switch {
@@ -403,22 +423,14 @@ func runMerge(c *cobra.Command, app *App, paths []string, o mergeOptions) error 
 		}
 	case shrink:
 		// The shard did not shrink it: run the seed again (deterministic,
-		// the same history, with the same bank-sim) and shrink it here.
+		// the same history, with the same bank-sim; for a seed over HTTP,
+		// its deterministic twin in process) and shrink it here.
 		srv, err := app.Server(ctx)
 		if err != nil {
 			return err
 		}
-		fc := run.cfg
-		fc.Seed = uint64(run.first.Seed)
 		dbs := banks.OnServer(srv, banks.Options{})
-		h, err := chaos.RunOn(ctx, dbs, fc, nil)
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return runFailed(fmt.Errorf("chaos run (seed %d): %w", fc.Seed, err))
-		}
-		run.recipe, recipeErr = shrinkRun(ctx, app, chaosOptions{recipe: o.recipe}, fc, h, dbs, !o.asJSON)
+		run.recipe, recipeErr = shrinkFirst(ctx, app, chaosOptions{recipe: o.recipe}, run.cfg, run.first, dbs, !o.asJSON)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}

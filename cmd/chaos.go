@@ -66,6 +66,9 @@ type chaosOptions struct {
 	seeds    string
 	junit    string
 	parallel int
+	// httpEvery is --http-every N: every N-th seed of a campaign goes
+	// over HTTP, as a free run.
+	httpEvery int
 	// shard is --shard K/N: this machine's share of the campaign;
 	// campaignOut is where its results go, for check --merge.
 	shard       string
@@ -215,12 +218,20 @@ writes it as JSON; 'bank-sim scenario --recipe FILE' replays it as a story
 with the usual checks, the same way every time: a chaos finding becomes a
 regression test.
 
---seeds 1-100 runs a campaign (deterministic): every seed with the same
-flags, --parallel at a time, with a progress bar on a terminal and a line
-on stderr per tenth of the seeds otherwise; then a table (per seed:
-intents, faults fired, unknown outcomes, verdict, steps, history hash),
-and the first failing seed, shrunk to a recipe. --junit FILE writes one test case per
-seed, for CI. A campaign judges coverage over all its seeds: a seed that
+--seeds 1-100 runs a campaign: every seed with the same flags, --parallel
+at a time, with a progress bar on a terminal and a line on stderr per tenth
+of the seeds otherwise; then a table (per seed: intents, faults fired,
+unknown outcomes, verdict, steps, history hash), and the first failing
+seed, shrunk to a recipe. --junit FILE writes one test case per seed, for
+CI. Every 4th seed of the list (--http-every N: the N-th, the 2N-th, …; 0
+for none) goes over HTTP, as --http does, so that the HTTP layer (api/,
+the fault proxies, the retrying client), which no run in process meets,
+meets the faults too; the others are deterministic. A seed over HTTP is a
+free run: it repeats its intents and faults, not its interleaving, so its
+line has no steps and no history hash, and to be shrunk it runs again as
+its deterministic twin in process, which is shrunk only if it breaks a
+rule too (otherwise the mistake shows over HTTP only, and there is no
+recipe). A campaign judges coverage over all its seeds: a seed that
 never reached a rare defence path broke no rule and is no failure (its line
 names what it missed; JUnit marks it skipped); the campaign is INCONCLUSIVE
 only when no seed reached some defence, and says which.
@@ -262,6 +273,7 @@ some defence, else 0.`,
   bank-sim chaos --bug read-compare-write --seed 7 --intents 400 --shrink --save-recipe r.json
       then: bank-sim scenario --recipe r.json
   bank-sim chaos --seeds 1-100 --intents 400 --junit chaos.xml --save-recipe first-failure.json
+  bank-sim chaos --seeds 1-100 --intents 400 --http-every 0    (every seed deterministic, in process)
   bank-sim chaos --seeds 1-10000 --intents 400 --shard 2/8 --campaign-out shard-2.json
       then: bank-sim check --merge shard-*.json --junit chaos.xml`,
 		Args: func(c *cobra.Command, args []string) error {
@@ -309,6 +321,7 @@ some defence, else 0.`,
 	f.StringVar(&o.seeds, "seeds", "", "run a campaign: every seed of `LIST` (1-100, or 1,5,9), deterministically, with a summary table")
 	f.StringVar(&o.junit, "junit", "", "with --seeds: write a JUnit XML report to `FILE`, one test case per seed; with --failover-cmd or --expect-failover: the run, the command and each change of primary")
 	f.IntVar(&o.parallel, "parallel", 2, "with --seeds: run up to `N` seeds at once")
+	f.IntVar(&o.httpEvery, "http-every", chaos.CampaignHTTPEvery, "with --seeds: every `N`-th seed of the list (the N-th, the 2N-th, …) goes over HTTP as a free run, which repeats its intents and faults, not its interleaving; 0: every seed deterministic, in process")
 	f.StringVar(&o.shard, "shard", "", "with --seeds: run only shard `K/N` of the campaign (every N-th seed, from the K-th); merge the shards with 'bank-sim check --merge'")
 	f.StringVar(&o.campaignOut, "campaign-out", "", "with --seeds: write the campaign's results as JSON to `FILE`, for 'bank-sim check --merge'")
 	addHTMLFlag(f, &o.html)
@@ -325,7 +338,7 @@ var chaosFlagGroups = []flagGroup{
 	{"Workload flags", []string{"seed", "intents", "duration", "clients", "accounts", "attempts", "bug"}},
 	{"Fault flags", []string{"faults", "kill-postgres", "partition", "cuts", "cut-for", "cut-at", "loss", "delay"}},
 	{"Cluster flags", []string{"servers", "http", "failover", "replication", "failover-cmd", "expect-failover", "failover-timeout"}},
-	{"Determinism and campaign flags", []string{"deterministic", "shrink", "save-recipe", "seeds", "parallel", "shard", "campaign-out"}},
+	{"Determinism and campaign flags", []string{"deterministic", "shrink", "save-recipe", "seeds", "http-every", "parallel", "shard", "campaign-out"}},
 	{"Target flags (with --target: someone else's transfer API)", []string{"target", "amount", "token", "account", "path", "key-header", "auth-header", "auth-scheme",
 		"from-field", "to-field", "amount-field", "id-field", "balance-field", "replayed-header", "exact-replays", "lookup",
 		"balances-url", "balances-field", "balances-sql", "key-refusal", "allow-remote", "dry-run"}},
@@ -355,10 +368,24 @@ func (o chaosOptions) config(app *App, c *cobra.Command) (chaos.Config, error) {
 	if o.shrink || o.seeds != "" {
 		o.det = true
 	}
+	if o.seeds != "" && c.Flags().Changed("deterministic") && !c.Flags().Changed("http-every") {
+		// Asked for in so many words: every seed deterministic.
+		o.httpEvery = 0
+	}
+	switch {
+	case c.Flags().Changed("http-every") && o.seeds == "":
+		return chaos.Config{}, usageError("--http-every says which seeds of a campaign go over HTTP: give --seeds too (one run over HTTP: --http)")
+	case o.httpEvery < 0:
+		return chaos.Config{}, usageError("--http-every %d: give 0 (every seed deterministic, in process) or N, for every N-th seed over HTTP", o.httpEvery)
+	case o.seeds != "" && o.http:
+		return chaos.Config{}, usageError("--http with --seeds: a campaign sends every N-th seed over HTTP (--http-every N, %d unless given); --http-every 1 sends every seed", chaos.CampaignHTTPEvery)
+	case o.seeds != "" && c.Flags().Changed("deterministic") && o.httpEvery > 0:
+		return chaos.Config{}, usageError("--deterministic --http-every %d: a seed over HTTP is a free run; give --http-every 0 (or leave out --deterministic)", o.httpEvery)
+	}
 	what := "--deterministic"
 	switch {
 	case o.seeds != "":
-		what = "--seeds (a campaign is deterministic)"
+		what = "--seeds (a campaign)"
 	case o.shrink:
 		what = "--shrink (which is deterministic)"
 	}
@@ -518,6 +545,9 @@ func runChaos(c *cobra.Command, app *App, o chaosOptions) error {
 		return runChaosTarget(c, app, o, cfg)
 	}
 	if o.seeds != "" {
+		if c.Flags().Changed("deterministic") && !c.Flags().Changed("http-every") {
+			o.httpEvery = 0 // as config judged it: every seed deterministic
+		}
 		return runCampaign(c, app, o, cfg)
 	}
 	ctx := c.Context()

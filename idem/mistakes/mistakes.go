@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/banksim/bank-sim/api"
 	"github.com/banksim/bank-sim/bank"
 	"github.com/banksim/bank-sim/idem"
 	"github.com/banksim/bank-sim/outbox"
@@ -68,6 +69,11 @@ type Bug struct {
 	// external lock, mark-shipped. Apply ignores it; whoever builds those
 	// parts (outbox.Effects, Dispatcher, Consumer, …) reads it.
 	Outbox outbox.Flaws `json:"outbox,omitzero"`
+	// API switches on mistakes of the HTTP layer around the handler. Apply
+	// ignores it; whoever builds the API server (chaos over HTTP) reads
+	// it. No mistake of the catalogue has one: a run in process never
+	// meets api/, and the audit's runs are in process.
+	API api.Flaws `json:"api,omitzero"`
 }
 
 // Apply switches the bug on in h, on top of whatever h already has. It is

@@ -13,7 +13,8 @@ import (
 // whole, or one shard) or merged from the shards' files.
 type CampaignRun struct {
 	// Seeds is --seeds as given; Flags the flags that repeat one seed
-	// after --deterministic --seed N.
+	// after --deterministic --seed N (or --http --seed N, for a seed that
+	// went over HTTP).
 	Seeds string
 	Flags string
 	// Describe is the campaign's configuration in words.
@@ -26,11 +27,14 @@ type CampaignRun struct {
 	Judged  bool
 	// Shard is "K/N" for one shard's run; Merged the number of shards'
 	// files merged (0 for a run here).
-	Shard   string
-	Merged  int
-	First   *chaos.SeedResult
-	Recipe  *chaos.Recipe
-	Elapsed time.Duration
+	Shard  string
+	Merged int
+	First  *chaos.SeedResult
+	// FirstNote says, for a first failing seed over HTTP, what its
+	// deterministic twin in process showed.
+	FirstNote string
+	Recipe    *chaos.Recipe
+	Elapsed   time.Duration
 	// Rates are the campaign's fault rates, to say what a seed missed.
 	Rates chaos.Rates
 }
@@ -80,7 +84,14 @@ func Campaign(r CampaignRun) *Doc {
 func firstFailingHTML(r CampaignRun, f *chaos.SeedResult) template.HTML {
 	var b strings.Builder
 	fmt.Fprintf(&b, "<p><a href=\"#seed-%d\">Seed %d</a> broke a rule first: %s %s</p>", uint64(f.Seed), uint64(f.Seed), Mark(false, f.First.Kind), Esc(f.First.Detail))
-	fmt.Fprintf(&b, "<p>Repeat it: <code>bank-sim chaos --deterministic --seed %d %s</code></p>", uint64(f.Seed), Esc(r.Flags))
+	if f.HTTP {
+		fmt.Fprintf(&b, "<p>It went over HTTP, a free run. Repeat its intents and faults (not its interleaving): <code>%s</code></p>", Esc(f.Repeat(r.Flags)))
+	} else {
+		fmt.Fprintf(&b, "<p>Repeat it: <code>%s</code></p>", Esc(f.Repeat(r.Flags)))
+	}
+	if r.FirstNote != "" {
+		fmt.Fprintf(&b, "<p>%s</p>", Esc(r.FirstNote))
+	}
 	if h := f.History; h != nil && f.First.Intent >= 0 {
 		if lines := chaos.Timeline(h, f.First.Intent); len(lines) > 0 {
 			b.WriteString("<h3>The intent involved</h3>")
@@ -99,9 +110,13 @@ func seedTableHTML(r CampaignRun) template.HTML {
 	for _, s := range r.Results {
 		seed := uint64(s.Seed)
 		t.RowIDs = append(t.RowIDs, fmt.Sprintf("row-%d", seed))
+		steps, hash := Cell{Text: fmt.Sprint(s.Steps), Class: "num"}, Cell{Text: short(s.Hash, 16), Title: s.Hash}
+		if s.HTTP {
+			// A free run's history does not repeat: nothing to show.
+			steps, hash = Cell{Text: "-", Class: "num"}, Cell{Text: "over HTTP (free run)", Title: "a free run over HTTP repeats its intents and faults, not its interleaving"}
+		}
 		t.Rows = append(t.Rows, []Cell{{Text: fmt.Sprint(seed), Href: fmt.Sprintf("#seed-%d", seed)}, {Text: fmt.Sprint(s.Stats.Intents), Class: "num"},
-			{Text: fmt.Sprint(s.Faults), Class: "num"}, {Text: fmt.Sprint(s.Unknowns), Class: "num"}, {HTML: seedVerdict(s)},
-			{Text: fmt.Sprint(s.Steps), Class: "num"}, {Text: short(s.Hash, 16), Title: s.Hash}})
+			{Text: fmt.Sprint(s.Faults), Class: "num"}, {Text: fmt.Sprint(s.Unknowns), Class: "num"}, {HTML: seedVerdict(s)}, steps, hash})
 	}
 	return Join(Para("Each seed links to its details below."), t.HTML())
 }
@@ -132,8 +147,12 @@ func seedDetailsHTML(r CampaignRun) template.HTML {
 			fmt.Fprintf(&b, "It could not run: %s<br>", Esc(s.Error))
 		} else {
 			st := s.Stats
-			fmt.Fprintf(&b, "%d intents (%d ok, %d rejected) · %d attempts · %d faults fired · %d unknown after the fault phase · %d transfers · %d steps · %s<br>",
-				st.Intents, st.OK, st.Rejected, st.Attempts, s.Faults, s.Unknowns, st.Transfers, s.Steps, Esc(s.Wall.Round(time.Millisecond).String()))
+			steps := fmt.Sprintf("%d steps", s.Steps)
+			if s.HTTP {
+				steps = "over HTTP"
+			}
+			fmt.Fprintf(&b, "%d intents (%d ok, %d rejected) · %d attempts · %d faults fired · %d unknown after the fault phase · %d transfers · %s · %s<br>",
+				st.Intents, st.OK, st.Rejected, st.Attempts, s.Faults, s.Unknowns, st.Transfers, steps, Esc(s.Wall.Round(time.Millisecond).String()))
 		}
 		if v := s.First; v != nil {
 			fmt.Fprintf(&b, "First violation: <strong>%s</strong> %s<br>", Esc(v.Kind), Esc(v.Detail))
@@ -145,7 +164,11 @@ func seedDetailsHTML(r CampaignRun) template.HTML {
 			}
 			fmt.Fprintf(&b, "Not reached by this seed alone: %s<br>", Esc(strings.Join(missed, ", ")))
 		}
-		fmt.Fprintf(&b, "Repeat: <code>bank-sim chaos --deterministic --seed %d %s</code><br>history sha256 <code>%s</code></p>", seed, Esc(r.Flags), Esc(s.Hash))
+		if s.HTTP {
+			fmt.Fprintf(&b, "A free run over HTTP: <code>%s</code> repeats its intents and faults, not its interleaving (no history hash)</p>", Esc(s.Repeat(r.Flags)))
+		} else {
+			fmt.Fprintf(&b, "Repeat: <code>%s</code><br>history sha256 <code>%s</code></p>", Esc(s.Repeat(r.Flags)), Esc(s.Hash))
+		}
 		fmt.Fprintf(&b, "<p class=\"noprint\"><a href=\"#row-%d\">back to its row</a></p></div>\n", seed)
 	}
 	return template.HTML(b.String())
