@@ -28,10 +28,9 @@ func TestAuditCatchesEveryBugAndNotTheCleanHandler(t *testing.T) {
 	if !pgtest.IsExhaustive() {
 		// The chaos column's runs short and deterministic (100 intents, as
 		// TestEachRuleAloneCatchesItsMistake's), not the audit's 400 free
-		// ones: the three mistakes that only a chaos run catches
-		// (frozen-only-inactive, rebuilt-refusal-replay,
-		// refusal-in-second-transaction) are each caught by their one run,
-		// breaking their rule alone, and the correct handler's runs (seeds
+		// ones: the mistakes that only a chaos run catches (soleCatches, in
+		// audit_alone_test.go) are each caught by their one run, breaking
+		// their rule alone, and the correct handler's runs (seeds
 		// 42 and 43) reach every path, the same every time. The exhaustive
 		// run keeps the audit's own length and its free runs.
 		cfg.FirstCatch, cfg.Chaos = true, chaos.Config{Intents: 100, Deterministic: true}
