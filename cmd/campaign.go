@@ -108,7 +108,7 @@ func shrinkFirst(ctx context.Context, app *App, o chaosOptions, cfg chaos.Config
 // twinNote says what the deterministic twin in process of a seed that
 // failed over HTTP showed, and so whether the recipe is the twin's or
 // there is none; "" for a seed in process, or a twin not run.
-func twinNote(r *chaos.SeedResult, cfg chaos.Config) string {
+func twinNote(r *chaos.SeedResult) string {
 	tw := r.Twin
 	if !r.HTTP || tw == nil {
 		return ""
@@ -362,7 +362,7 @@ func reportCampaign(app *App, rep campaignReport, run campaignRun) error {
 			} else {
 				fmt.Fprintf(out, "%s\n", p.dim.Sprintf("repeat it: %s", first.Repeat(campaignFlags(run.cfg))))
 			}
-			note := twinNote(first, run.cfg)
+			note := twinNote(first)
 			if note != "" && run.recipe == nil && rep.recipe != "" {
 				note += fmt.Sprintf(" (nothing written to %s)", rep.recipe)
 			}
@@ -428,7 +428,7 @@ func campaignHTML(run campaignRun, verdict string, union chaos.Coverage) *htmlre
 		Results:  run.results, Verdict: verdict, Union: union, Judged: run.judged(), Merged: run.merged,
 		First: run.first, Recipe: run.recipe, Elapsed: run.elapsed, Rates: run.cfg.Faults}
 	if run.first != nil {
-		r.FirstNote = twinNote(run.first, run.cfg)
+		r.FirstNote = twinNote(run.first)
 	}
 	if run.shard.sharded() && run.merged == 0 {
 		r.Shard = run.shard.String()
@@ -575,7 +575,7 @@ func writeCampaignJUnit(path string, run campaignRun, verdict string, union chao
 		case chaos.Valid:
 		case chaos.Invalid:
 			body := tc.SystemOut
-			if note := twinNote(&r, run.cfg); note != "" {
+			if note := twinNote(&r); note != "" {
 				body += note + "\n"
 			}
 			if run.first != nil && run.first.Seed == r.Seed && run.recipe != nil {
