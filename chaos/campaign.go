@@ -177,6 +177,18 @@ func seedResult(seed uint64, h *History, err error) SeedResult {
 	return r
 }
 
+// TwinOf is the Twin that h, a seed's deterministic run in process, makes
+// of that seed's run over HTTP: its verdict, first violation's kind, steps
+// and hash, read as a campaign reads any seed's.
+func TwinOf(seed uint64, h *History) *Twin {
+	r := seedResult(seed, h, nil)
+	tw := &Twin{Verdict: r.Verdict, Steps: r.Steps, Hash: r.Hash}
+	if r.First != nil {
+		tw.Kind = r.First.Kind
+	}
+	return tw
+}
+
 // ParseSeeds reads a campaign's seeds: "1-100", "7", "1,5,9", "1-10,20-25".
 // At most MaxCampaignSeeds, each once, in the order given.
 func ParseSeeds(s string) ([]uint64, error) {

@@ -87,17 +87,8 @@ func shrinkFirst(ctx context.Context, app *App, o chaosOptions, cfg chaos.Config
 			return nil, runFailed(fmt.Errorf("chaos run (seed %d): %w", fc.Seed, err))
 		}
 		if first.HTTP {
-			res := chaos.Check(h)
-			tw := &chaos.Twin{Verdict: res.Verdict()}
-			if h.Deterministic != nil {
-				tw.Steps = h.Deterministic.Steps
-			}
-			tw.Hash, _ = h.Hash()
-			if res.First != nil {
-				tw.Kind = res.First.Kind
-			}
-			first.Twin = tw
-			if tw.Verdict != chaos.Invalid {
+			first.Twin = chaos.TwinOf(fc.Seed, h)
+			if first.Twin.Verdict != chaos.Invalid {
 				return nil, nil
 			}
 		}
