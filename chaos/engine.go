@@ -223,9 +223,10 @@ type engine struct {
 	fired    map[string]int
 	server   map[string]int
 	deferred []*Intent // key reuses whose first intent had no final answer yet
-	// amounts are the amounts decided when sent (Planned.Overdraw), by
-	// intent: every later attempt sends the same request.
-	amounts map[int]int64
+	// decided are the intents decided when sent (Planned.Overdraw and its
+	// funding follower): their amounts, and which of the two pays which.
+	// Every later attempt sends the same request.
+	decided map[int]Planned
 	// restarts are a target run's restarts of the target.
 	restarts []TargetRestart
 	cleanup  *CleanupRun
@@ -482,11 +483,11 @@ func (e *engine) since() int64 {
 func (e *engine) plan(i int) Planned {
 	p := e.cfg.intentIn(e.lay, i)
 	if e.cfg.Target == nil {
-		return p // only a target run decides amounts when it sends
+		return p // only a target run decides intents when it sends
 	}
 	e.mu.Lock()
-	if a, ok := e.amounts[i]; ok {
-		p.Request.AmountKobo = a
+	if d, ok := e.decided[i]; ok {
+		p = d
 	}
 	e.mu.Unlock()
 	return p

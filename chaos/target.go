@@ -214,11 +214,15 @@ func (t *Target) transfer(r bank.TransferRequest) probe.Transfer {
 // transfer of its own.
 func (t *Target) Money(cfg Config) map[string]int64 {
 	out := map[string]int64{}
-	for _, p := range cfg.Plan(cfg.WithDefaults().Intents).Intents {
+	plan := cfg.Plan(cfg.WithDefaults().Intents).Intents
+	for i, p := range plan {
 		if p.Reuse != "" { // a key reused for another request must be refused
 			continue
 		}
 		out[t.user(p.UserID).Name] += p.Request.AmountKobo
+		if p.Funds { // either of the two may fund (engine.overdraw)
+			out[t.user(plan[i-1].UserID).Name] += p.Request.AmountKobo
+		}
 		if p.Keyless {
 			out[t.user(p.UserID).Name] += p.Request.AmountKobo
 		}
@@ -429,10 +433,16 @@ func (e *engine) fresh(ctx context.Context) error {
 	return nil
 }
 
-// overdraw decides the amount of intent i (Planned.Overdraw): overdrawBy
-// times the target's Amount more than its payer holds now, read from the
-// balance source. Without one, or when the read fails, the planned amount
-// is sent, and no refusal for funds is provoked.
+// overdraw decides intent i (Planned.Overdraw) and its funding follower
+// when i is sent, from the balances read from the balance source now: the
+// head asks overdrawBy times the target's Amount more than its payer
+// holds, and the follower pays the payer FundsAmount. A run's balances
+// wander (and each funded refusal moves FundsAmount one way), so the
+// planned funder may by now hold less than it is to send: its refusal
+// would leave the head's key never retried after money arrived. Then the
+// two swap places, the richer one funding, when the planned payer can
+// fund instead. Without a balance source, or when the read fails, the
+// planned amount is sent, and no refusal for funds is provoked.
 func (e *engine) overdraw(ctx context.Context, i int, p Planned) Planned {
 	t := e.cfg.Target
 	// The target may be down for a moment (a --restart, a fault on the
@@ -452,17 +462,31 @@ func (e *engine) overdraw(ctx context.Context, i int, p Planned) Planned {
 	if err != nil {
 		return p
 	}
+	held := map[int64]int64{}
 	for _, a := range got {
-		if a.ID == p.Request.From {
-			p.Request.AmountKobo = a.BalanceKobo + overdrawBy*t.Amount
-			e.mu.Lock()
-			if e.amounts == nil {
-				e.amounts = map[int]int64{}
-			}
-			e.amounts[i] = p.Request.AmountKobo
-			e.mu.Unlock()
-		}
+		held[a.ID] = a.BalanceKobo
 	}
+	from, ok := held[p.Request.From]
+	if !ok {
+		return p
+	}
+	f := e.cfg.intentIn(e.lay, i+1)
+	if need := FundsAmount(t) + overdrawBy*t.Amount; f.Funds && held[f.Request.From] < need && from >= need {
+		p.UserID, f.UserID = f.UserID, p.UserID
+		p.Request.From, f.Request.From = f.Request.From, p.Request.From
+		p.Request.To, f.Request.To = f.Request.From, p.Request.From
+		from = held[p.Request.From]
+	}
+	p.Request.AmountKobo = from + overdrawBy*t.Amount
+	e.mu.Lock()
+	if e.decided == nil {
+		e.decided = map[int]Planned{}
+	}
+	e.decided[i] = p
+	if f.Funds {
+		e.decided[i+1] = f
+	}
+	e.mu.Unlock()
 	return p
 }
 

@@ -100,13 +100,27 @@ func TestTargetRunAgainstBankSimIsValid(t *testing.T) {
 	// The seed's plan, as for bank-sim's own server: what a shrinker
 	// replays (the target's intents and each attempt's fault).
 	plan := cfg.Plan(cfg.Intents)
+	swaps := 0
 	for i, in := range h.Intents {
 		p := plan.Intents[i]
-		want := p.Request
-		if p.Overdraw {
-			want.AmountKobo = in.Request.AmountKobo // decided when sent: just more than the payer held
+		want, user := p.Request, p.UserID
+		if p.Overdraw || p.Funds {
+			// Decided when sent: the head just more than its payer held;
+			// the two swap places when the funder held too little.
+			head, funder := i, i+1
+			if p.Funds {
+				head, funder = i-1, i
+			}
+			if h.Intents[head].UserID != plan.Intents[head].UserID {
+				swapped := plan.Intents[head+funder-i]
+				want.From, want.To, user = swapped.Request.From, swapped.Request.To, swapped.UserID
+				swaps++
+			}
+			if p.Overdraw {
+				want.AmountKobo = in.Request.AmountKobo
+			}
 		}
-		if in.Index != i || in.Key != p.Key || in.Request != want || in.UserID != p.UserID || in.Reuse != p.Reuse || in.Overdraw != p.Overdraw || in.Funds != p.Funds {
+		if in.Index != i || in.Key != p.Key || in.Request != want || in.UserID != user || in.Reuse != p.Reuse || in.Overdraw != p.Overdraw || in.Funds != p.Funds {
 			t.Fatalf("intent %d: ran %+v, planned %+v", i, in, p)
 		}
 	}
@@ -118,7 +132,7 @@ func TestTargetRunAgainstBankSimIsValid(t *testing.T) {
 	if got := res.Stats.Transfers; got != len(l.Transfers) {
 		t.Errorf("the answers named %d transfers; the bank made %d", got, len(l.Transfers))
 	}
-	t.Logf("%d intents, %d attempts, %d transfers, %s; unchecked: %d", res.Stats.Intents, res.Stats.Attempts, res.Stats.Transfers, h.Duration, len(res.Unchecked))
+	t.Logf("%d intents, %d attempts, %d transfers, %s; unchecked: %d; payer and funder swapped in %d funded refusals", res.Stats.Intents, res.Stats.Attempts, res.Stats.Transfers, h.Duration, len(res.Unchecked), swaps/2)
 	if !strings.Contains(res.Unchecked[len(res.Unchecked)-1].Why, chaos.FaultCrashAfterClaim) {
 		t.Errorf("the unchecked list does not say which faults cannot be injected: %+v", res.Unchecked)
 	}
