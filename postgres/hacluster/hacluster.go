@@ -120,6 +120,9 @@ type Cluster struct {
 	// Startup is how long Start took, from nothing to a primary and a
 	// streaming standby.
 	Startup time.Duration
+	// startEvent is the monitor's last event when Start returned: Events
+	// are the ones after it.
+	startEvent int64
 
 	// tailMax is how much of each process's output is kept (8 KiB when
 	// zero): a Patroni cluster keeps more, its evidence when a run fails.
@@ -283,6 +286,9 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 	}); err != nil {
 		return nil, err
 	}
+	if err := c.queryRow(ctx, c.MonitorURL(), "SELECT coalesce(max(eventid), 0) FROM pgautofailover.event", &c.startEvent); err != nil {
+		return nil, fmt.Errorf("reading the monitor's events: %v", err)
+	}
 	// pg_autoctl starts them, so they are its descendants while it runs;
 	// recorded too, for prune to find one that outlived it.
 	for _, n := range c.all() {
@@ -416,6 +422,36 @@ func (c *Cluster) States(ctx context.Context) ([]NodeState, error) {
 		var s NodeState
 		err := r.Scan(&s.Name, &s.Port, &s.Reported, &s.Goal, &s.LSN)
 		return s, err
+	})
+}
+
+// Event is one of the monitor's state changes (pgautofailover.event).
+type Event struct {
+	Node           string
+	Reported, Goal string
+	Description    string
+}
+
+// Events are the monitor's state changes since Start returned, oldest
+// first. A synchronous primary whose standby the monitor finds unhealthy
+// (a machine too busy to answer its health checks in time) is assigned
+// wait_primary, where it commits without the standby: a failover after
+// that may lose what the standby never received.
+func (c *Cluster) Events(ctx context.Context) ([]Event, error) {
+	conn, err := connect(ctx, c.MonitorURL())
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	rows, err := conn.Query(ctx, `SELECT nodename, reportedstate::text, goalstate::text, description
+		FROM pgautofailover.event WHERE eventid > $1 ORDER BY eventid`, c.startEvent)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Event, error) {
+		var e Event
+		err := r.Scan(&e.Node, &e.Reported, &e.Goal, &e.Description)
+		return e, err
 	})
 }
 

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -134,6 +135,17 @@ func TestSyncFailoverKeepsACommittedRow(t *testing.T) {
 	t.Logf("killed %s; %s promoted: monitor %s, first write %s", old.Name, f.Promoted.Name, f.Monitor.Round(time.Millisecond), f.Write.Round(time.Millisecond))
 	if f.Promoted.Name == old.Name || f.Promoted.Port == old.Port {
 		t.Fatalf("promoted %+v, the node that was killed", f.Promoted)
+	}
+	// The monitor's events since Start: the promotion (through
+	// wait_primary, as pg_auto_failover promotes), none of the start's.
+	evs, err := c.Events(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	promoted := slices.ContainsFunc(evs, func(e hacluster.Event) bool { return e.Node == f.Promoted.Name && e.Goal == "wait_primary" })
+	started := slices.ContainsFunc(evs, func(e hacluster.Event) bool { return e.Goal == "single" || e.Goal == "catchingup" })
+	if !promoted || started {
+		t.Fatalf("the monitor's events since Start: %+v; want %s's promotion through wait_primary, and none of the start's (single, catchingup)", evs, f.Promoted.Name)
 	}
 	conn, err = pgx.Connect(ctx, c.URL())
 	if err != nil {
