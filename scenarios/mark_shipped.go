@@ -46,13 +46,15 @@ func init() {
 		// Both copies read before either writes: a barrier where the
 		// read-then-write mistake pauses (the correct code has no such
 		// point: its one statement is the read and the write).
-		var arrived sync.WaitGroup
-		arrived.Add(2)
+		// The second read opens it; counted, not waited for, so that the
+		// correct code (which never reads) leaves no goroutine behind.
+		var reads atomic.Int32
 		allRead := make(chan struct{})
-		go func() { arrived.Wait(); close(allRead) }()
 		var stalled atomic.Bool
 		ship.AfterRead = func() {
-			arrived.Done()
+			if reads.Add(1) == 2 {
+				close(allRead)
+			}
 			select {
 			case <-allRead:
 			case <-time.After(30 * time.Second):
