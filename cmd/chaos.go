@@ -284,7 +284,13 @@ some defence, else 0.`,
 			}
 			return cobra.NoArgs(c, args)
 		},
-		RunE: func(c *cobra.Command, _ []string) error { return runF(c, app, o) },
+		RunE: func(c *cobra.Command, _ []string) error {
+			if o.seeds != "" && c.Flags().Changed("deterministic") && !c.Flags().Changed("http-every") {
+				// Asked for in so many words: every seed deterministic.
+				o.httpEvery = 0
+			}
+			return runF(c, app, o)
+		},
 	}
 	f := c.Flags()
 	f.StringVar(&o.seed, "seed", "", "seed of the workload and the faults (and with --deterministic of the whole run); printed on each run; default: a new one")
@@ -367,10 +373,6 @@ func (o chaosOptions) config(app *App, c *cobra.Command) (chaos.Config, error) {
 	}
 	if o.shrink || o.seeds != "" {
 		o.det = true
-	}
-	if o.seeds != "" && c.Flags().Changed("deterministic") && !c.Flags().Changed("http-every") {
-		// Asked for in so many words: every seed deterministic.
-		o.httpEvery = 0
 	}
 	switch {
 	case c.Flags().Changed("http-every") && o.seeds == "":
@@ -545,9 +547,6 @@ func runChaos(c *cobra.Command, app *App, o chaosOptions) error {
 		return runChaosTarget(c, app, o, cfg)
 	}
 	if o.seeds != "" {
-		if c.Flags().Changed("deterministic") && !c.Flags().Changed("http-every") {
-			o.httpEvery = 0 // as config judged it: every seed deterministic
-		}
 		return runCampaign(c, app, o, cfg)
 	}
 	ctx := c.Context()
