@@ -439,9 +439,9 @@ func (e *engine) fresh(ctx context.Context) error {
 // holds, and the follower pays the payer FundsAmount. A run's balances
 // wander (and each funded refusal moves FundsAmount one way), so the
 // planned funder may by now hold less than it is to send: its refusal
-// would leave the head's key never retried after money arrived. Then the
-// two swap places, the richer one funding, when the planned payer can
-// fund instead. Without a balance source, or when the read fails, the
+// would leave the head's key never retried after money arrived. When it
+// holds less than that and the overdraw besides (room for what it pays
+// meanwhile), and the planned payer holds that much, the two swap places. Without a balance source, or when the read fails, the
 // planned amount is sent, and no refusal for funds is provoked.
 func (e *engine) overdraw(ctx context.Context, i int, p Planned) Planned {
 	t := e.cfg.Target
