@@ -283,11 +283,14 @@ func TransferWith(ctx context.Context, tx Querier, userID int64, req TransferReq
 	if flaws.CreditByCustomer {
 		credit = CreditCustomerSQL // the mistake: the payee's first account, not the one named
 	}
-	if flaws.OwnCreditInSecondTransaction && found[req.From].owner == found[req.To].owner {
-		// The mistake: a move between the customer's own accounts is
-		// credited after the commit (CreditOwnAccount), not here.
-	} else if _, err := tx.Exec(ctx, credit, req.AmountKobo, credited); err != nil {
-		return Response{}, fmt.Errorf("credit: %w", err)
+	// The own-credit-in-second-transaction mistake: a move between the
+	// customer's own accounts is credited after the commit
+	// (CreditOwnAccount), not here.
+	later := flaws.OwnCreditInSecondTransaction && found[req.From].owner == found[req.To].owner
+	if !later {
+		if _, err := tx.Exec(ctx, credit, req.AmountKobo, credited); err != nil {
+			return Response{}, fmt.Errorf("credit: %w", err)
+		}
 	}
 	var id int64
 	if err := tx.QueryRow(ctx, InsertTransferSQL, req.From, req.To, req.AmountKobo, intentArg(ctx)).Scan(&id); err != nil {
