@@ -151,6 +151,18 @@ type Flaws struct {
 	// closed. The total is kept, and the transfer's row and receipt name
 	// the account asked for: only each balance against its ledger tells.
 	CreditByCustomer bool
+	// OwnCreditInSecondTransaction leaves the credit of a move between two
+	// accounts of the sender's out of the transfer's transaction and makes
+	// it in a transaction of its own once that one has committed
+	// (CreditOwnAccount, from the handler), on the reasoning that money
+	// that stays with its customer cannot be refused (both accounts were
+	// checked and are theirs) and need not hold the transfer's row locks.
+	// The debit, the transfer's row, its side effects and its answer commit
+	// first: until the credit commits, the customer's money is in neither
+	// account, and a snapshot of every balance taken meanwhile is short by
+	// the amount; the final balances add up. A payment to another
+	// customer is credited in the transaction, as before.
+	OwnCreditInSecondTransaction bool
 }
 
 // The statements of the transfer, named so that a tool that replays the
@@ -171,6 +183,10 @@ const (
 	// CreditCustomerSQL is the credit-by-customer mistake's credit: the
 	// first account of the recipient's owner.
 	CreditCustomerSQL = "UPDATE accounts SET balance_kobo = balance_kobo + $1 WHERE id = (SELECT min(id) FROM accounts WHERE owner_id = (SELECT owner_id FROM accounts WHERE id = $2))"
+	// CreditOwnAccountSQL is the own-credit-in-second-transaction
+	// mistake's credit, after the transfer's commit: the recipient, if the
+	// sender's customer owns it.
+	CreditOwnAccountSQL = "UPDATE accounts SET balance_kobo = balance_kobo + $1 WHERE id = $2 AND owner_id = $3"
 	// InsertTransferSQL records the transfer, labelled with its intent (see
 	// Schema), and returns its id.
 	InsertTransferSQL = "INSERT INTO transfers (from_account, to_account, amount_kobo, intent) VALUES ($1, $2, $3, $4) RETURNING id"
@@ -267,14 +283,31 @@ func TransferWith(ctx context.Context, tx Querier, userID int64, req TransferReq
 	if flaws.CreditByCustomer {
 		credit = CreditCustomerSQL // the mistake: the payee's first account, not the one named
 	}
-	if _, err := tx.Exec(ctx, credit, req.AmountKobo, credited); err != nil {
-		return Response{}, fmt.Errorf("credit: %w", err)
+	// The own-credit-in-second-transaction mistake: a move between the
+	// customer's own accounts is credited after the commit
+	// (CreditOwnAccount), not here.
+	later := flaws.OwnCreditInSecondTransaction && found[req.From].owner == found[req.To].owner
+	if !later {
+		if _, err := tx.Exec(ctx, credit, req.AmountKobo, credited); err != nil {
+			return Response{}, fmt.Errorf("credit: %w", err)
+		}
 	}
 	var id int64
 	if err := tx.QueryRow(ctx, InsertTransferSQL, req.From, req.To, req.AmountKobo, intentArg(ctx)).Scan(&id); err != nil {
 		return Response{}, fmt.Errorf("record transfer: %w", err)
 	}
 	return Created(Receipt{TransferID: id, From: req.From, To: req.To, AmountKobo: req.AmountKobo, BalanceKobo: balance}), nil
+}
+
+// CreditOwnAccount is the own-credit-in-second-transaction mistake's second
+// transaction: once the transfer rc has committed, it credits rc's
+// recipient if userID's customer owns it (a move between their own
+// accounts, whose credit the transfer left out), and nothing otherwise.
+func CreditOwnAccount(ctx context.Context, db DB, userID int64, rc Receipt) error {
+	return InTx(ctx, db, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, CreditOwnAccountSQL, rc.AmountKobo, rc.To, userID)
+		return err
+	})
 }
 
 // checkRequest applies the rules that need no account: a refusal, or nil.

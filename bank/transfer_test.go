@@ -492,3 +492,75 @@ func TestCreditByCustomerPaysTheCustomersFirstAccount(t *testing.T) {
 		})
 	}
 }
+
+// The own-credit-in-second-transaction mistake leaves the credit of a move
+// between one customer's two accounts out of the transfer's transaction:
+// once it commits, Ada's ₦1,000 has left her current account (11) and not
+// reached her savings (12), and the bank's total is short by it, until
+// CreditOwnAccount's transaction credits it. A payment to another
+// customer is credited in the transaction, as by the correct transfer, and
+// CreditOwnAccount then credits nothing (the recipient is not the
+// sender's).
+func TestOwnCreditInSecondTransactionCommitsTheMoveShort(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name     string
+		flaws    bank.Flaws
+		user     int64
+		from, to int64
+		short    bool // the total between the two commits
+	}{
+		{"correct transfer, Ada to her savings", bank.Flaws{}, 1, 11, 12, false},
+		{"credit in a second transaction, Ada to her savings", bank.Flaws{OwnCreditInSecondTransaction: true}, 1, 11, 12, true},
+		{"credit in a second transaction, Bola to Ada", bank.Flaws{OwnCreditInSecondTransaction: true}, 2, 21, 12, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			pool := pgtest.NewBankWith(t, pgtest.BankOptions{Accounts: pgtest.MixedAccounts})
+			ctx := bounded(t, "a move of ₦1,000")
+			req := bank.TransferRequest{From: tt.from, To: tt.to, AmountKobo: 100_000}
+			var resp bank.Response
+			err := bank.InTx(ctx, pool, func(tx pgx.Tx) error {
+				var err error
+				resp, err = bank.TransferWith(ctx, tx, tt.user, req, tt.flaws)
+				return err
+			})
+			rc, ok := resp.Receipt()
+			if err != nil || !ok {
+				t.Fatalf("user %d moves ₦1,000 from %d to %d: %s, %v; want 201", tt.user, tt.from, tt.to, resp.Summary(), err)
+			}
+			want := int64(pgtest.MixedTotal)
+			if tt.short {
+				want -= req.AmountKobo
+			}
+			if l := ledger(t, pool); l.Total() != want || len(l.Transfers) != 1 {
+				t.Errorf("once the transfer committed: total %s and %d transfers, want %s and 1; %s",
+					bank.Naira(l.Total()), len(l.Transfers), bank.Naira(want), l.Line())
+			}
+			if tt.flaws.OwnCreditInSecondTransaction {
+				// What the mistaken handler runs once the transfer committed.
+				if err := bank.CreditOwnAccount(ctx, pool, tt.user, rc); err != nil {
+					t.Fatal(err)
+				}
+			}
+			l := ledger(t, pool)
+			if l.Total() != pgtest.MixedTotal || balance(t, l, tt.to) != opening(t, tt.to)+req.AmountKobo {
+				t.Errorf("in the end: total %s, want %s, and account %d credited once; %s",
+					bank.Naira(l.Total()), bank.Naira(pgtest.MixedTotal), tt.to, l.Line())
+			}
+		})
+	}
+}
+
+// opening is account id's balance in pgtest.MixedAccounts.
+func opening(t testing.TB, id int64) int64 {
+	t.Helper()
+	for _, a := range pgtest.MixedAccounts {
+		if a.ID == id {
+			return a.BalanceKobo
+		}
+	}
+	t.Fatalf("no account %d in MixedAccounts", id)
+	return 0
+}

@@ -150,14 +150,11 @@ func AloneNote(kind string) string {
 	case KindTotal:
 		return "implied at the end by " + KindLedger + ": the transfers' rows move as much into accounts as out of them, " +
 			"so a final total that is not the opening one leaves some balance off its opening plus credits minus debits; " +
-			"it is alone only in a mid-run audit (every 25 ms of a free run, every 500 scheduler steps of a deterministic one: 5 or 6 in seed 42's 100 intents), " +
-			"for money moved in two commits that both land. No one-line slip does that: the transfer's transaction holds both accounts' rows, " +
-			"so a half sent on the pool waits for it until the work timeout (a credit on the pool: 20 s, then the transaction rolls back, the credit goes through, and lost-response ends ₦10,000 over); " +
-			"a half committed after the transaction is lost when the server dies just after its COMMIT, which the scenarios sms-side-effect and dual-write stage " +
-			"(a credit after the commit fails both), and on the pool it can be a deadlock's victim (4 credits lost in a free run of 400 on seed 20261130: " + KindLedger + " too). " +
-			"A move between one customer's own accounts credited after the commit (two branches, not one) passes the scenarios and breaks it alone " +
-			"in free runs of 400 (seeds 42 and 20261130, two runs each: 9 to 17 audits short) and in seed 42's deterministic 400 (6 audits of 24), " +
-			"but no audit of seed 42's deterministic 100 falls between such a commit and its credit"
+			"it is alone only in a mid-run audit (every 25 ms of a free run, every 500 scheduler steps of a deterministic one), " +
+			"for money moved in two commits that both land. own-credit-in-second-transaction does that (a move between one customer's own accounts " +
+			"credited in a transaction of its own after the transfer's), and breaks it alone when an audit falls between the two commits: " +
+			"in the deterministic runs of 100 intents of seeds 42, 44 and 45 (1 to 3 audits short), not of seed 43, " +
+			"and in every free run of 400 measured (seeds 42 and 20261130); a run none of whose audits falls between a move's two commits misses it"
 	case KindKeyLost:
 		return "refusal-in-second-transaction breaks it alone in some runs (seed 42's deterministic run of 100 intents; free runs of 400 intents differ from one run to the next: alone on seed 5 of seeds 1 to 6 once, on seed 4 of seeds 1 to 8 another time); " +
 			"on others an intent whose key it lost is sent again (a second tap, a repeat after the cleanup), " +

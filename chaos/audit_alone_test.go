@@ -72,6 +72,11 @@ var soleCatches = []struct {
 	// named wherever a customer has one (the scenarios' bank): the total,
 	// the transfer's row and the receipt are right, two balances are not.
 	{chaos.KindLedger, "credit-by-customer", nil},
+	// The credit of a move between one customer's own accounts (which
+	// the scenarios never make) in a transaction of its own after the
+	// transfer's: a mid-run audit between the two commits is short, and
+	// the final balances add up, so the ledger rule never sees it.
+	{chaos.KindTotal, "own-credit-in-second-transaction", nil},
 }
 
 // Each rule's sole mistake gets past every scenario, and past the chaos run

@@ -457,7 +457,14 @@ func (h *Handler) afterCommit(ctx context.Context, req Request, resp bank.Respon
 	if hook := hooksFrom(ctx).AfterCommit; hook != nil {
 		hook(ctx)
 	}
-	if rc, ok := resp.Receipt(); ok && h.Effects != nil {
+	rc, ok := resp.Receipt()
+	if ok && h.Bank.OwnCreditInSecondTransaction {
+		// The mistake: a move between the sender's own accounts is credited
+		// now, in a transaction of its own. A credit that fails is lost:
+		// the transfer has committed, and its key holds the 201.
+		_ = bank.CreditOwnAccount(ctx, h.DB, req.UserID, rc)
+	}
+	if ok && h.Effects != nil {
 		h.Effects.AfterCommit(ctx, req.UserID, rc)
 	}
 }

@@ -553,3 +553,58 @@ func TestReceiptLastValueNamesAnotherCustomersTransfer(t *testing.T) {
 		})
 	}
 }
+
+// The own-credit-in-second-transaction mistake credits a move between one
+// customer's own accounts in a transaction of its own, after the
+// transfer's commit: a snapshot of every balance taken between the two
+// commits (here, at the AfterCommit hook, where a server that died would
+// stop) is short by the amount. Once Handle returns the balances add up,
+// and the retry's replay credits nothing more. A payment to another
+// customer, and the correct handler's move, are whole at the hook.
+func TestOwnCreditInSecondTransactionIsShortBetweenItsCommits(t *testing.T) {
+	t.Parallel()
+	const ada, bola = 1, 2
+	cases := []struct {
+		name     string
+		mistaken bool
+		user     int64
+		body     []byte
+		short    bool
+	}{
+		{"correct handler, Ada to her savings", false, ada, body(11, 12, 100_000), false},
+		{"the mistake, Ada to her savings", true, ada, body(11, 12, 100_000), true},
+		{"the mistake, Bola to Ada's savings", true, bola, body(21, 12, 100_000), false},
+	}
+	for _, tt := range cases {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			pool := pgtest.NewBankWith(t, pgtest.BankOptions{Accounts: pgtest.MixedAccounts})
+			h := &idem.Handler{DB: pool, Store: &idem.Store{}, Bank: bank.Flaws{OwnCreditInSecondTransaction: tt.mistaken}}
+			var between []int64
+			hooks := idem.Hooks{AfterCommit: func(context.Context) { between = append(between, ledger(t, pool).Total()) }}
+			ctx := idem.WithHooks(bounded(t, tt.name), hooks)
+			for try := 1; try <= 2; try++ {
+				resp, err := h.Handle(ctx, idem.Request{UserID: tt.user, Key: key, Body: tt.body})
+				if err != nil || resp.Status != 201 || resp.Replayed != (try == 2) {
+					t.Fatalf("try %d: %s, %v; want 201 (replayed on the retry)", try, resp.Summary(), err)
+				}
+			}
+			want := int64(pgtest.MixedTotal)
+			if tt.short {
+				want -= 100_000
+			}
+			if len(between) != 1 || between[0] != want {
+				t.Errorf("the totals between the commits (one transfer committed): %v, want [%d]", between, want)
+			}
+			l := ledger(t, pool)
+			if l.Total() != pgtest.MixedTotal || transfers(t, pool) != 1 {
+				t.Errorf("in the end: %s; want ₦99,000 and one transfer", l.Line())
+			}
+			for _, c := range bank.CheckInvariants(pgtest.MixedAccounts, l, nil) {
+				if !c.OK {
+					t.Errorf("invariant %q broken in the end: %s", c.Name, c.Detail)
+				}
+			}
+		})
+	}
+}

@@ -83,12 +83,13 @@ var probeTable = map[string]mistake{
 		"nothing a client does makes it fail there, so every refusal is stored and its key completed"},
 	"rebuilt-refusal-replay": {blind: "measured: no check resends a request the bank refused and compares the replay byte for byte " +
 		"(the replay checks resend a transfer's 201)"},
-	"closed-checked-last":    {blind: "the mistake moves the money of a closed account's refused transfer; the contract gives a client no way to close an account or to find a closed one"},
-	"frozen-only-inactive":   {blind: "the mistake lets a closed account send and receive; the contract gives a client no way to close an account or to find a closed one"},
-	"one-lock-per-customer":  {blind: "the mistake leaves a customer's other account unlocked, which only a freeze mid-transfer shows, and the contract gives a client no way to freeze an account; the probe's users each pay from one account"},
-	"receipt-last-value":     {blind: "the mistake names another request's transfer only when that request takes an id between the transfer's INSERT and the read of its answer's id; the probe's checks run one after the other, and the transfers it sends at once pay from one account, whose row lock makes them take their ids one after the other"},
-	"own-accounts-unchecked": {blind: "the mistake needs a transfer between two accounts of one user, and the probe's users each pay from or into one account"},
-	"credit-by-customer":     {blind: "the mistake credits the payee's first account instead of the one named, and the probe's users each own one account, so it is the one named"},
+	"closed-checked-last":              {blind: "the mistake moves the money of a closed account's refused transfer; the contract gives a client no way to close an account or to find a closed one"},
+	"frozen-only-inactive":             {blind: "the mistake lets a closed account send and receive; the contract gives a client no way to close an account or to find a closed one"},
+	"one-lock-per-customer":            {blind: "the mistake leaves a customer's other account unlocked, which only a freeze mid-transfer shows, and the contract gives a client no way to freeze an account; the probe's users each pay from one account"},
+	"receipt-last-value":               {blind: "the mistake names another request's transfer only when that request takes an id between the transfer's INSERT and the read of its answer's id; the probe's checks run one after the other, and the transfers it sends at once pay from one account, whose row lock makes them take their ids one after the other"},
+	"own-accounts-unchecked":           {blind: "the mistake needs a transfer between two accounts of one user, and the probe's users each pay from or into one account"},
+	"credit-by-customer":               {blind: "the mistake credits the payee's first account instead of the one named, and the probe's users each own one account, so it is the one named"},
+	"own-credit-in-second-transaction": {blind: "the mistake needs a transfer between two accounts of one user, and the probe's users each pay from or into one account"},
 	// The probe's transfers go from account 1 to account 2 and back: those
 	// back to 1 credit their own sender.
 	"credit-second-row": {check: "drain", explains: "more left the account than the answers account for"},

@@ -76,6 +76,9 @@ func ToRecipe(t *testing.T, dbs banks.Databases, b mistakes.Bug) {
 	if s, ok := seeds[b.Name]; ok {
 		cfg.Seed = s
 	}
+	if n, ok := auditSteps[b.Name]; ok {
+		cfg.AuditSteps = n
+	}
 	if pipelineMistakes[b.Name] {
 		cfg.Intents = 60
 	}
@@ -163,6 +166,16 @@ func ToRecipe(t *testing.T, dbs banks.Databases, b mistakes.Bug) {
 // its key over has transferred, and the new key is refused for want of the
 // money (rejected-but-moved; moved-twice when the sender can pay twice).
 var seeds = map[string]uint64{"new-key-after-5xx": 42}
+
+// auditSteps are the mistakes that only a mid-run audit catches, and the
+// audits' cadence their runs start from (chaos.DefaultAuditSteps, 500, for
+// the others). own-credit-in-second-transaction's money is short only
+// between a transfer's commit and its credit's, and a run of five intents
+// or fewer takes fewer than 500 steps: at the audits' default cadence its
+// shrink stops at 16 intents (586 steps), the fewest whose run still has
+// an audit; from audits every 20 steps it reaches a few intents. The
+// recipe keeps the cadence it was shrunk with, and says it.
+var auditSteps = map[string]int{"own-credit-in-second-transaction": 20}
 
 // IsPipelineMistake reports whether the mistake named name is one of the
 // side effects' mistakes that only the outbox's dispatchers and consumer

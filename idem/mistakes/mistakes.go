@@ -100,6 +100,7 @@ func (b Bug) Apply(h *idem.Handler) {
 	h.Bank.ClosedCheckedLast = h.Bank.ClosedCheckedLast || b.Bank.ClosedCheckedLast
 	h.Bank.ReceiptLastValue = h.Bank.ReceiptLastValue || b.Bank.ReceiptLastValue
 	h.Bank.CreditByCustomer = h.Bank.CreditByCustomer || b.Bank.CreditByCustomer
+	h.Bank.OwnCreditInSecondTransaction = h.Bank.OwnCreditInSecondTransaction || b.Bank.OwnCreditInSecondTransaction
 	h.SecondTransaction = h.SecondTransaction || b.SecondTransaction
 	h.StoreServerErrors = h.StoreServerErrors || b.StoreServerErrors
 	h.ClaimOnRequestContext = h.ClaimOnRequestContext || b.ClaimOnRequestContext
@@ -222,6 +223,12 @@ func All() []Bug {
 			Mistake:     "A transfer between two accounts of the same user is debited without the funds condition, as if a move between a customer's own accounts could not overdraw",
 			Consequence: "The customer moves more than one account holds to their other account: the first goes below zero, and the bank has lent what they then spend from the second",
 			Bank:        bank.Flaws{OwnAccountsUnchecked: true},
+		},
+		{
+			Name:        "own-credit-in-second-transaction",
+			Mistake:     "A move between two accounts of one customer commits its debit, its transfer row, its side effects and its answer, and credits the other account afterwards in a transaction of its own, as if money that stays with its customer could not be refused and need not hold the transfer's locks",
+			Consequence: "Where each customer has one account nothing shows. Between the two commits the customer's money is in neither account: a snapshot of every balance taken meanwhile is short by the amount, though the final balances add up (and a server that dies between the commits loses the credit)",
+			Bank:        bank.Flaws{OwnCreditInSecondTransaction: true},
 		},
 		{
 			Name:        "one-lock-per-customer",
