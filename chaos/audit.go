@@ -181,7 +181,7 @@ func AloneNote(kind string) string {
 			"claim, in a claim of its transfer's SMS and event rows; six of those rows are then claimed 5 to 8 times more, each time behind an event row " +
 			"whose dispatchers crash after publishing it, and are sent again only by healing, faults off, which the provider answers with a replay " +
 			"(seeds 43 to 45: 14 more lost answers, all on a first claim). So only a row given up at its first failed send could show there, and what " +
-			"tells those from outbox-crash's (the claim holds the event row too, the row's id is not its transfer's) is no condition a one-line slip " +
+			"tells those from outbox-crash's (the claim holds the event row too; but for row 1, the row's id is not its transfer's) is no condition a one-line slip " +
 			"gives up on. Giving a row up on its claims (failed_at when attempts >= 5, every claim counted) breaks the rule alone in free runs of 400 " +
 			"intents (seed 42: 3 runs of 3; 20261130: 3 of 8, the others break nothing; 20261131 to 20261133 and 43: one run each) and in seed 42's " +
 			"deterministic 150 and 400, not in the deterministic 100 of seeds 42 to 45; taking the provider's replayed answer for a failed send breaks " +
