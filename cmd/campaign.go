@@ -555,12 +555,13 @@ func writeCampaignJUnit(path string, run campaignRun, verdict string, union chao
 		suite.Properties = append(suite.Properties, junitProperty{"shard", run.shard.String()})
 	}
 	for _, r := range run.results {
-		tc := junitCase{Name: fmt.Sprintf("seed %d", uint64(r.Seed)), Classname: "bank-sim.chaos", Time: r.Wall.Seconds(),
-			SystemOut: fmt.Sprintf("verdict %s · %d intents · %d faults fired · %d unknown outcomes · %d steps · history sha256 %s\nrepeat: %s\n",
-				r.Verdict, r.Stats.Intents, r.Faults, r.Unknowns, r.Steps, r.Hash, r.Repeat(campaignFlags(run.cfg)))}
+		tc := junitCase{Name: fmt.Sprintf("seed %d", uint64(r.Seed)), Classname: "bank-sim.chaos", Time: r.Wall.Seconds()}
 		if r.HTTP {
 			tc.SystemOut = fmt.Sprintf("verdict %s · over HTTP, a free run: it repeats its intents and faults, not its interleaving (no steps, no history hash) · %d intents · %d faults fired · %d unknown outcomes\nrepeat its intents and faults: %s\n",
 				r.Verdict, r.Stats.Intents, r.Faults, r.Unknowns, r.Repeat(campaignFlags(run.cfg)))
+		} else {
+			tc.SystemOut = fmt.Sprintf("verdict %s · %d intents · %d faults fired · %d unknown outcomes · %d steps · history sha256 %s\nrepeat: %s\n",
+				r.Verdict, r.Stats.Intents, r.Faults, r.Unknowns, r.Steps, r.Hash, r.Repeat(campaignFlags(run.cfg)))
 		}
 		switch r.Verdict {
 		case chaos.Valid:

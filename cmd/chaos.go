@@ -324,7 +324,7 @@ some defence, else 0.`,
 	f.BoolVar(&o.det, "deterministic", false, "run every client as a task of a seeded scheduler: the same seed repeats the whole run, history byte for byte")
 	f.BoolVar(&o.shrink, "shrink", false, "when the run breaks a rule, shrink it to the smallest run that still does, and print it as a recipe (implies --deterministic)")
 	f.StringVar(&o.recipe, "save-recipe", "", "write the shrunk recipe as JSON to `FILE` (implies --shrink; replay it with 'bank-sim scenario --recipe FILE')")
-	f.StringVar(&o.seeds, "seeds", "", "run a campaign: every seed of `LIST` (1-100, or 1,5,9), deterministically, with a summary table")
+	f.StringVar(&o.seeds, "seeds", "", "run a campaign: every seed of `LIST` (1-100, or 1,5,9), deterministically in process but every --http-every-th over HTTP, with a summary table")
 	f.StringVar(&o.junit, "junit", "", "with --seeds: write a JUnit XML report to `FILE`, one test case per seed; with --failover-cmd or --expect-failover: the run, the command and each change of primary")
 	f.IntVar(&o.parallel, "parallel", 2, "with --seeds: run up to `N` seeds at once")
 	f.IntVar(&o.httpEvery, "http-every", chaos.CampaignHTTPEvery, "with --seeds: every `N`-th seed of the list (the N-th, the 2N-th, …) goes over HTTP as a free run, which repeats its intents and faults, not its interleaving; 0: every seed deterministic, in process")
