@@ -163,13 +163,6 @@ func AloneNote(kind string) string {
 		return "new-key-after-5xx breaks it alone in some runs (seed 42's deterministic run of 100 intents); " +
 			"on others the client's new key is refused for want of the money the first request moved, and " + KindRejected +
 			" backs it up (with " + KindWrong + " when the sender is a solo account sending its whole balance)"
-	case KindStuckKey:
-		return "implied by " + KindKeyLost + " or " + KindUnresolved + ": in bank-sim's own runs every key row is claimed by an attempt of some intent, " +
-			"and an intent sends every attempt with its one key; a key still in progress at the end either gave some attempt a final answer, " +
-			"and that answer's key is not completed (" + KindKeyLost + "), or gave none, and then its intent, retried with that key by healing " +
-			"after the clock moved past every lock, never settled (" + KindUnresolved + "). It is alone only for a key that no attempt of an intent sent " +
-			"(a hand-made history, a target's own rows), or for a client that changes keys between attempts (new-key-per-attempt, new-key-after-5xx) when PostgreSQL dies " +
-			"under a claim (--kill-postgres, not an audit run), and that client moves money twice first"
 	case KindOutboxLeft:
 		return "no built-in mistake yet: healing drains every row not given up, so the rule breaks alone only for a row given up after its message " +
 			"went out exactly once; a row given up before breaks " + KindSMSNotOnce + " or " + KindEventLost + " as well. The only failed send chaos " +

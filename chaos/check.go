@@ -3,6 +3,7 @@ package chaos
 import (
 	"bytes"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -21,8 +22,7 @@ const (
 	KindFrozen     = "frozen-debited"         // an account frozen after the transfer's checks was debited anyway
 	KindReplay     = "replay-differs"         // a later answer to a key is not the first one, replayed byte for byte
 	KindAbandoned  = "key-abandoned"          // before healing, a key in progress whose holder had returned
-	KindStuckKey   = "key-in-progress"        // a key still in progress at the end
-	KindUnresolved = "unresolved"             // an intent still unknown after healing
+	KindUnresolved = "unresolved"             // an intent still unknown after healing, or a key no attempt settled still in progress at the end
 	KindLedger     = "balance-ledger-differs" // a balance is not opening + credits − debits
 	KindKeyLost    = "key-lost"               // a key that gave a final answer is not completed at the end
 
@@ -50,7 +50,7 @@ var sideEffectKinds = map[string]string{
 // Kinds lists every violation kind in the order Check reports them.
 func Kinds() []string {
 	return []string{KindTotal, KindNegative, KindTwice, KindAckMissing, KindRejected, KindWrong, KindFrozen, KindReplay,
-		KindAbandoned, KindStuckKey, KindUnresolved, KindLedger, KindKeyLost,
+		KindAbandoned, KindUnresolved, KindLedger, KindKeyLost,
 		KindSMSNotOnce, KindGhostEffect, KindOutboxLeft, KindClaimOverlap, KindEventLost, KindEffectTwice, KindLockTwoHolder}
 }
 
@@ -78,10 +78,8 @@ func CheckTitle(kind string) string {
 		return "every later answer to a key is its first, replayed byte for byte"
 	case KindAbandoned:
 		return "no key in progress without a live holder before healing"
-	case KindStuckKey:
-		return "no key left in progress at the end"
 	case KindUnresolved:
-		return "every intent settled after healing"
+		return "every intent settled after healing, and no key left in progress at the end"
 	case KindLedger:
 		return "each balance is opening + credits − debits"
 	case KindKeyLost:
@@ -186,13 +184,17 @@ func CheckWithout(h *History, off []string) Result {
 	if h.Config.Target != nil {
 		return checkTarget(h, skip)
 	}
-	c := checker{h: h, f: newFacts(h), res: Result{ByKind: map[string]int{}}, off: skip}
+	c := checker{h: h, f: newFacts(h), res: Result{ByKind: map[string]int{}}, off: skip, stuck: map[string]bool{}, named: map[string]bool{}}
+	for _, k := range h.StuckKeys {
+		c.stuck[k] = true
+	}
 	c.money()
 	c.intents()
 	c.freezes()
 	c.replays()
 	c.keys()
 	c.keysKept()
+	c.stuckKeys()
 	c.sideEffects()
 	c.finish()
 	c.res.PrimaryChanges = primaryChanges(h, c.res.Violations)
@@ -205,6 +207,12 @@ type checker struct {
 	res Result
 	// off are the rules switched off (CheckWithout).
 	off map[string]bool
+	// stuck are the keys still in progress at the end (History.StuckKeys),
+	// as user/key; named are those a key-lost or unresolved violation of an
+	// intent that sent them already names, switched off or not, so that
+	// stuckKeys reports only the others, and switching key-lost off never
+	// makes unresolved catch what key-lost alone would.
+	stuck, named map[string]bool
 }
 
 func (c *checker) add(v Violation) {
@@ -359,7 +367,7 @@ func (c *checker) intents() {
 		}
 		if in.Outcome == SeenUnknown {
 			c.add(Violation{Kind: KindUnresolved, Intent: in.Index, AtNs: last, Kobo: amount,
-				Detail: fmt.Sprintf("%s still has no final answer after healing (%d attempts, the last %s)", in.Label, len(in.Attempts), lastSeen(in))})
+				Detail: fmt.Sprintf("%s still has no final answer after healing (%d attempts, the last %s)%s", in.Label, len(in.Attempts), lastSeen(in), c.nameStuck(in, ""))})
 		}
 	}
 }
@@ -518,9 +526,63 @@ func (c *checker) keys() {
 			}
 		}
 	}
+}
+
+// nameStuck names, for a key-lost or unresolved violation of in, the keys
+// in's attempts sent that are still in progress at the end, but for skip
+// (user/key, which the violation names itself), and marks them named.
+func (c *checker) nameStuck(in *Intent, skip string) string {
+	var out []string
+	for _, a := range in.Attempts {
+		k := fmt.Sprintf("%d/%s", in.UserID, a.Key)
+		if !c.stuck[k] || slices.Contains(out, k) {
+			continue
+		}
+		c.named[k] = true
+		if k != skip {
+			out = append(out, k)
+		}
+	}
+	switch len(out) {
+	case 0:
+		return ""
+	case 1:
+		return "; its key " + out[0] + " is still in progress at the end"
+	}
+	return "; its keys " + strings.Join(out, " ") + " are still in progress at the end"
+}
+
+// stuckKeys reports a key still in progress at the end that no key-lost or
+// unresolved violation names: one no intent sent (a hand-made history), or
+// one whose intent had its final answer with another key (a client that
+// changes keys between attempts). In bank-sim's own runs a key in progress
+// at the end is an intent's: either some attempt had a final answer with
+// it, and the key is not completed (key-lost), or none did, and its intent,
+// retried with that key by healing after the clock moved past every lock,
+// never settled (unresolved). Such a key holds no money of its own, so the
+// violation weighs none.
+func (c *checker) stuckKeys() {
 	for _, k := range c.h.StuckKeys {
-		c.add(Violation{Kind: KindStuckKey, Intent: -1, AtNs: c.end(),
-			Detail: fmt.Sprintf("key %s is still in progress at the end", k)})
+		if c.named[k] {
+			continue
+		}
+		idx := c.intentOfKey(k)
+		detail := fmt.Sprintf("key %s is still in progress at the end, and no intent sent it", k)
+		if idx >= 0 {
+			detail = fmt.Sprintf("key %s is still in progress at the end, and no attempt settled it", k)
+			for _, in := range c.h.Intents {
+				if in.Index != idx {
+					continue
+				}
+				for _, a := range in.Attempts {
+					if a.Seen != SeenUnknown {
+						detail += fmt.Sprintf(" (%s sent it, and had its final answer with key %s)", in.Label, a.Key)
+						break
+					}
+				}
+			}
+		}
+		c.add(Violation{Kind: KindUnresolved, Intent: idx, AtNs: c.end(), Detail: detail})
 	}
 }
 
@@ -541,6 +603,10 @@ func (c *checker) keysKept() {
 				continue
 			}
 			if k := fmt.Sprintf("%d/%s", in.UserID, a.Key); !have[k] {
+				state := "that key is not completed"
+				if c.stuck[k] {
+					state = "key " + k + " is still in progress, not completed"
+				}
 				after := ""
 				switch {
 				case len(c.h.Crashes) > 0 && c.h.Config.Failover != "":
@@ -552,7 +618,7 @@ func (c *checker) keysKept() {
 					after = fmt.Sprintf(" (the primary changed from %s to %s during the run)", pc.From, pc.To)
 				}
 				c.add(Violation{Kind: KindKeyLost, Intent: in.Index, AtNs: a.EndNs, Kobo: in.Request.AmountKobo,
-					Detail: fmt.Sprintf("%s was told %s (attempt %d, key %s), but at the end that key is not completed%s", in.Label, a.Response().Summary(), a.N, a.Key, after)})
+					Detail: fmt.Sprintf("%s was told %s (attempt %d, key %s), but at the end %s%s%s", in.Label, a.Response().Summary(), a.N, a.Key, state, after, c.nameStuck(in, k))})
 				break
 			}
 		}

@@ -205,7 +205,6 @@ func TestCheckerFlagsEachViolationKind(t *testing.T) {
 		chaos.KindAbandoned: func(h *chaos.History) {
 			h.BeforeHeal.InProgress = append(h.BeforeHeal.InProgress, chaos.HeldKey{Key: "2/" + key(1), LockID: "lock-gone"})
 		},
-		chaos.KindStuckKey: func(h *chaos.History) { h.StuckKeys = []string{"1/" + key(99)} },
 		chaos.KindUnresolved: func(h *chaos.History) {
 			h.Intents[1].Outcome = chaos.SeenUnknown
 			h.Intents[1].Attempts[0] = chaos.Attempt{N: 1, Phase: chaos.PhaseHeal, Key: key(1), Status: 500, Seen: chaos.SeenUnknown}

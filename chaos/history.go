@@ -69,7 +69,9 @@ type History struct {
 	Audits []Snapshot `json:"audits"`
 	// Final is the ledger after healing.
 	Final bank.Ledger `json:"final"`
-	// StuckKeys are the keys still in progress at the end, as user/key.
+	// StuckKeys are the keys still in progress at the end, as user/key:
+	// the key-lost or unresolved violation of the intent that sent one
+	// names it, and one no such violation names is unresolved itself.
 	StuckKeys []string `json:"stuckKeys"`
 	// CompletedKeys are the keys completed in PostgreSQL at the end, as
 	// user/key.

@@ -18,7 +18,7 @@ type PrimaryChangeResult struct {
 	// transfers and completed keys (a transfer's or a refusal's), answered
 	// before the new primary served, that did not survive, and keys whose
 	// holder had returned by then that the new primary still holds in
-	// progress.
+	// progress (their intents' unresolved violations).
 	Crossing []Violation `json:"crossing"`
 	// Unknown, when the window is unknown, says why.
 	Unknown string `json:"unknown,omitempty"`
@@ -80,12 +80,17 @@ func (r PrimaryChangeResult) Line() string {
 // history and the checker's violations.
 func primaryChanges(h *History, vs []Violation) []PrimaryChangeResult {
 	var out []PrimaryChangeResult
+	stuck := make(map[string]bool, len(h.StuckKeys))
+	for _, k := range h.StuckKeys {
+		stuck[k] = true
+	}
 	for _, pc := range h.PrimaryChanges {
 		r := PrimaryChangeResult{PrimaryChange: pc, LastAckNs: -1, FirstAckNs: -1, Crossing: []Violation{}}
 		// Each intent's first acknowledgement (a transfer), first final
 		// answer (a transfer or a refusal: its key then completed), and
 		// first return of any kind (its key no longer held by it).
 		ackedAt, answeredAt, returnedAt := map[int]int64{}, map[int]int64{}, map[int]int64{}
+		stuckIntents := map[int]bool{} // the intents that sent a key still in progress at the end
 		first := func(m map[int]int64, i int, t int64) {
 			if old, ok := m[i]; !ok || t < old {
 				m[i] = t
@@ -93,6 +98,11 @@ func primaryChanges(h *History, vs []Violation) []PrimaryChangeResult {
 		}
 		sentAfter := 0 // attempts sent once the old primary was lost
 		for _, in := range h.Intents {
+			for _, a := range in.Attempts {
+				if stuck[fmt.Sprintf("%d/%s", in.UserID, a.Key)] {
+					stuckIntents[in.Index] = true
+				}
+			}
 			for _, a := range in.Attempts {
 				if a.Lookup {
 					continue
@@ -133,10 +143,14 @@ func primaryChanges(h *History, vs []Violation) []PrimaryChangeResult {
 				at = ackedAt
 			case KindKeyLost:
 				at = answeredAt // a stored refusal's key is lost as a 201's is
-			case KindStuckKey:
-				// Its holder came back; the new primary still says in
-				// progress at the end. (key-abandoned, before healing, is
-				// not judged across a change: lock expiry is the defence.)
+			case KindUnresolved:
+				// Only an intent whose key is still in progress at the
+				// end: its holder came back, the new primary still says in
+				// progress. (key-abandoned, before healing, is not judged
+				// across a change: lock expiry is the defence.)
+				if !stuckIntents[v.Intent] {
+					continue
+				}
 				at = returnedAt
 			default:
 				continue

@@ -25,11 +25,13 @@ func TestPrimaryChangeWindowAndWhatCrossesIt(t *testing.T) {
 			{Index: 2, Attempts: []Attempt{{StartNs: 105 * ms, EndNs: 400 * ms, Seen: SeenUnknown}, ok(500, 520)}}, // sent before, acked after
 			{Index: 3, Attempts: []Attempt{ok(300, 350)}},                                                          // the first ack sent after
 			{Index: 4, Attempts: []Attempt{ok(600, 610), {StartNs: 700 * ms, EndNs: 705 * ms, Status: 201, Replayed: true, Seen: SeenOK}}},
-			{Index: 5, Attempts: []Attempt{{StartNs: 30 * ms, EndNs: 40 * ms, Status: 422, Seen: SeenRejected}}},   // refused before
-			{Index: 6, Attempts: []Attempt{{StartNs: 50 * ms, EndNs: 60 * ms, Status: 500, Seen: SeenUnknown}}},    // its holder back before
-			{Index: 7, Attempts: []Attempt{{StartNs: 400 * ms, EndNs: 410 * ms, Status: 422, Seen: SeenRejected}}}, // refused after
-			{Index: 8, Attempts: []Attempt{{StartNs: 340 * ms, EndNs: 345 * ms, Status: 500, Seen: SeenUnknown}}},  // back after
+			{Index: 5, Attempts: []Attempt{{StartNs: 30 * ms, EndNs: 40 * ms, Status: 422, Seen: SeenRejected}}},                        // refused before
+			{Index: 6, UserID: 1, Attempts: []Attempt{{StartNs: 50 * ms, EndNs: 60 * ms, Key: "k6", Status: 500, Seen: SeenUnknown}}},   // its holder back before
+			{Index: 7, Attempts: []Attempt{{StartNs: 400 * ms, EndNs: 410 * ms, Status: 422, Seen: SeenRejected}}},                      // refused after
+			{Index: 8, UserID: 1, Attempts: []Attempt{{StartNs: 340 * ms, EndNs: 345 * ms, Key: "k8", Status: 500, Seen: SeenUnknown}}}, // back after
+			{Index: 9, UserID: 1, Attempts: []Attempt{{StartNs: 50 * ms, EndNs: 60 * ms, Key: "k9", Status: 500, Seen: SeenUnknown}}},   // back before, its key not in progress
 		},
+		StuckKeys: []string{"1/k6", "1/k8"},
 		PrimaryChanges: []PrimaryChange{{Cause: CauseUnannounced, From: "h1:5432", To: "h2:5432", FromTimeline: 3, ToTimeline: 4,
 			LastSeenNs: 95 * ms, LostNs: 110 * ms, SeenNs: 330 * ms}},
 	}
@@ -38,11 +40,13 @@ func TestPrimaryChangeWindowAndWhatCrossesIt(t *testing.T) {
 		{Kind: KindKeyLost, Intent: 0},
 		{Kind: KindAckMissing, Intent: 4}, // acknowledged after the new primary served
 		{Kind: KindReplay, Intent: 1},
-		{Kind: KindKeyLost, Intent: 5},  // a stored refusal lost across it
-		{Kind: KindStuckKey, Intent: 6}, // the completion lost, the claim kept
-		{Kind: KindKeyLost, Intent: 7},  // refused after the new primary served
-		{Kind: KindStuckKey, Intent: 8}, // back after
-		{Kind: KindKeyLost, Intent: 2},  // its 201 came after the new primary served
+		{Kind: KindKeyLost, Intent: 5},     // a stored refusal lost across it
+		{Kind: KindUnresolved, Intent: 6},  // the completion lost, the claim kept
+		{Kind: KindKeyLost, Intent: 7},     // refused after the new primary served
+		{Kind: KindUnresolved, Intent: 8},  // back after
+		{Kind: KindKeyLost, Intent: 2},     // its 201 came after the new primary served
+		{Kind: KindUnresolved, Intent: 9},  // unsettled, but no key of its is held
+		{Kind: KindUnresolved, Intent: -1}, // a key in progress no intent sent
 	}
 	got := primaryChanges(h, vs)
 	if len(got) != 1 {
@@ -56,7 +60,7 @@ func TestPrimaryChangeWindowAndWhatCrossesIt(t *testing.T) {
 	for _, v := range r.Crossing {
 		crossing = append(crossing, fmt.Sprintf("%s %d", v.Kind, v.Intent))
 	}
-	want := []string{KindAckMissing + " 1", KindKeyLost + " 0", KindKeyLost + " 5", KindStuckKey + " 6"}
+	want := []string{KindAckMissing + " 1", KindKeyLost + " 0", KindKeyLost + " 5", KindUnresolved + " 6"}
 	if !slices.Equal(crossing, want) {
 		t.Errorf("crossing %q, want %q", crossing, want)
 	}

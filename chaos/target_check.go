@@ -561,7 +561,7 @@ func (t *Target) unchecked(money, audits bool) []Unchecked {
 		Unchecked{KindRejected, "the target's transfers are not labelled with their intents: a refused intent that moved money shows only as balances that do not add up (" + KindLedger + ")"},
 		Unchecked{KindFrozen, "the contract gives no way to freeze an account, and no fault freezes one"},
 		Unchecked{KindAbandoned, "the target's key store cannot be read: a key left in progress shows only as an intent still told 409 after healing (" + KindUnresolved + ")"},
-		Unchecked{KindStuckKey, "the target's key store cannot be read (see " + KindUnresolved + ")"},
+		Unchecked{KindUnresolved + " (keys in progress)", "the target's key store cannot be read: a key left in progress at the end shows only through its intent, unsettled"},
 		Unchecked{KindKeyLost, "the target's cleanup job cannot be run from outside"},
 		Unchecked{"side effects", "SMS, events, the outbox and its dispatchers are not part of the transfer contract"},
 	)
