@@ -92,6 +92,7 @@ func through(t *testing.T, sync, stall bool, cfg chaos.Config) outcome {
 		t.Fatal(err)
 	}
 	o.Report = r
+	inProgressNamed(t, r)
 	if r.Acknowledged == 0 || r.LastOKNs < 0 || r.FirstOKNs < 0 {
 		t.Fatalf("no transfer acknowledged on one side of the kill: %s", o)
 	}
@@ -115,6 +116,43 @@ func logViolations(t *testing.T, r *ha.Report) {
 		}
 		t.Logf("  %s: %s", v.Kind, v.Detail)
 	}
+}
+
+// inProgressNamed checks, on a run of the correct handler and client
+// through a failover (which can leave a key's claim replicated and its
+// completion not), that every key still in progress at the end is one an
+// intent sent and either had a final answer with or never settled, and
+// that the key-lost or unresolved violation of that intent names it: the
+// claim on which the rule key-in-progress was folded into those two.
+func inProgressNamed(t *testing.T, r *ha.Report) {
+	t.Helper()
+	h := r.History
+	for _, k := range h.StuckKeys {
+		named := false
+		for _, in := range h.Intents {
+			answered, sent := false, false
+			for _, a := range in.Attempts {
+				if fmt.Sprintf("%d/%s", in.UserID, a.Key) == k {
+					sent = true
+					answered = answered || a.Seen != chaos.SeenUnknown
+				}
+			}
+			if !sent || !answered && in.Outcome != chaos.SeenUnknown {
+				continue
+			}
+			want := chaos.KindKeyLost
+			if !answered {
+				want = chaos.KindUnresolved
+			}
+			for _, v := range r.Result.Violations {
+				named = named || v.Kind == want && v.Intent == in.Index && strings.Contains(v.Detail, k)
+			}
+		}
+		if !named {
+			t.Errorf("key %s is still in progress at the end, but no key-lost or unresolved violation of an intent that sent it, and had its final answer with it or never settled, names it", k)
+		}
+	}
+	t.Logf("%d keys still in progress at the end", len(h.StuckKeys))
 }
 
 // Replication to the standby stalls (its walsender frozen, as behind a

@@ -58,6 +58,7 @@ func runPairWith(t *testing.T, cfg chaos.Config, o ha.PairOptions) *ha.Report {
 		f.Replication, cfg.Seed, started.Round(time.Millisecond), h.Duration.Round(time.Millisecond), c.AfterIntent, time.Duration(f.KilledNs-f.StalledNs).Round(time.Millisecond),
 		time.Duration(f.PromotedNs-f.KilledNs).Round(time.Millisecond), r, time.Since(began).Round(time.Millisecond))
 	logViolations(t, r)
+	inProgressNamed(t, r)
 	return r
 }
 
