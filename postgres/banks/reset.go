@@ -24,6 +24,10 @@ import (
 // back where the clone had them (setval), as RESTART IDENTITY would. The whole reset is one
 // multi-statement query, so one round trip and one transaction.
 //
+// A CHECK constraint of the clone that a phase dropped is added back (a
+// mistake's schema may leave one out: bank.Flaws.NoBalanceFloor), after
+// the rows, so that the bank lent next refuses what a fresh clone refuses.
+//
 // Connections are reset too: DISCARD ALL on every idle one drops what a
 // session can keep (prepared statements, advisory locks, SET parameters,
 // temporary tables, LISTENs), and pgx forgets its statement cache with it.
@@ -87,6 +91,22 @@ func newResetter(ctx context.Context, pool *pgxpool.Pool) (*resetter, error) {
 	}
 	opening, setvals := got[:len(tables)], got[len(tables):]
 
+	// Every CHECK on a table, to be put back should a phase drop it (a
+	// mistake's schema: bank.Flaws.NoBalanceFloor).
+	rows, err = pool.Query(ctx, `
+		SELECT c.conrelid::regclass::text, c.conname, pg_get_constraintdef(c.oid)
+		FROM pg_constraint c
+		WHERE c.connamespace = 'public'::regnamespace AND c.contype = 'c' AND c.conrelid <> 0
+		ORDER BY 1, 2`)
+	if err != nil {
+		return nil, err
+	}
+	type check struct{ Table, Name, Def string }
+	checks, err := pgx.CollectRows(rows, pgx.RowToStructByPos[check])
+	if err != nil {
+		return nil, err
+	}
+
 	var b strings.Builder
 	for _, t := range tables {
 		fmt.Fprintf(&b, "DELETE FROM %s;\n", quoteIdent(t))
@@ -101,6 +121,16 @@ func newResetter(ctx context.Context, pool *pgxpool.Pool) (*resetter, error) {
 		}
 		t := quoteIdent(tables[i])
 		fmt.Fprintf(&b, "INSERT INTO %s SELECT * FROM json_populate_recordset(NULL::%s, %s);\n", t, t, quoteLiteral(opening[i]))
+	}
+	// After the rows, which a dropped CHECK may have let below it: a
+	// CHECK that is there costs a lookup in the catalogue.
+	if len(checks) > 0 {
+		b.WriteString("DO $reset$ BEGIN\n")
+		for _, c := range checks {
+			fmt.Fprintf(&b, "IF NOT EXISTS (SELECT FROM pg_constraint WHERE conrelid = %s::regclass AND conname = %s) THEN ALTER TABLE %s ADD CONSTRAINT %s %s; END IF;\n",
+				quoteLiteral(c.Table), quoteLiteral(c.Name), c.Table, quoteIdent(c.Name), c.Def)
+		}
+		b.WriteString("END $reset$;\n")
 	}
 	return &resetter{sql: b.String()}, nil
 }
