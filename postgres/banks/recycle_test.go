@@ -23,7 +23,11 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }
 func TestARecycledBankIsAFreshClone(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	counted := &pgtest.CountedBanks{Databases: banks.OnServer(pgtest.Server(t), banks.Options{})}
+	// Fresh: its bank is never kept for a later run in the cluster's slot,
+	// which other runs share. Its phase drops a CHECK, and a reset that
+	// failed to put it back (a plant of this test) would hand a bank
+	// without it to the next run that takes a kept database.
+	counted := &pgtest.CountedBanks{Databases: banks.OnServer(pgtest.Server(t), banks.Options{Fresh: true})}
 	recycled, closeBanks := banks.Recycled(counted)
 	defer closeBanks()
 
