@@ -163,6 +163,26 @@ type Flaws struct {
 	// the amount; the final balances add up. A payment to another
 	// customer is credited in the transaction, as before.
 	OwnCreditInSecondTransaction bool
+	// OwnFundsReadOnArrival checks the funds of a move between two
+	// accounts of one customer on the sender's balance as the handler read
+	// it when the request arrived, before its key was claimed
+	// (ReadBalanceOnArrival), the way an app checks what a screen or an
+	// authorization step loaded, and debits the sender with balance_kobo -
+	// amount, without the funds condition, as if that check had settled it.
+	// A payment to another customer keeps the conditional debit, so where
+	// each customer has one account nothing changes. A debit of the sender
+	// that commits between that read and the move's row lock is not seen:
+	// the move overdraws the account, and only the accounts table's CHECK
+	// (balance_kobo >= 0) stops it (a 500; see NoBalanceFloor).
+	OwnFundsReadOnArrival bool
+	// NoBalanceFloor is the schema's mistake, not the transfer's: the
+	// accounts table has no CHECK (balance_kobo >= 0) (DropBalanceFloorSQL,
+	// run by whoever opens the bank for a run with it), as many a schema
+	// leaves the floor to the application. The correct transfer never
+	// needs the CHECK; a transfer whose funds check has a hole
+	// (OwnFundsReadOnArrival) then commits a balance below zero instead of
+	// failing.
+	NoBalanceFloor bool
 }
 
 // The statements of the transfer, named so that a tool that replays the
@@ -187,6 +207,19 @@ const (
 	// mistake's credit, after the transfer's commit: the recipient, if the
 	// sender's customer owns it.
 	CreditOwnAccountSQL = "UPDATE accounts SET balance_kobo = balance_kobo + $1 WHERE id = $2 AND owner_id = $3"
+	// UncheckedDebitSQL is a debit without the funds condition:
+	// own-accounts-unchecked's, and no-balance-floor's
+	// (OwnFundsReadOnArrival).
+	UncheckedDebitSQL = "UPDATE accounts SET balance_kobo = balance_kobo - $1 WHERE id = $2 RETURNING balance_kobo"
+	// ReadBalanceSQL reads one account's balance without locking its row:
+	// the read read-compare-write makes before the locks, and
+	// ReadBalanceOnArrival's.
+	ReadBalanceSQL = "SELECT balance_kobo FROM accounts WHERE id = $1::bigint"
+	// DropBalanceFloorSQL is the NoBalanceFloor mistake's schema: the
+	// accounts table without its CHECK (balance_kobo >= 0), which
+	// PostgreSQL named after the table and column (Schema names none). A
+	// recycled bank gets it back when it is reset (banks.Recycled).
+	DropBalanceFloorSQL = "ALTER TABLE accounts DROP CONSTRAINT accounts_balance_kobo_check"
 	// InsertTransferSQL records the transfer, labelled with its intent (see
 	// Schema), and returns its id.
 	InsertTransferSQL = "INSERT INTO transfers (from_account, to_account, amount_kobo, intent) VALUES ($1, $2, $3, $4) RETURNING id"
@@ -231,7 +264,7 @@ func TransferWith(ctx context.Context, tx Querier, userID int64, req TransferReq
 
 	var readEarly int64
 	if flaws.ReadCompareWrite {
-		err := tx.QueryRow(ctx, "SELECT balance_kobo FROM accounts WHERE id = $1::bigint", req.From).Scan(&readEarly)
+		err := tx.QueryRow(ctx, ReadBalanceSQL, req.From).Scan(&readEarly)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return Response{}, fmt.Errorf("read balance: %w", err)
 		}
@@ -262,7 +295,20 @@ func TransferWith(ctx context.Context, tx Querier, userID int64, req TransferReq
 		}
 	} else if flaws.OwnAccountsUnchecked && found[req.From].owner == found[req.To].owner {
 		// The mistake: the funds condition dropped between one user's accounts.
-		if err := tx.QueryRow(ctx, "UPDATE accounts SET balance_kobo = balance_kobo - $1 WHERE id = $2 RETURNING balance_kobo", req.AmountKobo, req.From).Scan(&balance); err != nil {
+		if err := tx.QueryRow(ctx, UncheckedDebitSQL, req.AmountKobo, req.From).Scan(&balance); err != nil {
+			return Response{}, fmt.Errorf("debit: %w", err)
+		}
+	} else if flaws.OwnFundsReadOnArrival && found[req.From].owner == found[req.To].owner {
+		// The mistake: the funds checked on the balance read as the request
+		// arrived (the locked row's when none was), the debit unconditional.
+		seen, ok := balanceOnArrival(ctx)
+		if !ok {
+			seen = found[req.From].balance
+		}
+		if seen < req.AmountKobo {
+			return insufficient(), nil
+		}
+		if err := tx.QueryRow(ctx, UncheckedDebitSQL, req.AmountKobo, req.From).Scan(&balance); err != nil {
 			return Response{}, fmt.Errorf("debit: %w", err)
 		}
 	} else {

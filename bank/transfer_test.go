@@ -334,6 +334,74 @@ func TestTransferRulesWithoutCoincidences(t *testing.T) {
 	}
 }
 
+// The no-balance-floor mistake's transfer (OwnFundsReadOnArrival) checks a
+// move between one user's accounts on the sender's balance as it was read
+// when the request arrived (ReadBalanceOnArrival), and debits without the
+// condition: a payment from that account that commits after the read is
+// not seen. Ada's savings hold
+// ₦20,000 when her request to move ₦15,000 to her current account arrives;
+// she pays Bola ₦10,000 from them meanwhile; the move, checked on ₦20,000,
+// overdraws. On a bank without the balance's CHECK (the no-balance-floor
+// mistake's schema) it commits, leaving ₦-5,000; with the CHECK its debit
+// fails (23514). A payment to another user, read just as stale, is still
+// refused by the conditional debit.
+func TestOwnFundsReadOnArrivalOverdrawsWithoutTheFloor(t *testing.T) {
+	t.Parallel()
+	flaws := bank.Flaws{OwnFundsReadOnArrival: true}
+	for _, floor := range []bool{false, true} {
+		t.Run(fmt.Sprintf("CHECK %v", floor), func(t *testing.T) {
+			t.Parallel()
+			pool := pgtest.NewBankWith(t, pgtest.BankOptions{Accounts: pgtest.MixedAccounts})
+			ctx := bounded(t, "a move checked on a stale balance")
+			if !floor {
+				if _, err := pool.Exec(ctx, bank.DropBalanceFloorSQL); err != nil {
+					t.Fatal(err)
+				}
+			}
+			run := func(ctx context.Context, userID int64, req bank.TransferRequest) (bank.Response, error) {
+				var resp bank.Response
+				err := bank.InTx(ctx, pool, func(tx pgx.Tx) error {
+					var err error
+					resp, err = bank.TransferWith(ctx, tx, userID, req, flaws)
+					return err
+				})
+				return resp, err
+			}
+			move, err := bank.ReadBalanceOnArrival(ctx, pool, 12)
+			if err != nil {
+				t.Fatal(err)
+			}
+			payment, err := bank.ReadBalanceOnArrival(ctx, pool, 12)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp, err := run(ctx, 1, bank.TransferRequest{From: 12, To: 21, AmountKobo: 1_000_000}); err != nil || resp.Status != 201 {
+				t.Fatalf("Ada paying Bola ₦10,000 from her savings: %s, %v; want 201", resp.Summary(), err)
+			}
+			resp, err := run(move, 1, bank.TransferRequest{From: 12, To: 11, AmountKobo: 1_500_000})
+			if floor {
+				var pgErr *pgconn.PgError
+				if !errors.As(err, &pgErr) || pgErr.Code != "23514" {
+					t.Errorf("the move on a bank with the CHECK: %s, %v; want the CHECK constraint's violation (23514)", resp.Summary(), err)
+				}
+			} else {
+				rc, _ := resp.Receipt()
+				if err != nil || resp.Status != 201 || rc.BalanceKobo != -500_000 {
+					t.Errorf("the move checked on the ₦20,000 read on arrival: %s, %v; want 201 leaving ₦-5,000", resp.Summary(), err)
+				}
+				if got := balance(t, ledger(t, pool), 12); got != -500_000 {
+					t.Errorf("Ada's savings hold %s after the move, want ₦-5,000", bank.Naira(got))
+				}
+			}
+			// Another user's account: the conditional debit refuses it.
+			resp, err = run(payment, 1, bank.TransferRequest{From: 12, To: 21, AmountKobo: 1_500_000})
+			if err != nil || resp.Status != 422 || resp.Code() != bank.CodeInsufficientFunds {
+				t.Errorf("Ada paying Bola ₦15,000 checked on the same stale read: %s, %v; want 422 %s", resp.Summary(), err, bank.CodeInsufficientFunds)
+			}
+		})
+	}
+}
+
 // The own-accounts-unchecked mistake drops the funds condition between one
 // user's accounts; the accounts table's CHECK (balance_kobo >= 0) still
 // refuses the debit, so the transfer fails with a database error (a 500 to

@@ -3,6 +3,7 @@ package bank
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -18,6 +19,28 @@ type intentKey struct{}
 type afterChecksKey struct{}
 
 type txRetryKey struct{}
+
+type balanceOnArrivalKey struct{}
+
+// ReadBalanceOnArrival is the first half of the OwnFundsReadOnArrival
+// mistake, the handler's: it reads the sender's balance as a request
+// arrives, before the request's key is claimed and its transaction begins
+// (ReadBalanceSQL, no lock), and returns ctx carrying it to the transfer,
+// which checks a move between the customer's own accounts on it. An
+// account that does not exist reads as ₦0: the transfer refuses it anyway.
+func ReadBalanceOnArrival(ctx context.Context, q Querier, from int64) (context.Context, error) {
+	var balance int64
+	if err := q.QueryRow(ctx, ReadBalanceSQL, from).Scan(&balance); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return ctx, fmt.Errorf("read the balance on arrival: %w", err)
+	}
+	return context.WithValue(ctx, balanceOnArrivalKey{}, balance), nil
+}
+
+// balanceOnArrival is the balance ReadBalanceOnArrival read, if it did.
+func balanceOnArrival(ctx context.Context) (int64, bool) {
+	b, ok := ctx.Value(balanceOnArrivalKey{}).(int64)
+	return b, ok
+}
 
 // WithTxRetry makes InTx under ctx call hook with the error each time it
 // runs a transaction again after a deadlock or serialization failure. It

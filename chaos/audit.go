@@ -178,9 +178,15 @@ func AloneNote(kind string) string {
 			"it alone in seed 42's deterministic run (a row given up after five replays, its SMS sent once), but outbox-crash fails on it, as it expects " +
 			"the replay after its crash and after its lost answer"
 	case KindNegative:
-		return "bank-sim's own accounts table refuses a balance below zero (CHECK balance_kobo >= 0): a mistake that overdraws " +
-			"fails its debit with a 500 on every attempt instead, and " + KindUnresolved + " sees it (own-accounts-unchecked); " +
-			"the rule guards histories and targets whose databases have no such constraint"
+		return "alone only where the accounts table leaves the floor to the application: bank-sim's own has CHECK (balance_kobo >= 0), " +
+			"which turns an overdraw into a 500 on every attempt (" + KindUnresolved + " sees own-accounts-unchecked). " +
+			"no-balance-floor drops that CHECK and checks a move between one customer's own accounts on the balance read as its request arrived, " +
+			"debiting without the condition: it breaks the rule alone when a debit of the sender commits between that read and the move's row lock " +
+			"and an audit (or the end) sees the balance before a credit lifts it: in the deterministic runs of 100 intents of seeds 42, 44 and 45, " +
+			"not of seed 43, and in 8 of 10 free runs of 400 measured (seeds 42 and 20261130, five each); a run that meets no such race, or none " +
+			"an audit sees, misses it (the audit's cell then goes on to the next seed). A deterministic hole would not do: a solo account sending " +
+			"a kobo more than it holds to its owner's other account (seed 42's free 400: intents 190 and 384) would be told 201, and " + KindWrong +
+			" knows its answer"
 	}
 	return ""
 }

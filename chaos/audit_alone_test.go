@@ -9,6 +9,7 @@ import (
 
 	"github.com/banksim/bank-sim/chaos"
 	"github.com/banksim/bank-sim/idem/mistakes"
+	"github.com/banksim/bank-sim/postgres/banks"
 	"github.com/banksim/bank-sim/postgres/pgtest"
 )
 
@@ -77,6 +78,13 @@ var soleCatches = []struct {
 	// transfer's: a mid-run audit between the two commits is short, and
 	// the final balances add up, so the ledger rule never sees it.
 	{chaos.KindTotal, "own-credit-in-second-transaction", nil},
+	// No CHECK (balance_kobo >= 0), and a move between one customer's own
+	// accounts (which the scenarios never make) checked on the balance
+	// read as its request arrived, debited without the condition: a debit
+	// of the sender that commits meanwhile leaves it below zero. The money
+	// stays the customer's, and solo accounts (whose answers the checker
+	// knows) have no other debit to miss.
+	{chaos.KindNegative, "no-balance-floor", nil},
 }
 
 // Each rule's sole mistake gets past every scenario, and past the chaos run
@@ -239,4 +247,68 @@ func TestAFreezeOfAClosedAccountIsNotRecorded(t *testing.T) {
 	if n := chaos.Check(h).ByKind[chaos.KindFrozen]; n > 0 {
 		t.Errorf("%d transfers blamed for debiting a frozen account; the freezes recorded: %+v", n, h.Freezes)
 	}
+}
+
+// A run with no-balance-floor opens its bank without the balance's CHECK
+// (bank.DropBalanceFloorSQL); the recycler that lent it puts the CHECK back
+// before it lends the bank again, so the correct run of the next cell meets
+// the schema every correct run meets. One bank, lent to both runs: the
+// flawed run's, then the correct one's.
+func TestTheBalanceFloorIsBackForTheNextRun(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	counted := &pgtest.CountedBanks{Databases: banks.OnServer(pgtest.Server(t), banks.Options{Fresh: true})}
+	recycled, closeBanks := banks.Recycled(counted)
+	defer closeBanks()
+	dbs := &lentBanks{Databases: recycled}
+	floor := func(ctx context.Context) bool {
+		var ok bool
+		if err := dbs.last.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_constraint
+			WHERE conrelid = 'accounts'::regclass AND conname = 'accounts_balance_kobo_check')`).Scan(&ok); err != nil {
+			t.Error(err)
+		}
+		return ok
+	}
+	bug, err := mistakes.Lookup("no-balance-floor")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range []*mistakes.Bug{&bug, nil} {
+		var during []bool
+		opts := chaos.Options{AtIntent: func(ctx context.Context, i int) {
+			if i == 0 {
+				during = append(during, floor(ctx))
+			}
+		}}
+		h, err := chaos.RunOnWith(ctx, dbs, chaos.Config{Seed: 42, Intents: 20, Faults: chaos.Rates{}, Bug: b}, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		run := "the correct run, after the mistake's"
+		if b != nil {
+			run = "the no-balance-floor run"
+		}
+		if want := b == nil; !slices.Equal(during, []bool{want}) {
+			t.Errorf("%s: the CHECK (balance_kobo >= 0) in place as it ran: %v, want [%v]", run, during, want)
+		}
+		if res := chaos.Check(h); b == nil && !res.Valid() {
+			t.Errorf("%s: %s", run, res.First.Detail)
+		}
+	}
+	if n := counted.Made.Load(); n != 1 {
+		t.Errorf("%d banks made, want one, lent to both runs", n)
+	}
+}
+
+// lentBanks remembers the last bank it lent.
+type lentBanks struct {
+	banks.Databases
+	last *banks.Database
+}
+
+func (l *lentBanks) NewBank(ctx context.Context, label string) (*banks.Database, error) {
+	db, err := l.Databases.NewBank(ctx, label)
+	l.last = db
+	return db, err
 }

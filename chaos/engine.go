@@ -450,7 +450,8 @@ func (e *engine) observe(ctx context.Context) context.Context {
 func (e *engine) txRetried(error) { e.count(PathTxRetry) }
 
 // open replaces the lesson's accounts with the run's own, and makes the
-// database's clock (on which locks expire) follow the run's.
+// database's clock (on which locks expire) follow the run's. A run with a
+// mistake opens them on the mistake's schema (mistakes.Bug.ApplySchema).
 func (e *engine) open(ctx context.Context) error {
 	if err := e.clock.Follow(ctx, e.db); err != nil {
 		return err
@@ -458,6 +459,11 @@ func (e *engine) open(ctx context.Context) error {
 	return pgx.BeginFunc(ctx, e.db, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "DELETE FROM idempotency_keys; DELETE FROM transfers; DELETE FROM accounts"); err != nil {
 			return fmt.Errorf("empty the bank: %w", err)
+		}
+		if e.cfg.Bug != nil {
+			if err := e.cfg.Bug.ApplySchema(ctx, tx); err != nil {
+				return err
+			}
 		}
 		for _, a := range e.lay.accounts {
 			if _, err := tx.Exec(ctx,

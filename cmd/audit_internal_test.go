@@ -78,7 +78,7 @@ func TestAuditListsWhatEachRuleAloneCatches(t *testing.T) {
 		"   " + chaos.KindKeyLost + " keys-lost\n",
 		"   " + chaos.KindAbandoned + " none: no built-in mistake needs this rule\n",
 		"   " + chaos.KindOutboxLeft + " none: no built-in mistake yet: ",
-		"   " + chaos.KindNegative + " none: bank-sim's own accounts table refuses a balance below zero",
+		"   " + chaos.KindNegative + " none: alone only where the accounts table leaves the floor to the application",
 		"   " + chaos.KindTotal + " none: implied at the end by " + chaos.KindLedger,
 		"replays-rebuilt MISSED: only the rule switched off caught it (" + chaos.KindReplay + ")\n",
 		"kill ratio 3/4: FAILED",

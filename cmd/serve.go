@@ -188,6 +188,9 @@ func runServe(ctx context.Context, app *App, o serveOptions) error {
 	h := &idem.Handler{DB: db.Pool, Store: &idem.Store{}, Stopping: stopping}
 	var flaws outbox.Flaws
 	if bug != nil {
+		if err := bug.ApplySchema(ctx, db.Pool); err != nil {
+			return &ExitError{Code: ExitDatabase, Err: err}
+		}
 		bug.Apply(h)
 		flaws = bug.Outbox
 	}

@@ -260,6 +260,17 @@ func (h *Handler) now() time.Time {
 func (h *Handler) Handle(ctx context.Context, req Request) (bank.Response, error) {
 	ctx, cancel := h.workContext(ctx)
 	defer cancel()
+	if h.Bank.OwnFundsReadOnArrival {
+		// The mistake's first half: the sender's balance read now, before
+		// the key is claimed, is what a move between the customer's own
+		// accounts is checked on.
+		if parsed, refusal := bank.ParseTransferRequest(req.Body); refusal == nil {
+			var err error
+			if ctx, err = bank.ReadBalanceOnArrival(ctx, h.DB, parsed.From); err != nil {
+				return bank.Response{}, err
+			}
+		}
+	}
 	if h.NoKey {
 		return h.transfer(ctx, req, nil)
 	}

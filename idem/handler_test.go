@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -604,6 +605,47 @@ func TestOwnCreditInSecondTransactionIsShortBetweenItsCommits(t *testing.T) {
 				if !c.OK {
 					t.Errorf("invariant %q broken in the end: %s", c.Name, c.Detail)
 				}
+			}
+		})
+	}
+}
+
+// The no-balance-floor mistake's read (OwnFundsReadOnArrival) is the
+// handler's: it reads the sender's balance as the request arrives, before
+// the key is claimed, and the transfer checks a move between the
+// customer's own accounts on it. Ada's savings hold ₦20,000 when her move of ₦15,000 to
+// her current account arrives; once its key is claimed (here, at the
+// AfterClaim hook) she pays Bola ₦10,000 from them; the move, checked on
+// the ₦20,000, leaves ₦-5,000 on a bank without the balance's CHECK. The
+// correct handler refuses it for funds.
+func TestOwnFundsReadOnArrivalMissesADebitAfterTheRead(t *testing.T) {
+	t.Parallel()
+	const ada = 1
+	for _, mistaken := range []bool{false, true} {
+		t.Run(fmt.Sprintf("mistaken %v", mistaken), func(t *testing.T) {
+			t.Parallel()
+			pool := pgtest.NewBankWith(t, pgtest.BankOptions{Accounts: pgtest.MixedAccounts})
+			ctx := bounded(t, "a move checked on the balance read on arrival")
+			if _, err := pool.Exec(ctx, bank.DropBalanceFloorSQL); err != nil {
+				t.Fatal(err)
+			}
+			h := &idem.Handler{DB: pool, Store: &idem.Store{}, Bank: bank.Flaws{OwnFundsReadOnArrival: mistaken}}
+			pay := func(context.Context, idem.Claim) {
+				resp, err := (&idem.Handler{DB: pool, Store: &idem.Store{}}).Handle(ctx, idem.Request{UserID: ada, Key: "ada-pays-bola-0001", Body: body(12, 21, 1_000_000)})
+				if err != nil || resp.Status != 201 {
+					t.Errorf("Ada paying Bola ₦10,000 from her savings: %s, %v; want 201", resp.Summary(), err)
+				}
+			}
+			resp, err := h.Handle(idem.WithHooks(ctx, idem.Hooks{AfterClaim: pay}), idem.Request{UserID: ada, Key: key, Body: body(12, 11, 1_500_000)})
+			want, savings := "422 "+bank.CodeInsufficientFunds, int64(1_000_000)
+			if mistaken {
+				want, savings = "201", -500_000
+			}
+			if err != nil || !strings.HasPrefix(resp.Summary(), want) {
+				t.Errorf("the move of ₦15,000 from the savings: %s, %v; want %s", resp.Summary(), err, want)
+			}
+			if got, _ := ledger(t, pool).Balance(12); got != savings {
+				t.Errorf("Ada's savings hold %s, want %s", bank.Naira(got), bank.Naira(savings))
 			}
 		})
 	}

@@ -90,6 +90,7 @@ var probeTable = map[string]mistake{
 	"own-accounts-unchecked":           {blind: "the mistake needs a transfer between two accounts of one user, and the probe's users each pay from or into one account"},
 	"credit-by-customer":               {blind: "the mistake credits the payee's first account instead of the one named, and the probe's users each own one account, so it is the one named"},
 	"own-credit-in-second-transaction": {blind: "the mistake needs a transfer between two accounts of one user, and the probe's users each pay from or into one account"},
+	"no-balance-floor":                 {blind: "the mistake needs a transfer between two accounts of one user, and the probe's users each pay from or into one account"},
 	// The probe's transfers go from account 1 to account 2 and back: those
 	// back to 1 credit their own sender.
 	"credit-second-row": {check: "drain", explains: "more left the account than the answers account for"},

@@ -421,6 +421,12 @@ func runPhase(ctx context.Context, s Scenario, p Phase, index int, dbs banks.Dat
 		}
 		defer db.Close()
 		pool = db.Pool
+		if !p.Control && o.Bug != nil {
+			// The mistake's schema, as a chaos run opens it.
+			if err := o.Bug.ApplySchema(ctx, pool); err != nil {
+				return PhaseReport{}, err
+			}
+		}
 	}
 
 	r := &Run{

@@ -8,6 +8,7 @@
 package mistakes
 
 import (
+	"context"
 	"fmt"
 	"reflect"
 	"sort"
@@ -94,6 +95,21 @@ func (b Bug) Apply(h *idem.Handler) {
 	if b.MemoryKeys && h.Memory == nil {
 		h.Memory = &idem.MemoryStore{}
 	}
+}
+
+// ApplySchema gives the bank that q reaches the bug's schema, on top of
+// the lesson's (bank.Schema): for no-balance-floor, the accounts table
+// without its CHECK (balance_kobo >= 0). Whoever opens a bank for a run
+// with the bug calls it (a chaos run, a scenario's protected phase,
+// serve); a bug with no schema of its own sends nothing. A bank lent by
+// banks.Recycled gets the CHECK back when it is reset.
+func (b Bug) ApplySchema(ctx context.Context, q bank.Querier) error {
+	if b.Bank.NoBalanceFloor {
+		if _, err := q.Exec(ctx, bank.DropBalanceFloorSQL); err != nil {
+			return fmt.Errorf("%s: drop the balance's CHECK: %w", b.Name, err)
+		}
+	}
+	return nil
 }
 
 // orFlaws switches on in dst every flaw src has. A Flaws struct is all
@@ -226,6 +242,12 @@ func All() []Bug {
 			Mistake:     "A move between two accounts of one customer commits its debit, its transfer row, its side effects and its answer, and credits the other account afterwards in a transaction of its own, as if money that stays with its customer could not be refused and need not hold the transfer's locks",
 			Consequence: "Where each customer has one account nothing shows. Between the two commits the customer's money is in neither account: a snapshot of every balance taken meanwhile is short by the amount, though the final balances add up (and a server that dies between the commits loses the credit)",
 			Bank:        bank.Flaws{OwnCreditInSecondTransaction: true},
+		},
+		{
+			Name:        "no-balance-floor",
+			Mistake:     "The accounts table has no CHECK (balance_kobo >= 0), leaving the floor to the application, and a move between two accounts of one customer is checked on the balance read as the request arrived, before its key was claimed, then debited without the funds condition",
+			Consequence: "Where each customer has one account nothing shows. A debit of the sender that commits between that read and the move's row lock goes unseen: the move overdraws, and with no CHECK to refuse it the account goes below zero (the money stays the customer's: the total and every transfer's row add up)",
+			Bank:        bank.Flaws{NoBalanceFloor: true, OwnFundsReadOnArrival: true},
 		},
 		{
 			Name:        "one-lock-per-customer",

@@ -16,8 +16,8 @@ import (
 // connection a backend: measured here, 100–900 ms, 10–140 ms and 5–30 ms,
 // against 2–6 ms for a reset. Each bank handed out is in the state of a
 // fresh clone (see reset.go): the lesson's accounts, every other table
-// empty, every sequence at its start, the database's clock running, and
-// connections without session state.
+// empty, every sequence at its start, every CHECK constraint in place, the
+// database's clock running, and connections without session state.
 //
 // A bank whose pool still has a connection in use when it is closed (a
 // goroutine of its phase still at work) is never handed out again: it is

@@ -23,7 +23,11 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }
 func TestARecycledBankIsAFreshClone(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	counted := &pgtest.CountedBanks{Databases: banks.OnServer(pgtest.Server(t), banks.Options{})}
+	// Fresh: its bank is never kept for a later run in the cluster's slot,
+	// which other runs share. Its phase drops a CHECK, and a reset that
+	// failed to put it back (a plant of this test) would hand a bank
+	// without it to the next run that takes a kept database.
+	counted := &pgtest.CountedBanks{Databases: banks.OnServer(pgtest.Server(t), banks.Options{Fresh: true})}
 	recycled, closeBanks := banks.Recycled(counted)
 	defer closeBanks()
 
@@ -86,14 +90,16 @@ func TestARecycledBankIsAFreshClone(t *testing.T) {
 	if got != want {
 		t.Errorf("the recycled bank differs from a fresh clone\n got %s\nwant %s", got, want)
 	}
-	if !strings.Contains(want, `"holder":"Ada Obi"`) || !strings.Contains(want, "sim_clock") {
-		t.Fatalf("a fresh clone should hold the lesson's accounts and the clock: %s", want)
+	if !strings.Contains(want, `"holder":"Ada Obi"`) || !strings.Contains(want, "sim_clock") ||
+		!strings.Contains(want, "accounts.accounts_balance_kobo_check CHECK ((balance_kobo >= 0))") {
+		t.Fatalf("a fresh clone should hold the lesson's accounts, the clock and the balance's CHECK: %s", want)
 	}
 }
 
 // dirty does to a bank what a phase may do: rows in every table, sequences
-// moved on, the database's clock stopped, and session state on three
-// connections.
+// moved on, the database's clock stopped, the balance's CHECK dropped and a
+// balance below zero (the no-balance-floor mistake's schema), and session
+// state on three connections.
 func dirty(ctx context.Context, t *testing.T, pool *pgxpool.Pool) {
 	t.Helper()
 	if _, err := pool.Exec(ctx, `
@@ -107,7 +113,9 @@ func dirty(ctx context.Context, t *testing.T, pool *pgxpool.Pool) {
 		INSERT INTO outbox_attempts (outbox_id, attempt, dispatcher, claim_token, claimed_at, lease_until) VALUES (1, 1, 'A', 't', now(), now());
 		INSERT INTO processed_events (consumer, event_id) VALUES ('c', 'e');
 		INSERT INTO notifications (consumer, event_id, transfer_id, account_id, text) VALUES ('c', 'e', 1, 2, 'hi');
-		INSERT INTO orders VALUES (1, 'paid')`); err != nil {
+		INSERT INTO orders VALUES (1, 'paid');
+		ALTER TABLE accounts DROP CONSTRAINT accounts_balance_kobo_check;
+		UPDATE accounts SET balance_kobo = -1 WHERE id = 3`); err != nil {
 		t.Fatal(err)
 	}
 	var conns []*pgxpool.Conn
@@ -135,7 +143,8 @@ func dirty(ctx context.Context, t *testing.T, pool *pgxpool.Pool) {
 // dirtyQuery is a query a phase ran, which pgx prepared and cached.
 const dirtyQuery = "SELECT count(*) FROM transfers WHERE amount_kobo > $1"
 
-// contents is every table's rows and every sequence's position, as text.
+// contents is every table's rows, every sequence's position and every
+// constraint, as text.
 func contents(ctx context.Context, t *testing.T, pool *pgxpool.Pool) string {
 	t.Helper()
 	rows, err := pool.Query(ctx, `SELECT relname, relkind = 'S' FROM pg_class
@@ -163,6 +172,12 @@ func contents(ctx context.Context, t *testing.T, pool *pgxpool.Pool) string {
 		}
 		fmt.Fprintf(&b, "%s: %s; ", r.Name, v)
 	}
+	var constraints string
+	if err := pool.QueryRow(ctx, `SELECT string_agg(conrelid::regclass || '.' || conname || ' ' || pg_get_constraintdef(oid), ', ' ORDER BY conrelid::regclass::text, conname)
+		FROM pg_constraint WHERE connamespace = 'public'::regnamespace`).Scan(&constraints); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(&b, "constraints: %s", constraints)
 	return b.String()
 }
 

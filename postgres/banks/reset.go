@@ -24,6 +24,10 @@ import (
 // back where the clone had them (setval), as RESTART IDENTITY would. The whole reset is one
 // multi-statement query, so one round trip and one transaction.
 //
+// A CHECK constraint of the clone that a phase dropped is added back (a
+// mistake's schema may leave one out: bank.Flaws.NoBalanceFloor), after
+// the rows, so that the bank lent next refuses what a fresh clone refuses.
+//
 // Connections are reset too: DISCARD ALL on every idle one drops what a
 // session can keep (prepared statements, advisory locks, SET parameters,
 // temporary tables, LISTENs), and pgx forgets its statement cache with it.
@@ -87,6 +91,22 @@ func newResetter(ctx context.Context, pool *pgxpool.Pool) (*resetter, error) {
 	}
 	opening, setvals := got[:len(tables)], got[len(tables):]
 
+	// Every CHECK on a table, to be put back should a phase drop it (a
+	// mistake's schema: bank.Flaws.NoBalanceFloor).
+	rows, err = pool.Query(ctx, `
+		SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid)
+		FROM pg_constraint
+		WHERE `+checkWhere+`
+		ORDER BY 1, 2`)
+	if err != nil {
+		return nil, err
+	}
+	type check struct{ Table, Name, Def string }
+	checks, err := pgx.CollectRows(rows, pgx.RowToStructByPos[check])
+	if err != nil {
+		return nil, err
+	}
+
 	var b strings.Builder
 	for _, t := range tables {
 		fmt.Fprintf(&b, "DELETE FROM %s;\n", quoteIdent(t))
@@ -102,8 +122,23 @@ func newResetter(ctx context.Context, pool *pgxpool.Pool) (*resetter, error) {
 		t := quoteIdent(tables[i])
 		fmt.Fprintf(&b, "INSERT INTO %s SELECT * FROM json_populate_recordset(NULL::%s, %s);\n", t, t, quoteLiteral(opening[i]))
 	}
+	// After the rows, which a dropped CHECK may have let below it. One
+	// count in the catalogue when every CHECK is there (the reset of a
+	// correct run's bank); a lookup per CHECK only when one is missing.
+	if len(checks) > 0 {
+		fmt.Fprintf(&b, "DO $reset$ BEGIN\nIF (SELECT count(*) FROM pg_constraint WHERE %s) < %d THEN\n", checkWhere, len(checks))
+		for _, c := range checks {
+			fmt.Fprintf(&b, "IF NOT EXISTS (SELECT FROM pg_constraint WHERE conrelid = %s::regclass AND conname = %s) THEN ALTER TABLE %s ADD CONSTRAINT %s %s; END IF;\n",
+				quoteLiteral(c.Table), quoteLiteral(c.Name), c.Table, quoteIdent(c.Name), c.Def)
+		}
+		b.WriteString("END IF;\nEND $reset$;\n")
+	}
 	return &resetter{sql: b.String()}, nil
 }
+
+// checkWhere selects the CHECK constraints of the public schema's tables
+// (not its domains'), in pg_constraint.
+const checkWhere = "connamespace = 'public'::regnamespace AND contype = 'c' AND conrelid <> 0"
 
 // referencingFirst orders tables so that each comes before the tables its
 // foreign keys reference: the order in which their rows can be deleted.
