@@ -234,7 +234,7 @@ func All() []Bug {
 		{
 			Name:        "own-accounts-unchecked",
 			Mistake:     "A transfer between two accounts of the same user is debited without the funds condition, as if a move between a customer's own accounts could not overdraw",
-			Consequence: "The customer moves more than one account holds to their other account: the first goes below zero, and the bank has lent what they then spend from the second",
+			Consequence: "The customer moves more than one account holds to their other account. Where the schema leaves the floor to the code, the first goes below zero and the bank has lent what they then spend from the second; with a CHECK (balance_kobo >= 0), as the lesson's schema has, the debit fails and every attempt is a 500: the move never settles",
 			Bank:        bank.Flaws{OwnAccountsUnchecked: true},
 		},
 		{
