@@ -171,17 +171,12 @@ func AloneNote(kind string) string {
 			"(a hand-made history, a target's own rows), or for a client that changes keys between attempts (new-key-per-attempt, new-key-after-5xx) when PostgreSQL dies " +
 			"under a claim (--kill-postgres, not an audit run), and that client moves money twice first"
 	case KindOutboxLeft:
-		return "no built-in mistake yet: healing drains every row not given up, so the rule breaks alone only for a row given up after its message " +
-			"went out exactly once; a row given up before breaks " + KindSMSNotOnce + " or " + KindEventLost + " as well. The only failed send chaos " +
-			"injects is a lost provider answer, to a row's first send or to a re-send (a replay of its key), at most twice per SMS; outbox-crash " +
-			"loses one on a lone SMS row's first claim and expects it retried. Seed 42's deterministic 100 intents (the audit's tests) lose 7 " +
-			"answers, each on a row's first claim; six of those rows are then claimed 5 to 8 times more, each time behind an event row whose " +
-			"dispatchers crash after publishing it, and are sent again only by healing, faults off, so the run re-sends one SMS before healing " +
-			"(row 1's, answered). Giving a row up on its claims (failed_at when attempts >= 5, every claim counted) therefore breaks no rule " +
-			"there, nor in seed 43's; it breaks this rule alone in the deterministic 100 of seeds 44 and 45 (a lost answer to a re-send of a " +
-			"row claimed 5 times or more) and in free runs of 400 intents (seeds 42 and 20261130: 6 runs of 6 each; 3 of 4 each with the provider " +
-			"answering every re-send). Taking the provider's replayed answer for a failed send breaks it alone in seed 42's deterministic run, " +
-			"but outbox-crash fails on it, as it expects the replay after its crash and after its lost answer"
+		return "give-up-on-claims (a row given up at a failed send once claimed 5 times, every claim counted) breaks it alone in some runs: " +
+			"it needs a row claimed 5 times or more, its dispatchers crashed or stalled past their lease, whose next send loses the provider's answer. " +
+			"Seed 42's and 43's deterministic 100 intents have none (the audit's chaos cell catches it on seed 44: row 75, 7 claims); " +
+			"every free run of 400 measured has one (seeds 42 and 20261130, 8 runs each). Such rows come partly from the side effects' crash draws, " +
+			"which barely change from one chance on a row to the next (outbox.Pipeline's fires): a row a dispatcher crashed on tends to see the next one crash too. " +
+			"Only a row given up after its message went out once is alone: one given up before breaks " + KindSMSNotOnce + " or " + KindEventLost + " too"
 	case KindNegative:
 		return "bank-sim's own accounts table refuses a balance below zero (CHECK balance_kobo >= 0): a mistake that overdraws " +
 			"fails its debit with a 500 on every attempt instead, and " + KindUnresolved + " sees it (own-accounts-unchecked); " +
