@@ -48,6 +48,14 @@ var soleCatches = []struct {
 	// competing-dispatchers' claims meet open claims (SKIP LOCKED) and
 	// expired leases, never a lease that still holds.
 	{chaos.KindClaimOverlap, "claim-without-lease-check", nil},
+	// A row claimed five times or more (its batch's dispatchers crashed
+	// or stalled past their lease) whose next send loses its answer: the
+	// scenarios' rows are claimed a few times at most, and outbox-crash's
+	// lost answer falls on a first claim. Seeds 42 and 43's deterministic
+	// 100 intents have no such send and break no rule; seed 44's does
+	// (row 75, claimed 7 times), and the audit's chaos cell, which goes on
+	// to the next seed while none caught the mistake, catches it there.
+	{chaos.KindOutboxLeft, "give-up-on-claims", nil},
 	// The row of the customer's first account locked, not the sender's:
 	// a customer's other account is frozen under its transfer.
 	{chaos.KindFrozen, "one-lock-per-customer", nil},

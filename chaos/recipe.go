@@ -379,6 +379,9 @@ func firingText(f outbox.Firing) string {
 		on := "the SMS with key " + f.On
 		if f.On == "" {
 			on = "an SMS sent without a key"
+		} else if f.N > 0 {
+			// A key's later chances are its re-sends: the provider knows it.
+			return fmt.Sprintf("provider-timeout on a re-send of the SMS with key %s, %s: the provider sends nothing new and its answer is lost", f.On, nth)
 		}
 		return fmt.Sprintf("provider-timeout on %s, %s: the provider accepts it and its answer is lost", on, nth)
 	case outbox.FaultConsumerCrash:

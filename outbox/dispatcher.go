@@ -346,6 +346,10 @@ func (d *Dispatcher) fail(ctx context.Context, token string, r Row, sendErr erro
 	if backoff <= 0 {
 		backoff = DefaultBackoff
 	}
+	giveUp := "failures + 1 >= $5"
+	if d.Flaws.GiveUpOnClaims {
+		giveUp = "attempts >= $5" // the mistake: claims that crashed or stalled count as failed sends
+	}
 	outcome := Retry
 	err := pgx.BeginFunc(ctx, d.DB, func(tx pgx.Tx) error {
 		var gaveUp bool
@@ -353,7 +357,7 @@ func (d *Dispatcher) fail(ctx context.Context, token string, r Row, sendErr erro
 			UPDATE outbox
 			SET claim_token = NULL, claimed_until = NULL, last_error = $3, failures = failures + 1,
 			    next_attempt_at = bank_now() + least($4::interval * power(2, failures), $6::interval),
-			    failed_at = CASE WHEN failures + 1 >= $5 THEN bank_now() END
+			    failed_at = CASE WHEN `+giveUp+` THEN bank_now() END
 			WHERE id = $1 AND done_at IS NULL AND `+d.fence()+`
 			RETURNING failed_at IS NOT NULL`, r.ID, token, sendErr.Error(), backoff, max, maxBackoff).Scan(&gaveUp)
 		switch {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -313,6 +314,99 @@ func TestBackoffAndBoundedRetries(t *testing.T) {
 		if c.Name == outbox.InvOutboxDone && c.OK {
 			t.Errorf("%s holds with a failed row: %s", c.Name, c.Detail)
 		}
+	}
+}
+
+// Only failed sends count towards giving a row up, not claims: a row whose
+// first dispatcher died after the provider accepted its SMS, and whose next
+// three stalled past their lease, has been claimed four times and has never
+// failed. Its fifth claim re-sends it and loses the provider's answer: the
+// row waits out its backoff and is then marked sent, one SMS in all. The
+// give-up-on-claims mistake reads the limit against the claims (attempts 5
+// of 5) and fails the row for good at that first failed send, its SMS
+// delivered and the row never done.
+func TestClaimsThatNeverFailedDoNotGiveARowUp(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		flaws  outbox.Flaws
+		fifth  outbox.Outcome // the fifth claim's outcome
+		failed int            // rows failed for good at the end
+	}{
+		{"failed sends counted", outbox.Flaws{}, outbox.Retry, 0},
+		{"claims counted", outbox.Flaws{GiveUpOnClaims: true}, outbox.GaveUp, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			pool := pgtest.NewBank(t, 4)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			at := t0
+			clock := func(advance time.Duration) {
+				t.Helper()
+				at = at.Add(advance)
+				if err := bank.SetClock(ctx, pool, at); err != nil {
+					t.Fatal(err)
+				}
+			}
+			clock(0)
+			addSMSRows(t, pool, 1)
+			p := outbox.NewProvider(1)
+			newDispatcher := func(name string) *outbox.Dispatcher {
+				return &outbox.Dispatcher{DB: pool, Name: name, SMS: p, Flaws: tc.flaws}
+			}
+
+			// Claim 1: the provider accepts the SMS and the dispatcher
+			// dies before marking the row (a process that dies runs
+			// nothing more, and gives nothing back).
+			crash := newDispatcher("d1")
+			crash.Hooks.AfterSend = func(context.Context, outbox.Row) { runtime.Goexit() }
+			died := make(chan struct{})
+			go func() {
+				defer close(died)
+				_, _ = crash.RunOnce(ctx)
+			}()
+			select {
+			case <-died:
+			case <-ctx.Done():
+				t.Fatal("the crashing dispatcher never died")
+			}
+			// Claims 2 to 4: each dispatcher stalls past its lease.
+			for i := 2; i <= 4; i++ {
+				clock(outbox.DefaultLease + time.Second)
+				b, err := newDispatcher(fmt.Sprintf("d%d", i)).Claim(ctx)
+				if err != nil || len(b.Rows) != 1 || b.Rows[0].Attempts != i {
+					t.Fatalf("claim %d: %+v %v", i, b, err)
+				}
+			}
+			// Claim 5: the re-send's answer is lost.
+			clock(outbox.DefaultLease + time.Second)
+			lost := 0
+			p.LoseIf(func(_ outbox.Message, replay bool) bool {
+				lost++
+				return replay && lost == 1
+			})
+			d := newDispatcher("d5")
+			rep, err := d.RunOnce(ctx)
+			if err != nil || rep.Outcomes[tc.fifth] != 1 {
+				t.Fatalf("the fifth claim: %v %v, want one %q", rep.Outcomes, err, tc.fifth)
+			}
+			clock(time.Hour)
+			if _, err := d.Drain(ctx); err != nil {
+				t.Fatal(err)
+			}
+			var attempts, failures, failed, done int
+			if err := pool.QueryRow(ctx, `SELECT attempts, failures, (failed_at IS NOT NULL)::int, (done_at IS NOT NULL)::int
+				FROM outbox WHERE id = 1`).Scan(&attempts, &failures, &failed, &done); err != nil {
+				t.Fatal(err)
+			}
+			if failed != tc.failed || done != 1-tc.failed {
+				t.Errorf("row 1 after %d claims and %d failed send: failed %d, done %d; want failed %d", attempts, failures, failed, done, tc.failed)
+			}
+			if n := len(p.Messages()); n != 1 {
+				t.Errorf("%d SMS sent, want 1", n)
+			}
+		})
 	}
 }
 

@@ -48,6 +48,15 @@ type Flaws struct {
 	// NoClaimToken renews and marks a row without checking the claim token:
 	// a dispatcher whose lease expired carries on with rows another took over.
 	NoClaimToken bool `json:"noClaimToken,omitempty"`
+	// GiveUpOnClaims fails a row for good at a failed send once it has
+	// been claimed MaxAttempts times, reading the limit against the
+	// attempts column (every claim bumps it) instead of the failed sends:
+	// a row whose dispatchers crashed after sending it, or stalled past
+	// their lease, is given up at its first failed send, though it never
+	// failed before. Plausible: the limit is called MaxAttempts and the
+	// column attempts, and this package's dispatcher read it so until
+	// commit b3a9757.
+	GiveUpOnClaims bool `json:"giveUpOnClaims,omitempty"`
 	// NoDedup makes the consumer apply every delivery, without the
 	// processed-events marker.
 	NoDedup bool `json:"noDedup,omitempty"`
@@ -87,6 +96,7 @@ func (f Flaws) Or(g Flaws) Flaws {
 		NoSkipLocked:            f.NoSkipLocked || g.NoSkipLocked,
 		NoLeaseCheck:            f.NoLeaseCheck || g.NoLeaseCheck,
 		NoClaimToken:            f.NoClaimToken || g.NoClaimToken,
+		GiveUpOnClaims:          f.GiveUpOnClaims || g.GiveUpOnClaims,
 		NoDedup:                 f.NoDedup || g.NoDedup,
 		MarkerAfterEffect:       f.MarkerAfterEffect || g.MarkerAfterEffect,
 		OffsetBeforeEffect:      f.OffsetBeforeEffect || g.OffsetBeforeEffect,

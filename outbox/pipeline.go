@@ -25,7 +25,9 @@ const (
 	// on, and must find what was taken over.
 	FaultDispatcherPause = "dispatcher-pause"
 	// FaultProviderTimeout: the provider accepts an SMS and its answer is
-	// lost: the dispatcher hears a timeout and sends again later.
+	// lost: the dispatcher hears a timeout and sends again later. The
+	// answer to that re-send (a replay of the key) can be lost too, at
+	// most maxLostAnswers times per SMS in all.
 	FaultProviderTimeout = "provider-timeout"
 	// FaultConsumerCrash: the consumer dies between its effect and its
 	// offset commit (and, for code that commits its processed-events
@@ -112,6 +114,7 @@ type Pipeline struct {
 	paths  map[string]int
 	tries  map[string]int // fault/id → times decided
 	failed map[int64]bool // rows whose send failed once
+	lost   map[string]int // provider key → answers lost
 	errs   []error
 	fire   map[Firing]bool
 	firing []Firing // the decisions that fired, in order
@@ -127,7 +130,7 @@ type Pipeline struct {
 func StartPipeline(ctx context.Context, db bank.DB, sms *Provider, log *Log, cfg PipelineConfig) *Pipeline {
 	p := NewPipeline(db, sms, log, cfg)
 	ctx, p.stop = context.WithCancel(ctx)
-	sms.LoseIf(func(m Message) bool { return p.fires(FaultProviderTimeout, m.Key) })
+	sms.LoseIf(p.losesAnswer)
 	for k := range p.cfg.Dispatchers {
 		p.wg.Add(1)
 		go func() {
@@ -155,7 +158,7 @@ func NewPipeline(db bank.DB, sms *Provider, log *Log, cfg PipelineConfig) *Pipel
 		cfg.Consumer = DefaultConsumer
 	}
 	p := &Pipeline{db: db, sms: sms, log: log, cfg: cfg, fired: map[string]int{}, paths: map[string]int{},
-		tries: map[string]int{}, failed: map[int64]bool{}, stop: func() {}, fire: map[Firing]bool{}}
+		tries: map[string]int{}, failed: map[int64]bool{}, lost: map[string]int{}, stop: func() {}, fire: map[Firing]bool{}}
 	for _, f := range cfg.Fire {
 		p.fire[f] = true
 	}
@@ -164,7 +167,46 @@ func NewPipeline(db bank.DB, sms *Provider, log *Log, cfg PipelineConfig) *Pipel
 
 // fires decides whether fault fires at its next opportunity on id.
 // A decision Fire lists fires whatever the rate.
-func (p *Pipeline) fires(fault, id string) bool {
+func (p *Pipeline) fires(fault, id string) bool { return p.decide(fault, id, false) }
+
+// maxLostAnswers bounds the provider-timeouts on one SMS, its first send's
+// and its replays' together: well below DefaultMaxAttempts, so that a
+// correct dispatcher, which gives a row up only after that many failed
+// sends, never gives one up in a chaos run.
+const maxLostAnswers = 2
+
+// losesAnswer decides whether the provider loses its answer to m: for a
+// new message, as fires does; for a replay (a re-send of a key the
+// provider has accepted, which it answers with the first message's id),
+// by a draw of its own, and at most maxLostAnswers times per key in all.
+func (p *Pipeline) losesAnswer(m Message, replay bool) bool {
+	if !replay {
+		return p.noteLost(m.Key, p.fires(FaultProviderTimeout, m.Key))
+	}
+	p.mu.Lock()
+	lost := p.lost[m.Key]
+	p.mu.Unlock()
+	if lost >= maxLostAnswers {
+		return false
+	}
+	return p.noteLost(m.Key, p.decide(FaultProviderTimeout, m.Key, true))
+}
+
+func (p *Pipeline) noteLost(key string, lose bool) bool {
+	if lose {
+		p.mu.Lock()
+		p.lost[key]++
+		p.mu.Unlock()
+	}
+	return lose
+}
+
+// decide is fires; mix passes the hash through a splitmix64 finalizer
+// first. The FNV-1a hash's top bits barely move with the try's number n,
+// so that the tries of one id decide alike: a replay's lost answer mixes
+// them, so as to be drawn apart from its first send's. The draws that
+// existed before it stay unmixed, and the histories they made the same.
+func (p *Pipeline) decide(fault, id string, mix bool) bool {
 	rate := p.cfg.Rates[fault]
 	if rate <= 0 && len(p.fire) == 0 {
 		return false
@@ -181,7 +223,11 @@ func (p *Pipeline) fires(fault, id string) bool {
 		}
 		h := fnv.New64a()
 		fmt.Fprintf(h, "%d/%s/%d", p.cfg.Seed, key, n)
-		if float64(h.Sum64()>>11)/(1<<53) >= rate {
+		x := h.Sum64()
+		if mix {
+			x = splitmix64(x)
+		}
+		if float64(x>>11)/(1<<53) >= rate {
 			return false
 		}
 	}
@@ -190,6 +236,17 @@ func (p *Pipeline) fires(fault, id string) bool {
 	p.firing = append(p.firing, f)
 	p.mu.Unlock()
 	return true
+}
+
+// splitmix64 is SplitMix64's finalizer: every bit of x moves every bit of
+// the result.
+func splitmix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
 }
 
 // Firings lists the fault decisions that fired, in the order they were

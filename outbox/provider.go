@@ -41,8 +41,9 @@ type Call struct {
 	Message
 	// Outcome is "accepted", "replayed" (a key it had accepted already: the
 	// first message's id is answered, nothing is sent), "down" (refused,
-	// nothing sent) or "lost answer" (accepted and sent; the sender was not
-	// told).
+	// nothing sent), "lost answer" (accepted and sent; the sender was not
+	// told) or "replayed, lost answer" (a replay whose answer was lost:
+	// nothing new sent, and the sender was not told).
 	Outcome string `json:"outcome"`
 	SMSID   int64  `json:"smsId,omitempty"`
 }
@@ -67,7 +68,7 @@ type Provider struct {
 	loseNext  int
 	loseRate  float64
 	rng       *rand.Rand
-	loseIf    func(Message) bool
+	loseIf    func(m Message, replay bool) bool
 	onAccept  func(SMS)
 	beforeAny func(ctx context.Context, m Message)
 }
@@ -102,10 +103,13 @@ func (p *Provider) SetLoseRate(rate float64) {
 	p.loseRate = rate
 }
 
-// LoseIf makes the provider lose its answer to each accepted message for
+// LoseIf makes the provider lose its answer to each message it accepts for
 // which f says so (nil: none): a chaos run decides from its seed and the
-// message, not from the order the messages arrive in.
-func (p *Provider) LoseIf(f func(Message) bool) {
+// message, not from the order the messages arrive in. f is asked about a
+// replay too (replay set: a key the provider has accepted before, so
+// nothing new is sent), as a real provider's answer to a re-send can time
+// out like any other.
+func (p *Provider) LoseIf(f func(m Message, replay bool) bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.loseIf = f
@@ -144,6 +148,11 @@ func (p *Provider) Send(ctx context.Context, m Message) (Accepted, error) {
 		return Accepted{}, ErrProviderDown
 	}
 	if id, seen := p.byKey[m.Key]; seen && m.Key != "" {
+		if p.loseIf != nil && p.loseIf(m, true) {
+			p.calls = append(p.calls, Call{Message: m, Outcome: "replayed, lost answer", SMSID: id})
+			p.mu.Unlock()
+			return Accepted{}, ErrProviderTimeout
+		}
 		p.calls = append(p.calls, Call{Message: m, Outcome: "replayed", SMSID: id})
 		p.mu.Unlock()
 		return Accepted{SMSID: id, Replayed: true}, nil
@@ -153,7 +162,7 @@ func (p *Provider) Send(ctx context.Context, m Message) (Accepted, error) {
 	if m.Key != "" {
 		p.byKey[m.Key] = s.ID
 	}
-	lose := p.loseNext > 0 || (p.loseRate > 0 && p.rng.Float64() < p.loseRate) || (p.loseIf != nil && p.loseIf(m))
+	lose := p.loseNext > 0 || (p.loseRate > 0 && p.rng.Float64() < p.loseRate) || (p.loseIf != nil && p.loseIf(m, false))
 	if p.loseNext > 0 {
 		p.loseNext--
 	}

@@ -52,7 +52,7 @@ type dispatcherCrash struct{}
 func (p *Pipeline) StartOn(ctx context.Context, sc Sched) {
 	p.sc = sc
 	p.stop = sc.Stop
-	p.sms.LoseIf(func(m Message) bool { return p.fires(FaultProviderTimeout, m.Key) })
+	p.sms.LoseIf(p.losesAnswer)
 	for k := range p.cfg.Dispatchers {
 		sc.Go(ctx, fmt.Sprintf("dispatcher-%d", k+1), func(ctx context.Context) { p.dispatchTask(ctx, k) })
 	}

@@ -358,6 +358,12 @@ func All() []Bug {
 			Outbox:      outbox.Flaws{NoClaimToken: true},
 		},
 		{
+			Name:        "give-up-on-claims",
+			Mistake:     "The dispatcher gives a row up for good at a failed send once the row has been claimed MaxAttempts times, counting every claim (the attempts column) instead of the failed sends",
+			Consequence: "A row claimed again and again for no fault of its own (its dispatchers crashed after sending it, or stalled past their lease) is failed at its first lost provider answer: its SMS went out once, and the row is never marked sent",
+			Outbox:      outbox.Flaws{GiveUpOnClaims: true},
+		},
+		{
 			Name:        "consumer-without-dedup",
 			Mistake:     "The consumer applies every delivery, with no processed-events marker",
 			Consequence: "An event redelivered after a crash before the offset commit is applied twice",
