@@ -359,13 +359,7 @@ func TestOwnFundsReadOnArrivalOverdrawsWithoutTheFloor(t *testing.T) {
 				}
 			}
 			run := func(ctx context.Context, userID int64, req bank.TransferRequest) (bank.Response, error) {
-				var resp bank.Response
-				err := bank.InTx(ctx, pool, func(tx pgx.Tx) error {
-					var err error
-					resp, err = bank.TransferWith(ctx, tx, userID, req, flaws)
-					return err
-				})
-				return resp, err
+				return withFlaws(flaws)(ctx, pool, userID, req)
 			}
 			move, err := bank.ReadBalanceOnArrival(ctx, pool, 12)
 			if err != nil {
@@ -414,13 +408,7 @@ func TestOwnAccountsUncheckedMeetsTheCheckConstraint(t *testing.T) {
 	flaws := bank.Flaws{OwnAccountsUnchecked: true}
 	run := func(userID int64, req bank.TransferRequest) (bank.Response, error) {
 		ctx := bounded(t, fmt.Sprintf("a transfer %+v by user %d", req, userID))
-		var resp bank.Response
-		err := bank.InTx(ctx, pool, func(tx pgx.Tx) error {
-			var err error
-			resp, err = bank.TransferWith(ctx, tx, userID, req, flaws)
-			return err
-		})
-		return resp, err
+		return withFlaws(flaws)(ctx, pool, userID, req)
 	}
 	before := ledger(t, pool)
 	_, err := run(1, bank.TransferRequest{From: 12, To: 11, AmountKobo: 2_000_001})
@@ -533,12 +521,7 @@ func TestCreditByCustomerPaysTheCustomersFirstAccount(t *testing.T) {
 			pool := pgtest.NewBankWith(t, pgtest.BankOptions{Accounts: pgtest.MixedAccounts})
 			ctx := bounded(t, "Bola's payment to Ada")
 			req := bank.TransferRequest{From: 21, To: tt.to, AmountKobo: 100_000}
-			var resp bank.Response
-			err := bank.InTx(ctx, pool, func(tx pgx.Tx) error {
-				var err error
-				resp, err = bank.TransferWith(ctx, tx, 2, req, tt.flaws)
-				return err
-			})
+			resp, err := withFlaws(tt.flaws)(ctx, pool, 2, req)
 			rc, ok := resp.Receipt()
 			if err != nil || !ok || rc.From != 21 || rc.To != tt.to || rc.AmountKobo != 100_000 || rc.BalanceKobo != 400_000 {
 				t.Fatalf("Bola pays ₦1,000 to account %d: %s, %v; want 201 to %d leaving him ₦4,000", tt.to, resp.Summary(), err, tt.to)
@@ -588,12 +571,7 @@ func TestOwnCreditInSecondTransactionCommitsTheMoveShort(t *testing.T) {
 			pool := pgtest.NewBankWith(t, pgtest.BankOptions{Accounts: pgtest.MixedAccounts})
 			ctx := bounded(t, "a move of ₦1,000")
 			req := bank.TransferRequest{From: tt.from, To: tt.to, AmountKobo: 100_000}
-			var resp bank.Response
-			err := bank.InTx(ctx, pool, func(tx pgx.Tx) error {
-				var err error
-				resp, err = bank.TransferWith(ctx, tx, tt.user, req, tt.flaws)
-				return err
-			})
+			resp, err := withFlaws(tt.flaws)(ctx, pool, tt.user, req)
 			rc, ok := resp.Receipt()
 			if err != nil || !ok {
 				t.Fatalf("user %d moves ₦1,000 from %d to %d: %s, %v; want 201", tt.user, tt.from, tt.to, resp.Summary(), err)
