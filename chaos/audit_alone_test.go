@@ -271,9 +271,8 @@ func TestTheBalanceFloorIsBackForTheNextRun(t *testing.T) {
 	defer closeBanks()
 	dbs := &lentBanks{Databases: recycled}
 	floor := func(ctx context.Context) bool {
-		var ok bool
-		if err := dbs.last.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_constraint
-			WHERE conrelid = 'accounts'::regclass AND conname = 'accounts_balance_kobo_check')`).Scan(&ok); err != nil {
+		ok, err := pgtest.HasBalanceFloor(ctx, dbs.last.Pool)
+		if err != nil {
 			t.Error(err)
 		}
 		return ok

@@ -2,6 +2,7 @@ package scenarios_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"slices"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/banksim/bank-sim/bank"
+	"github.com/banksim/bank-sim/idem/mistakes"
 	"github.com/banksim/bank-sim/postgres/banks"
 	"github.com/banksim/bank-sim/postgres/pgtest"
 	"github.com/banksim/bank-sim/scenarios"
@@ -216,5 +218,42 @@ func TestControlsBreakTheRightInvariant(t *testing.T) {
 		if !strings.Contains(strings.Join(broke, "|"), inv) {
 			t.Errorf("%s: control broke %v, want %q among them", name, broke, inv)
 		}
+	}
+}
+
+// A scenario run with --bug no-balance-floor meets the mistake's schema in
+// its protected phases, as a chaos run does (mistakes.Bug.ApplySchema):
+// without it, the audit's scenario column would judge the mistake on a
+// bank that still refuses to overdraw. Its controls, which keep their own
+// mistakes, meet the schema every run meets; so does the next run, on the
+// bank the recycler lends again.
+func TestProtectedPhasesMeetTheMistakesSchema(t *testing.T) {
+	ctx := pgtest.Bounded(t, "two runs of a two-phase story")
+	bug, err := mistakes.Lookup("no-balance-floor")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen []string
+	phase := func(title string, control bool) scenarios.Phase {
+		return scenarios.Phase{Title: title, Control: control, Run: func(ctx context.Context, r *scenarios.Run) error {
+			floor, err := pgtest.HasBalanceFloor(ctx, r.DB)
+			seen = append(seen, fmt.Sprintf("%s floor=%v", title, floor))
+			return err
+		}}
+	}
+	// The control's phase must break an invariant to pass; this one only
+	// looks, so the report is not judged here, only what each phase saw.
+	story := scenarios.Scenario{Name: "floor-probe", Summary: "each phase reads the accounts table's CHECK",
+		Phases: []scenarios.Phase{phase("control", true), phase("protected", false)}}
+	shared, closeBanks := banks.Recycled(banks.OnServer(pgtest.Server(t), banks.Options{}))
+	defer closeBanks()
+	for _, b := range []*mistakes.Bug{&bug, nil} {
+		if _, err := scenarios.ExecuteWith(ctx, story, shared, 7, nil, scenarios.Options{Bug: b}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := []string{"control floor=true", "protected floor=false", "control floor=true", "protected floor=true"}
+	if !slices.Equal(seen, want) {
+		t.Errorf("with no-balance-floor, then without: the phases saw %v, want %v", seen, want)
 	}
 }

@@ -198,3 +198,14 @@ func (c *CountedBanks) NewBank(ctx context.Context, label string) (*banks.Databa
 	c.Made.Add(1)
 	return c.Databases.NewBank(ctx, label)
 }
+
+// HasBalanceFloor reports whether the bank q reaches has the accounts
+// table's CHECK (balance_kobo >= 0), which the no-balance-floor mistake's
+// schema drops (bank.DropBalanceFloorSQL): whether the schema or only the
+// code keeps balances at zero or more.
+func HasBalanceFloor(ctx context.Context, q bank.Querier) (bool, error) {
+	var ok bool
+	err := q.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_constraint
+		WHERE conrelid = 'accounts'::regclass AND conname = 'accounts_balance_kobo_check')`).Scan(&ok)
+	return ok, err
+}
