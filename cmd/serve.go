@@ -187,12 +187,14 @@ func runServe(ctx context.Context, app *App, o serveOptions) error {
 	defer stop()
 	h := &idem.Handler{DB: db.Pool, Store: &idem.Store{}, Stopping: stopping}
 	var flaws outbox.Flaws
+	var apiFlaws api.Flaws // a mistake of the HTTP layer, as chaos --http serves it
 	if bug != nil {
 		if err := bug.ApplySchema(ctx, db.Pool); err != nil {
 			return &ExitError{Code: ExitDatabase, Err: err}
 		}
 		bug.Apply(h)
 		flaws = bug.Outbox
+		apiFlaws = bug.API
 	}
 	logf := func(format string, args ...any) {
 		fmt.Fprintf(app.Env.Stderr, "bank-sim serve: "+format+"\n", args...)
@@ -205,7 +207,7 @@ func runServe(ctx context.Context, app *App, o serveOptions) error {
 	})
 	h.Effects = &outbox.Effects{DB: db.Pool, SMS: sms, Flaws: flaws, Note: logf}
 	dispatcher := &outbox.Dispatcher{DB: db.Pool, Name: "serve", SMS: sms, Flaws: flaws, Hooks: o.hooks.dispatch}
-	var handler http.Handler = api.NewServer(api.Config{Handler: h, Tokens: api.DemoTokens(), Log: logf, SMS: sms})
+	var handler http.Handler = api.NewServer(api.Config{Handler: h, Tokens: api.DemoTokens(), Flaws: apiFlaws, Log: logf, SMS: sms})
 	if !o.quiet {
 		handler = api.LogRequests(handler, api.DemoTokens(), nil, requestLog(app, db.Pool))
 	}

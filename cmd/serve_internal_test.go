@@ -17,6 +17,7 @@ import (
 	"github.com/banksim/bank-sim/bank"
 	"github.com/banksim/bank-sim/outbox"
 	"github.com/banksim/bank-sim/postgres"
+	"github.com/banksim/bank-sim/postgres/pgtest"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -239,5 +240,50 @@ func TestServeStopUnderLoadTextsEveryCommittedTransferOnce(t *testing.T) {
 	}
 	if strings.Contains(errOut.String(), "could not be sent") {
 		t.Errorf("serve says some rows could not be sent:\n%s", errOut.String())
+	}
+}
+
+// serve --bug no-balance-floor serves a bank without the balance's CHECK,
+// as the mistake's chaos runs and scenarios have it: a warning that names
+// the mistake over a bank that still refuses to overdraw would be a lie.
+// Without --bug, serve's bank has the CHECK.
+func TestServeRunsOnTheMistakesSchema(t *testing.T) {
+	t.Parallel()
+	for _, bug := range []string{"no-balance-floor", ""} {
+		var out, errOut lockedBuffer
+		app := &App{Env: &Env{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errOut,
+			Getenv: os.Getenv, Now: time.Now, Postgres: postgres.Start}}
+		o := serveOptions{addr: "127.0.0.1:0", grace: time.Second, quiet: true, bug: bug}
+		ctx, interrupt := context.WithCancel(context.Background())
+		o.hooks.listening = func(string) { interrupt() }
+		type floor struct {
+			ok  bool
+			err error
+		}
+		seen := make(chan floor, 1)
+		o.hooks.stopped = func(ctx context.Context, db bank.DB, _ *outbox.Provider) {
+			ok, err := pgtest.HasBalanceFloor(ctx, db)
+			seen <- floor{ok, err}
+		}
+		served := make(chan error, 1)
+		go func() { served <- runServe(ctx, app, o) }()
+		select {
+		case err := <-served:
+			if err != context.Canceled {
+				t.Errorf("--bug %q: serve returned %v, want the interrupt; stderr:\n%s", bug, err, errOut.String())
+			}
+		case <-time.After(2 * time.Minute):
+			t.Fatalf("--bug %q: waited 2 minutes for serve to listen and stop; stderr:\n%s", bug, errOut.String())
+		}
+		interrupt()
+		app.close()
+		select {
+		case f := <-seen:
+			if want := bug == ""; f.err != nil || f.ok != want {
+				t.Errorf("--bug %q: the CHECK (balance_kobo >= 0) in serve's bank: %v (%v), want %v", bug, f.ok, f.err, want)
+			}
+		default:
+			t.Errorf("--bug %q: serve stopped without reaching its stopped hook; stderr:\n%s", bug, errOut.String())
+		}
 	}
 }
