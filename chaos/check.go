@@ -485,17 +485,18 @@ func sameBytes(a, b Attempt) bool {
 	return bytes.Equal(a.Bytes(), b.Bytes())
 }
 
-// intentOfKey is the index of the (first) intent that sent userKey
-// ("user/key"), or -1.
-func (c *checker) intentOfKey(userKey string) int {
-	for _, in := range c.h.Intents {
+// intentOfKey is the (first) intent that sent userKey ("user/key"), and
+// its index; nil and -1 when none did.
+func (c *checker) intentOfKey(userKey string) (*Intent, int) {
+	for i := range c.h.Intents {
+		in := &c.h.Intents[i]
 		for _, a := range in.Attempts {
 			if fmt.Sprintf("%d/%s", in.UserID, a.Key) == userKey {
-				return in.Index
+				return in, in.Index
 			}
 		}
 	}
-	return -1
+	return nil, -1
 }
 
 // quote shows a body for a violation, cut at 120 bytes.
@@ -521,7 +522,8 @@ func (c *checker) keys() {
 		}
 		for _, k := range b.InProgress {
 			if !live[k.LockID] {
-				c.add(Violation{Kind: KindAbandoned, Intent: c.intentOfKey(k.Key), AtNs: c.end(),
+				_, idx := c.intentOfKey(k.Key)
+				c.add(Violation{Kind: KindAbandoned, Intent: idx, AtNs: c.end(),
 					Detail: fmt.Sprintf("key %s was in progress (lock %s) before healing, but its holder had returned: every retry is told 409 until the lock expires", k.Key, k.LockID)})
 			}
 		}
@@ -566,19 +568,14 @@ func (c *checker) stuckKeys() {
 		if c.named[k] {
 			continue
 		}
-		idx := c.intentOfKey(k)
+		in, idx := c.intentOfKey(k)
 		detail := fmt.Sprintf("key %s is still in progress at the end, and no intent sent it", k)
-		if idx >= 0 {
+		if in != nil {
 			detail = fmt.Sprintf("key %s is still in progress at the end, and no attempt settled it", k)
-			for _, in := range c.h.Intents {
-				if in.Index != idx {
-					continue
-				}
-				for _, a := range in.Attempts {
-					if a.Seen != SeenUnknown {
-						detail += fmt.Sprintf(" (%s sent it, and had its final answer with key %s)", in.Label, a.Key)
-						break
-					}
+			for _, a := range in.Attempts {
+				if a.Seen != SeenUnknown {
+					detail += fmt.Sprintf(" (%s sent it, and had its final answer with key %s)", in.Label, a.Key)
+					break
 				}
 			}
 		}
