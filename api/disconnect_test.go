@@ -91,10 +91,10 @@ func inProgress(t *testing.T, pool *pgxpool.Pool) int {
 }
 
 // resetProbe sends n valid POSTs through a proxy that resets each connection
-// 0–4 ms (seeded) after passing the request on, waits until every handler has
+// 0–4 ms (seeded by seed) after passing the request on, waits until every handler has
 // returned, and counts the keys left in progress: keys with nobody working on
 // them, which block every retry with 409 until their lock expires.
-func resetProbe(t *testing.T, mistake bool, n int) (stuck int) {
+func resetProbe(t *testing.T, mistake bool, n int, seed uint64) (stuck int) {
 	t.Helper()
 	pool := newBank(t, 16)
 	// The probe is about clients going away, not about an overloaded
@@ -104,7 +104,7 @@ func resetProbe(t *testing.T, mistake bool, n int) (stuck int) {
 	// long bound costs nothing.
 	h := &idem.Handler{DB: pool, Store: &idem.Store{}, ClaimOnRequestContext: mistake, WorkTimeout: 2 * time.Minute}
 	ls := serveLive(t, h)
-	p, err := faults.StartProxy(ls.addr, 2026)
+	p, err := faults.StartProxy(ls.addr, seed)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,22 +154,28 @@ func resetProbe(t *testing.T, mistake bool, n int) (stuck int) {
 func TestResetAfterSendLeavesNoKeyInProgress(t *testing.T) {
 	t.Parallel()
 	n := resets()
-	if stuck := resetProbe(t, false, n); stuck != 0 {
+	if stuck := resetProbe(t, false, n, 2026); stuck != 0 {
 		t.Errorf("%d of %d keys left in progress after every handler returned, want 0", stuck, n)
 	}
 }
 
 // The same probe against the named mistake (claim on the request's context)
 // must find stuck keys: it is what proves the probe can see the defect
-// (52 of 1,500 here, about 17 expected of 500).
+// (52 of 1,500 here, about 17 expected of 500). Whether a reset lands
+// between the claim's commit and the key's completion is timing: at load
+// 25, six probes of 500 left 14, 17, 30, 9, 0 and 11 keys, so the mistake
+// must show in one of three probes (seeds 2026-2028), not in the first.
 func TestResetAfterSendFindsTheClaimOnRequestContextMistake(t *testing.T) {
 	t.Parallel()
 	n := resets()
-	stuck := resetProbe(t, true, n)
-	t.Logf("claim-on-request-context: %d of %d keys left in progress", stuck, n)
-	if stuck == 0 {
-		t.Errorf("no key left in progress by the claim-on-request-context mistake in %d resets; the probe does not reach the claim", n)
+	for seed := uint64(2026); seed <= 2028; seed++ {
+		stuck := resetProbe(t, true, n, seed)
+		t.Logf("claim-on-request-context, seed %d: %d of %d keys left in progress", seed, stuck, n)
+		if stuck > 0 {
+			return
+		}
 	}
+	t.Errorf("no key left in progress by the claim-on-request-context mistake in three probes of %d resets; the probe does not reach the claim", n)
 }
 
 // resets is how many requests the reset probes send: every reset forks a
