@@ -293,6 +293,17 @@ func TestKillPostgresRunIsValid(t *testing.T) {
 		if res.ByKind[chaos.KindKeyLost] != 0 {
 			t.Fatal("keys lost across the crash")
 		}
+		// The side effects' dispatchers and consumer lost PostgreSQL with
+		// the crash: the history counts their errors, and the run's own
+		// outage explains each (they make no run INCONCLUSIVE).
+		w := h.WorkerErrors
+		if w == nil {
+			t.Fatalf("http %v: the side effects' workers hit no error across the crash; want their failed claims and polls", http)
+		}
+		t.Logf("http %v: %s; first %+v", http, w.Line(), w.First)
+		if w.Unexplained() != 0 || len(res.Coverage.Unexplained) != 0 {
+			t.Fatalf("http %v: %d of the workers' %d errors are not put down to the crash: %q", http, w.Unexplained(), w.Count, res.Coverage.Unexplained)
+		}
 	}
 }
 

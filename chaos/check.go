@@ -131,6 +131,8 @@ type Result struct {
 	// PrimaryChanges are the history's changes of primary, measured: the
 	// unavailability and the violations that cross each.
 	PrimaryChanges []PrimaryChangeResult `json:"primaryChanges,omitempty"`
+	// WorkerErrors are the history's (see Coverage.Unexplained).
+	WorkerErrors *WorkerErrors `json:"workerErrors,omitempty"`
 }
 
 // Verdicts of a run.
@@ -198,6 +200,7 @@ func CheckWithout(h *History, off []string) Result {
 	c.sideEffects()
 	c.finish()
 	c.res.PrimaryChanges = primaryChanges(h, c.res.Violations)
+	c.res.WorkerErrors = h.WorkerErrors
 	return c.res
 }
 

@@ -157,13 +157,19 @@ type Coverage struct {
 	// that is not a refusal of the key), with the flag that would name
 	// them: the run cannot vouch for that path until they are named.
 	Unrecognised []string `json:"unrecognised,omitempty"`
+	// Unexplained names the errors of the side effects' workers that no
+	// outage of the run explains (History.WorkerErrors): while they
+	// failed for a reason of their own, the run cannot vouch for its
+	// side effects.
+	Unexplained []string `json:"unexplained,omitempty"`
 }
 
 // Missing lists what the run should have exercised and did not: every
 // defence path never taken, every fault kind with a rate above zero that
-// never fired, and every answer it could not name (Unrecognised).
+// never fired, every answer it could not name (Unrecognised), and every
+// error of the side effects' workers its outages do not explain.
 func (c Coverage) Missing() []string {
-	out := append([]string{}, c.Unrecognised...)
+	out := append(append([]string{}, c.Unexplained...), c.Unrecognised...)
 	for _, f := range c.Faults {
 		if f.Rate > 0 && f.Fired == 0 {
 			out = append(out, fmt.Sprintf("fault %s (rate %g) never fired", f.Kind, f.Rate))
@@ -288,6 +294,9 @@ func Cover(h *History) Coverage {
 	var c Coverage
 	if t := h.Config.Target; t != nil {
 		c.Unrecognised = t.unrecognised(h)
+	}
+	if h.WorkerErrors.Unexplained() > 0 {
+		c.Unexplained = h.WorkerErrors.unexplained()
 	}
 	for _, p := range pathList {
 		if !applies(h, p.name) {
@@ -457,6 +466,9 @@ func Union(cs ...Coverage) Coverage {
 	path := map[string]int{}
 	fault := map[string]int{}
 	for _, c := range cs {
+		// One run's errors are the union's: another run reaching a path
+		// does not explain them.
+		u.Unexplained = append(u.Unexplained, c.Unexplained...)
 		for _, p := range c.Paths {
 			i, ok := path[p.Path]
 			if !ok {
@@ -518,11 +530,13 @@ func (c Coverage) Unreached() []string {
 type CoverageCounts struct {
 	Paths  map[string]int `json:"paths"`
 	Faults map[string]int `json:"faults,omitempty"`
+	// Unexplained is Coverage's, whole: no rate gives it back.
+	Unexplained []string `json:"unexplained,omitempty"`
 }
 
 // Counts is c in short.
 func (c Coverage) Counts() CoverageCounts {
-	n := CoverageCounts{Paths: make(map[string]int, len(c.Paths))}
+	n := CoverageCounts{Paths: make(map[string]int, len(c.Paths)), Unexplained: c.Unexplained}
 	for _, p := range c.Paths {
 		n.Paths[p.Path] = p.Count
 	}
@@ -542,7 +556,7 @@ func (c Coverage) Counts() CoverageCounts {
 // fault kind with its rate. A path this version of bank-sim does not know
 // comes last, unexplained.
 func (n CoverageCounts) Coverage(rates Rates) Coverage {
-	var c Coverage
+	c := Coverage{Unexplained: n.Unexplained}
 	for _, p := range pathList {
 		if count, ok := n.Paths[p.name]; ok {
 			c.Paths = append(c.Paths, PathCount{Path: p.name, What: p.what, ReachedBy: p.reachedBy, Count: count})

@@ -272,6 +272,9 @@ type engine struct {
 	crashErr  error
 	crashWG   sync.WaitGroup
 	crashOnce sync.Once
+
+	// workerErrs are the pipeline's errors (History.WorkerErrors).
+	workerErrs *WorkerErrors
 }
 
 func newEngine(db bank.DB, cfg Config) *engine {
@@ -593,7 +596,7 @@ func (e *engine) run(ctx context.Context, progress Progress) (*History, error) {
 
 	h := &History{Seed: cfg.Seed, Config: cfg, Opening: e.lay.accounts, Audits: e.audits, Fired: e.fired,
 		Server: e.server, Crashes: e.crashes, Cleanup: e.cleanup, Stalls: e.stalls, BeforeHeal: e.beforeHeal, Freezes: e.freezes,
-		SideEffects: e.sideEffects, PipelineFaults: e.pipeFired}
+		SideEffects: e.sideEffects, PipelineFaults: e.pipeFired, WorkerErrors: e.workerErrs}
 	if n := e.pastPlan.Load(); n > 0 {
 		h.PastPlan = &PastPlan{Intents: int(n), EndNs: e.planEnd.Load(), LastNs: e.pastLast.Load()}
 	}
@@ -819,6 +822,9 @@ func (e *engine) settleSideEffects(ctx context.Context) error {
 	e.server[PathLockTakenAfterExpiry] += st.TakenAfterExpiry
 	e.server[PathLockReleaseRefused] += st.ReleaseRefused
 	e.sideEffects = &snap
+	// The auditor's test: a run that takes PostgreSQL away expects it
+	// gone for a while (snapshot).
+	e.workerErrs = workerErrors(e.pipeline.Errors(), e.cfg.KillPostgres || e.outages)
 	if e.sched != nil {
 		e.pipeFired = e.pipeline.Firings()
 	}

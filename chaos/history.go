@@ -132,6 +132,10 @@ type History struct {
 	// the order they were made, in a deterministic run: given back as
 	// Config.PipelineFaults they fire again (a recipe's).
 	PipelineFaults []outbox.Firing `json:"pipelineFaults,omitempty"`
+	// WorkerErrors are the errors the side effects' workers hit in the
+	// fault phase (nil for none): those no outage of the run explains
+	// make it INCONCLUSIVE.
+	WorkerErrors *WorkerErrors `json:"workerErrors,omitempty"`
 	// Restarts are a target run's restarts of the target (--restart).
 	Restarts []TargetRestart `json:"restarts,omitempty"`
 }

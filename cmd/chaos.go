@@ -252,10 +252,12 @@ report has a row per seed, linking to its details.
 
 Exit code 0 when the run is VALID (no rule broken, every defence
 exercised), 1 on any violation, 4 when it is INCONCLUSIVE (no rule broken,
-but some defence never exercised or some fault never fired), 2 for a usage
-error, 3 when PostgreSQL is unavailable. A campaign exits 1 if any seed is
-INVALID (or could not run), else 4 if its seeds together never exercised
-some defence, else 0.`,
+but some defence never exercised, some fault never fired, or the side
+effects' dispatchers or consumer hit errors that no outage of the run
+explains, such as a missing table), 2 for a usage error, 3 when PostgreSQL
+is unavailable. A campaign exits 1 if any seed is INVALID (or could not
+run), else 4 if its seeds together never exercised some defence or one
+seed's workers hit such errors, else 0.`,
 		Example: `  bank-sim chaos --seed 42
   bank-sim chaos --clients 16 --intents 10000 --accounts 3
   bank-sim chaos --duration 30s --faults lose-response=0.2,duplicate=0.1
@@ -877,6 +879,18 @@ func printChaosResult(out io.Writer, p *palette, h *chaos.History, res chaos.Res
 			cut.Intent, time.Duration(cut.CutNs).Round(time.Millisecond), time.Duration(cut.HealedNs).Round(time.Millisecond),
 			time.Duration(cut.HealedNs-cut.CutNs).Round(time.Millisecond), cut.Failed(h))
 	}
+	if w := h.WorkerErrors; w != nil {
+		fmt.Fprintf(tw, "side effects\t%s\n", w.Line())
+		expected := 0
+		for _, e := range w.First {
+			if e.Expected {
+				if expected++; expected > 1 {
+					continue // one is enough to say what the outage did
+				}
+			}
+			fmt.Fprintf(tw, "\t  %d × %s\n", e.Count, truncate(termtext.Escape(e.Message), 200))
+		}
+	}
 	fmt.Fprintf(tw, "ledger\t%d transfers\t%d audits\n", s.Transfers, s.Audits)
 	for i, st := range h.Stalls {
 		if i == 3 {
@@ -943,11 +957,23 @@ func printChaosResult(out io.Writer, p *palette, h *chaos.History, res chaos.Res
 		if len(res.Coverage.Unrecognised) > 0 {
 			what = "what it never exercised, nor for answers it could not name"
 		}
+		if len(res.Coverage.Unexplained) > 0 {
+			what += ", nor for side effects whose workers hit errors no outage of the run explains"
+		}
 		fmt.Fprintf(out, "\n%s no rule broken, but this run cannot vouch for %s:\n", p.bad.Sprint("INCONCLUSIVE"), what)
 		for _, m := range res.Coverage.Missing() {
-			fmt.Fprintf(out, "   - %s\n", m)
+			// A worker's error quotes PostgreSQL, or a target's answer.
+			fmt.Fprintf(out, "   - %s\n", termtext.Escape(m))
 		}
-		fmt.Fprintf(out, "%s\n", p.dim.Sprintf("seed %d; %s", h.Seed, inconclusiveAdvice(h)))
+		advice := inconclusiveAdvice(h)
+		if n := len(res.Coverage.Unexplained); n > 0 {
+			rest := ""
+			if len(res.Coverage.Missing()) > n {
+				rest = "; for the rest, " + advice
+			}
+			advice = "the side effects' workers failed for a reason of their own (see \"side effects\" above): mend what they hit, then run again" + rest
+		}
+		fmt.Fprintf(out, "%s\n", p.dim.Sprintf("seed %d; %s", h.Seed, advice))
 		return
 	}
 	show := func(label string, v *chaos.Violation) {
