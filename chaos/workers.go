@@ -134,7 +134,11 @@ func (w *WorkerErrors) unexplained() []string {
 		}
 	}
 	if n := w.Unexplained() - shown; n > 0 {
-		out = append(out, fmt.Sprintf("the side effects' workers hit %s more that no outage of the run explains", plural(n, "error", "errors")))
+		more := "more errors"
+		if n == 1 {
+			more = "more error"
+		}
+		out = append(out, fmt.Sprintf("the side effects' workers hit %d %s that no outage of the run explains", n, more))
 	}
 	return out
 }

@@ -91,7 +91,7 @@ func checkWorkerErrors(t *testing.T, history string) {
 		`(?m)^ +5 × claim outbox rows: ERROR: relation "outbox_attempts" does not exist \(SQLSTATE 42P01\)$`,
 		`(?m)^INCONCLUSIVE no rule broken, but this run cannot vouch for what it never exercised, nor for side effects whose workers hit errors no outage of the run explains:$`,
 		`(?m)^   - the side effects' workers hit an error no outage of the run explains \(5×\): claim outbox rows: ERROR: relation "outbox_attempts" does not exist \(SQLSTATE 42P01\)$`,
-		`(?m)^   - the side effects' workers hit 1 error more that no outage of the run explains$`,
+		`(?m)^   - the side effects' workers hit 1 more error that no outage of the run explains$`,
 		`mend what they hit, then run again`,
 	} {
 		if !regexp.MustCompile(want).MatchString(r.stdout) {
