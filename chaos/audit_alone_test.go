@@ -106,7 +106,11 @@ var soleCatches = []struct {
 // each of the three mistakes, and holds each to its rule alone and to no
 // scenario; what only this test shows is that the audit switches a rule
 // off (Off, Silenced, the verdict), and one rule shows it. The exhaustive
-// run takes each rule in turn.
+// run takes each rule in turn. With its rule off, a mistake's chaos cell
+// goes on to seeds 43 to 45, and one of those may break a documented
+// backup (new-key-after-5xx's seed 44 breaks rejected-but-moved since the
+// side effects' draws are independent): then the audit is VALID, the row
+// caught by its backups alone, as TestAuditFailsWithAnyRuleOff allows.
 func TestEachRuleAloneCatchesItsMistake(t *testing.T) {
 	t.Parallel()
 	dbs := pgtest.Banks(t)
@@ -128,14 +132,30 @@ func TestEachRuleAloneCatchesItsMistake(t *testing.T) {
 			}
 			row := rep.Rows[0]
 			for _, c := range rep.Columns {
-				if row.Caught[c] {
+				if row.Caught[c] && c != chaos.ChaosColumn {
 					t.Errorf("%s was caught by %s with %s off: %s", sc.bug, c, sc.rule, row.Why[c])
 				}
+			}
+			// With its rule off, the chaos cell goes on to the next seed,
+			// whose run may break one of the mistake's documented backups
+			// (as TestAuditFailsWithAnyRuleOff allows): caught, but by
+			// those alone.
+			backedUp := row.Caught[chaos.ChaosColumn]
+			if backedUp {
+				if len(row.Broken) == 0 {
+					t.Errorf("with %s off, %s was caught, but its chaos run broke no rule: %s", sc.rule, sc.bug, row.Why[chaos.ChaosColumn])
+				}
+				for _, k := range row.Broken {
+					if !slices.Contains(sc.backups, k) {
+						t.Errorf("%s was caught by chaos with %s off, by %s (its backups are %v): %s", sc.bug, sc.rule, k, sc.backups, row.Why[chaos.ChaosColumn])
+					}
+				}
+				t.Logf("with %s off, %s was caught by %v: %s", sc.rule, sc.bug, row.Broken, row.Why[chaos.ChaosColumn])
 			}
 			if !slices.Equal(row.Silenced, []string{sc.rule}) {
 				t.Errorf("%s: the rules switched off that its chaos run broke are %v, want [%s]", sc.bug, row.Silenced, sc.rule)
 			}
-			if rep.Verdict() != chaos.Invalid {
+			if !backedUp && rep.Verdict() != chaos.Invalid {
 				t.Errorf("with %s off the audit of %s is %s, want %s", sc.rule, sc.bug, rep.Verdict(), chaos.Invalid)
 			}
 		})
