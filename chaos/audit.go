@@ -168,7 +168,7 @@ func AloneNote(kind string) string {
 			"it needs a row claimed 5 times or more, its dispatchers crashed or stalled past their lease, whose next send loses the provider's answer. " +
 			"Since each of the side effects' chances on a row is drawn apart from the last (outbox.Pipeline's fires), such rows are rare: " +
 			"none in the deterministic runs of 100 intents of seeds 1 to 20 and 42 to 45, so that the audit's chaos cell misses it, " +
-			"and 1 of 6 free runs of 400 measured (seeds 42 and 20261130, three each). " +
+			"and 3 of 8 free runs of 400 measured (seeds 42 and 20261130: 1 of 6 chaos runs, three each; both audits, one each). " +
 			"Only a row given up after its message went out once is alone: one given up before breaks " + KindSMSNotOnce + " or " + KindEventLost + " too"
 	case KindNegative:
 		return "alone only where the accounts table leaves the floor to the application: bank-sim's own has CHECK (balance_kobo >= 0), " +
