@@ -84,13 +84,20 @@ func primaryChanges(h *History, vs []Violation) []PrimaryChangeResult {
 	for _, k := range h.StuckKeys {
 		stuck[k] = true
 	}
+	stuckIntents := map[int]bool{} // the intents that sent a key still in progress at the end
+	for _, in := range h.Intents {
+		for _, a := range in.Attempts {
+			if stuck[fmt.Sprintf("%d/%s", in.UserID, a.Key)] {
+				stuckIntents[in.Index] = true
+			}
+		}
+	}
 	for _, pc := range h.PrimaryChanges {
 		r := PrimaryChangeResult{PrimaryChange: pc, LastAckNs: -1, FirstAckNs: -1, Crossing: []Violation{}}
 		// Each intent's first acknowledgement (a transfer), first final
 		// answer (a transfer or a refusal: its key then completed), and
 		// first return of any kind (its key no longer held by it).
 		ackedAt, answeredAt, returnedAt := map[int]int64{}, map[int]int64{}, map[int]int64{}
-		stuckIntents := map[int]bool{} // the intents that sent a key still in progress at the end
 		first := func(m map[int]int64, i int, t int64) {
 			if old, ok := m[i]; !ok || t < old {
 				m[i] = t
@@ -98,11 +105,6 @@ func primaryChanges(h *History, vs []Violation) []PrimaryChangeResult {
 		}
 		sentAfter := 0 // attempts sent once the old primary was lost
 		for _, in := range h.Intents {
-			for _, a := range in.Attempts {
-				if stuck[fmt.Sprintf("%d/%s", in.UserID, a.Key)] {
-					stuckIntents[in.Index] = true
-				}
-			}
 			for _, a := range in.Attempts {
 				if a.Lookup {
 					continue

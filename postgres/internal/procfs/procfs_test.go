@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"slices"
 	"testing"
+	"time"
 )
 
 func TestScanChildrenAndCmdlineSeeAChild(t *testing.T) {
@@ -17,7 +18,14 @@ func TestScanChildrenAndCmdlineSeeAChild(t *testing.T) {
 	if kids := Children(os.Getpid()); !slices.Contains(kids, pid) {
 		t.Errorf("Children(%d) = %v, want it to hold the child %d", os.Getpid(), kids, pid)
 	}
-	if got := Cmdline(pid); got != "sleep 30" {
+	// Start returns once the exec has begun, which is not once the new
+	// program's arguments are in place: until then the kernel shows an
+	// empty command line (seen in CI: Cmdline = ""). Wait for it, bounded.
+	got := Cmdline(pid)
+	for deadline := time.Now().Add(5 * time.Second); got == "" && time.Now().Before(deadline); got = Cmdline(pid) {
+		time.Sleep(time.Millisecond)
+	}
+	if got != "sleep 30" {
 		t.Errorf("Cmdline(%d) = %q, want %q", pid, got, "sleep 30")
 	}
 	var me *Proc
