@@ -164,11 +164,9 @@ func AloneNote(kind string) string {
 			"on others the client's new key is refused for want of the money the first request moved, and " + KindRejected +
 			" backs it up (with " + KindWrong + " when the sender is a solo account sending its whole balance)"
 	case KindOutboxLeft:
-		return "give-up-on-claims (a row given up at a failed send once claimed 5 times, every claim counted) breaks it alone only in some runs: " +
-			"it needs a row claimed 5 times or more, its dispatchers crashed or stalled past their lease, whose next send loses the provider's answer. " +
-			"Since each of the side effects' chances on a row is drawn apart from the last (outbox.Pipeline's fires), such rows are rare: " +
-			"none in the deterministic runs of 100 intents of seeds 1 to 20 and 42 to 45, so that the audit's chaos cell misses it, " +
-			"and 3 of 8 free runs of 400 measured (seeds 42 and 20261130: 1 of 6 chaos runs, three each; both audits, one each). " +
+		return "give-up-on-same-error (a row given up at its second failed send, for the same error as its last) breaks it alone in some runs only: " +
+			"it needs an SMS whose provider loses its answer twice, to its first send and to a re-send (each chance drawn apart, outbox.Pipeline's fires): " +
+			"seed 42's deterministic run of 100 intents has one (row 91), as 9 of seeds 1 to 20's do; a run with none misses it. " +
 			"Only a row given up after its message went out once is alone: one given up before breaks " + KindSMSNotOnce + " or " + KindEventLost + " too"
 	case KindNegative:
 		return "alone only where the accounts table leaves the floor to the application: bank-sim's own has CHECK (balance_kobo >= 0), " +

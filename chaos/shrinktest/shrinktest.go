@@ -171,27 +171,20 @@ func ToRecipe(t *testing.T, dbs banks.Databases, b mistakes.Bug) {
 // its key over has transferred, and the new key is refused for want of the
 // money (rejected-but-moved; moved-twice when the sender can pay twice).
 //
-// give-up-on-claims needs a row claimed five times or more (its batch's
-// dispatchers crashed or stalled) whose next send loses its answer: seed
-// 1's 60 and 150 intents have none (outbox-row-left in 11 of seeds 1 to 24
-// at 150 intents, 2 at 60); seed 4's 60 give row 1 up after 7 claims.
-// (Measured while a dispatcher that crashed on a row crashed on it every
-// time; with independent draws seed 4's 60 and 150 break no rule.)
+// give-up-on-same-error needs a row whose send and re-send both lose the
+// provider's answer: seeds 1 to 3's 60 and 150 intents have none, nor seed
+// 4's 60; seed 4's 150 do.
 //
 // marker-after-effect: since the side effects' draws are independent, seed
 // 1's 60 intents stop at 15 within its budget of 800 runs; seed 3's shrink
 // to 4 intents in 270 runs. no-fencing: seed 1's 150 intents first break
 // rejected-but-moved, and the default 400 runs leave 6 intents; seed 2's
 // break moved-twice and shrink to 1 intent in 51 runs.
-var seeds = map[string]uint64{"new-key-after-5xx": 42, "give-up-on-claims": 4, "marker-after-effect": 3, "no-fencing": 2}
+var seeds = map[string]uint64{"new-key-after-5xx": 42, "give-up-on-same-error": 4, "marker-after-effect": 3, "no-fencing": 2}
 
 // intentsAtMost are the mistakes whose recipe keeps more than five intents
-// (five for the others). give-up-on-claims needs a row claimed five times
-// in the fault phase, which lasts only while clients send, and then a lost
-// answer: from seeds 4 and 199's 60 intents a budget of 1600 runs leaves 6
-// (seed 23's: 7; seeds 67 and 93's: 10 and 16), the shrink's later rounds
-// dropping none, and the rest of the budget goes to the schedule.
-var intentsAtMost = map[string]int{"give-up-on-claims": 6}
+// (five for the others): none at present.
+var intentsAtMost = map[string]int{}
 
 // auditSteps are the mistakes that only a mid-run audit catches, and the
 // audits' cadence their runs start from (chaos.DefaultAuditSteps, 500, for
@@ -232,9 +225,8 @@ func Each(t *testing.T, keep func(mistakes.Bug) bool) {
 // consumer must crash between its two commits during the fault phase, which
 // lasts only while clients send: a smaller run often ends before the
 // consumer polls the event, and keeps no crash. From seed 1's 60 intents the
-// default 400 runs leave 7 intents; 497 runs reach 5. give-up-on-claims'
-// from seed 4's 60: 400 runs leave 10, 1600 leave 6 (intentsAtMost).
-var shrinkBudgets = map[string]int{"marker-after-effect": 800, "give-up-on-claims": 1600}
+// default 400 runs leave 7 intents; 497 runs reach 5.
+var shrinkBudgets = map[string]int{"marker-after-effect": 800}
 
 // pipelineMistakes are the side effects' mistakes that only the outbox's
 // dispatchers and consumer, running among the clients with their faults,
@@ -242,7 +234,7 @@ var shrinkBudgets = map[string]int{"marker-after-effect": 800, "give-up-on-claim
 var pipelineMistakes = map[string]bool{
 	"no-provider-key": true, "dispatcher-without-skip-locked": true, "mark-done-without-claim-token": true,
 	"consumer-without-dedup": true, "offset-before-effect": true, "marker-after-effect": true, "claim-without-lease-check": true,
-	"give-up-on-claims": true,
+	"give-up-on-same-error": true,
 }
 
 // needsItsPipeline checks that a side-effect mistake's recipe needs what it
