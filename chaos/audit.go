@@ -153,14 +153,14 @@ func AloneNote(kind string) string {
 			"it is alone only in a mid-run audit (every 25 ms of a free run, every 500 scheduler steps of a deterministic one), " +
 			"for money moved in two commits that both land. own-credit-in-second-transaction does that (a move between one customer's own accounts " +
 			"credited in a transaction of its own after the transfer's), and breaks it alone when an audit falls between the two commits: " +
-			"in the deterministic runs of 100 intents of seeds 42, 44 and 45 (1 to 3 audits short), not of seed 43, " +
+			"in the deterministic runs of 100 intents of seeds 42, 43 and 45 (1 or 2 audits short), not of seed 44, " +
 			"and in every free run of 400 measured (seeds 42 and 20261130); a run none of whose audits falls between a move's two commits misses it"
 	case KindKeyLost:
 		return "refusal-in-second-transaction breaks it alone in some runs (seed 42's deterministic run of 100 intents; free runs of 400 intents differ from one run to the next: alone on seed 5 of seeds 1 to 6 once, on seed 4 of seeds 1 to 8 another time); " +
 			"on others an intent whose key it lost is sent again (a second tap, a repeat after the cleanup), " +
 			"runs again, and " + KindReplay + " (and " + KindRejected + " when it then moves money) back it up"
 	case KindTwice:
-		return "new-key-after-5xx breaks it alone in some runs (seed 42's deterministic run of 100 intents); " +
+		return "new-key-after-5xx breaks it alone in some runs (the deterministic runs of 100 intents of seeds 42, 43 and 45); " +
 			"on others the client's new key is refused for want of the money the first request moved, and " + KindRejected +
 			" backs it up (with " + KindWrong + " when the sender is a solo account sending its whole balance)"
 	case KindOutboxLeft:
@@ -173,8 +173,8 @@ func AloneNote(kind string) string {
 			"which turns an overdraw into a 500 on every attempt (" + KindUnresolved + " sees own-accounts-unchecked). " +
 			"no-balance-floor drops that CHECK and checks a move between one customer's own accounts on the balance read as its request arrived, " +
 			"debiting without the condition: it breaks the rule alone when a debit of the sender commits between that read and the move's row lock " +
-			"and an audit (or the end) sees the balance before a credit lifts it: in the deterministic runs of 100 intents of seeds 42, 44 and 45, " +
-			"not of seed 43, and in 8 of 10 free runs of 400 measured (seeds 42 and 20261130, five each); a run that meets no such race, or none " +
+			"and an audit (or the end) sees the balance before a credit lifts it: in the deterministic runs of 100 intents of seeds 43 and 44, " +
+			"not of seeds 42 and 45, and in 8 of 10 free runs of 400 measured (seeds 42 and 20261130, five each); a run that meets no such race, or none " +
 			"an audit sees, misses it (the audit's cell then goes on to the next seed). A deterministic hole would not do: a solo account sending " +
 			"a kobo more than it holds to its owner's other account (seed 42's free 400: intents 190 and 384) would be told 201, and " + KindWrong +
 			" knows its answer"

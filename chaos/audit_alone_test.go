@@ -73,7 +73,8 @@ var soleCatches = []struct {
 	// again. When the sender cannot pay twice, the new key is refused and
 	// the intent was told a refusal for money that moved:
 	// rejected-but-moved, and wrong-answer too when the sender is a solo
-	// account sending its whole balance (free runs; seed 1).
+	// account sending its whole balance (free runs; seed 1's deterministic
+	// 150 while the side effects' draws repeated on a row).
 	{chaos.KindTwice, "new-key-after-5xx", []string{chaos.KindRejected, chaos.KindWrong}},
 	// The credit lands on the payee's first account, which is the account
 	// named wherever a customer has one (the scenarios' bank): the total,
