@@ -153,30 +153,30 @@ func AloneNote(kind string) string {
 			"it is alone only in a mid-run audit (every 25 ms of a free run, every 500 scheduler steps of a deterministic one), " +
 			"for money moved in two commits that both land. own-credit-in-second-transaction does that (a move between one customer's own accounts " +
 			"credited in a transaction of its own after the transfer's), and breaks it alone when an audit falls between the two commits: " +
-			"in the deterministic runs of 100 intents of seeds 42, 44 and 45 (1 to 3 audits short), not of seed 43, " +
-			"and in every free run of 400 measured (seeds 42 and 20261130); a run none of whose audits falls between a move's two commits misses it"
+			"in the deterministic runs of 100 intents of seeds 42, 43 and 45 (1 or 2 audits short), not of seed 44, " +
+			"and in every free run of 400 measured (seeds 42 and 20261130, two each); a run none of whose audits falls between a move's two commits misses it"
 	case KindKeyLost:
-		return "refusal-in-second-transaction breaks it alone in some runs (seed 42's deterministic run of 100 intents; free runs of 400 intents differ from one run to the next: alone on seed 5 of seeds 1 to 6 once, on seed 4 of seeds 1 to 8 another time); " +
+		return "refusal-in-second-transaction breaks it alone in some runs (the deterministic runs of 100 intents of seeds 42 to 45; free runs of 400 intents differ from one run to the next: " +
+			"audit --seed 42's broke " + KindRejected + " too, --seed 20261130's " + KindReplay + " and " + KindRejected + "); " +
 			"on others an intent whose key it lost is sent again (a second tap, a repeat after the cleanup), " +
 			"runs again, and " + KindReplay + " (and " + KindRejected + " when it then moves money) back it up"
 	case KindTwice:
-		return "new-key-after-5xx breaks it alone in some runs (seed 42's deterministic run of 100 intents); " +
+		return "new-key-after-5xx breaks it alone in some runs (the deterministic runs of 100 intents of seeds 42, 43 and 45); " +
 			"on others the client's new key is refused for want of the money the first request moved, and " + KindRejected +
 			" backs it up (with " + KindWrong + " when the sender is a solo account sending its whole balance)"
 	case KindOutboxLeft:
-		return "give-up-on-claims (a row given up at a failed send once claimed 5 times, every claim counted) breaks it alone in some runs: " +
-			"it needs a row claimed 5 times or more, its dispatchers crashed or stalled past their lease, whose next send loses the provider's answer. " +
-			"Seed 42's and 43's deterministic 100 intents have none (the audit's chaos cell catches it on seed 44: row 75, 7 claims); " +
-			"every free run of 400 measured has one (seeds 42 and 20261130, 8 runs each). Such rows come partly from the side effects' crash draws, " +
-			"which barely change from one chance on a row to the next (outbox.Pipeline's fires): a row a dispatcher crashed on tends to see the next one crash too. " +
+		return "give-up-on-same-error (a row given up at its second failed send, for the same error as its last) breaks it alone in some runs only: " +
+			"it needs an SMS whose provider loses its answer twice, to its first send and to a re-send (each chance drawn apart, outbox.Pipeline's fires): " +
+			"seed 42's deterministic run of 100 intents has one (row 91), as 9 of seeds 1 to 20's do, not seeds 43 to 45's; " +
+			"audit --seed 42's free run of 400 has one, --seed 20261130's none (the next seed's has); a run with none misses it. " +
 			"Only a row given up after its message went out once is alone: one given up before breaks " + KindSMSNotOnce + " or " + KindEventLost + " too"
 	case KindNegative:
 		return "alone only where the accounts table leaves the floor to the application: bank-sim's own has CHECK (balance_kobo >= 0), " +
 			"which turns an overdraw into a 500 on every attempt (" + KindUnresolved + " sees own-accounts-unchecked). " +
 			"no-balance-floor drops that CHECK and checks a move between one customer's own accounts on the balance read as its request arrived, " +
 			"debiting without the condition: it breaks the rule alone when a debit of the sender commits between that read and the move's row lock " +
-			"and an audit (or the end) sees the balance before a credit lifts it: in the deterministic runs of 100 intents of seeds 42, 44 and 45, " +
-			"not of seed 43, and in 8 of 10 free runs of 400 measured (seeds 42 and 20261130, five each); a run that meets no such race, or none " +
+			"and an audit (or the end) sees the balance before a credit lifts it: in the deterministic runs of 100 intents of seeds 43 and 44, " +
+			"not of seeds 42 and 45, and in 4 of 4 free runs of 400 measured (seeds 42 and 20261130, two each); a run that meets no such race, or none " +
 			"an audit sees, misses it (the audit's cell then goes on to the next seed). A deterministic hole would not do: a solo account sending " +
 			"a kobo more than it holds to its owner's other account (seed 42's free 400: intents 190 and 384) would be told 201, and " + KindWrong +
 			" knows its answer"

@@ -77,7 +77,7 @@ func TestAuditListsWhatEachRuleAloneCatches(t *testing.T) {
 	for _, want := range []string{
 		"   " + chaos.KindKeyLost + " keys-lost\n",
 		"   " + chaos.KindAbandoned + " none: no built-in mistake needs this rule\n",
-		"   " + chaos.KindOutboxLeft + " none: give-up-on-claims (a row given up at a failed send once claimed 5 times",
+		"   " + chaos.KindOutboxLeft + " none: give-up-on-same-error (a row given up at its second failed send",
 		"   " + chaos.KindNegative + " none: alone only where the accounts table leaves the floor to the application",
 		"   " + chaos.KindTotal + " none: implied at the end by " + chaos.KindLedger,
 		"replays-rebuilt MISSED: only the rule switched off caught it (" + chaos.KindReplay + ")\n",

@@ -347,8 +347,8 @@ func (d *Dispatcher) fail(ctx context.Context, token string, r Row, sendErr erro
 		backoff = DefaultBackoff
 	}
 	giveUp := "failures + 1 >= $5"
-	if d.Flaws.GiveUpOnClaims {
-		giveUp = "attempts >= $5" // the mistake: claims that crashed or stalled count as failed sends
+	if d.Flaws.GiveUpOnSameError {
+		giveUp += " OR last_error = $3" // the mistake: a transient error that repeats is taken for a permanent one
 	}
 	outcome := Retry
 	err := pgx.BeginFunc(ctx, d.DB, func(tx pgx.Tx) error {

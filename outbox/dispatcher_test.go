@@ -321,20 +321,101 @@ func TestBackoffAndBoundedRetries(t *testing.T) {
 // first dispatcher died after the provider accepted its SMS, and whose next
 // three stalled past their lease, has been claimed four times and has never
 // failed. Its fifth claim re-sends it and loses the provider's answer: the
-// row waits out its backoff and is then marked sent, one SMS in all. The
-// give-up-on-claims mistake reads the limit against the claims (attempts 5
-// of 5) and fails the row for good at that first failed send, its SMS
-// delivered and the row never done.
+// row waits out its backoff and is then marked sent, one SMS in all.
+// Catches the limit read against the claims (failed_at set when attempts
+// >= MaxAttempts, the attempts column that every claim bumps): the row is
+// failed for good at that first failed send, its SMS delivered and the row
+// never done.
 func TestClaimsThatNeverFailedDoNotGiveARowUp(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewBank(t, 4)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	at := t0
+	clock := func(advance time.Duration) {
+		t.Helper()
+		at = at.Add(advance)
+		if err := bank.SetClock(ctx, pool, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clock(0)
+	addSMSRows(t, pool, 1)
+	p := outbox.NewProvider(1)
+	newDispatcher := func(name string) *outbox.Dispatcher {
+		return &outbox.Dispatcher{DB: pool, Name: name, SMS: p}
+	}
+
+	// Claim 1: the provider accepts the SMS and the dispatcher dies before
+	// marking the row (a process that dies runs nothing more, and gives
+	// nothing back).
+	crash := newDispatcher("d1")
+	crash.Hooks.AfterSend = func(context.Context, outbox.Row) { runtime.Goexit() }
+	died := make(chan struct{})
+	go func() {
+		defer close(died)
+		_, _ = crash.RunOnce(ctx)
+	}()
+	select {
+	case <-died:
+	case <-ctx.Done():
+		t.Fatal("the crashing dispatcher never died")
+	}
+	// Claims 2 to 4: each dispatcher stalls past its lease.
+	for i := 2; i <= 4; i++ {
+		clock(outbox.DefaultLease + time.Second)
+		b, err := newDispatcher(fmt.Sprintf("d%d", i)).Claim(ctx)
+		if err != nil || len(b.Rows) != 1 || b.Rows[0].Attempts != i {
+			t.Fatalf("claim %d: %+v %v", i, b, err)
+		}
+	}
+	// Claim 5: the re-send's answer is lost.
+	clock(outbox.DefaultLease + time.Second)
+	lost := 0
+	p.LoseIf(func(_ outbox.Message, replay bool) bool {
+		lost++
+		return replay && lost == 1
+	})
+	d := newDispatcher("d5")
+	rep, err := d.RunOnce(ctx)
+	if err != nil || rep.Outcomes[outbox.Retry] != 1 {
+		t.Fatalf("the fifth claim: %v %v, want one %q", rep.Outcomes, err, outbox.Retry)
+	}
+	clock(time.Hour)
+	if _, err := d.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var attempts, failures, failed, done int
+	if err := pool.QueryRow(ctx, `SELECT attempts, failures, (failed_at IS NOT NULL)::int, (done_at IS NOT NULL)::int
+		FROM outbox WHERE id = 1`).Scan(&attempts, &failures, &failed, &done); err != nil {
+		t.Fatal(err)
+	}
+	if failed != 0 || done != 1 {
+		t.Errorf("row 1 after %d claims and %d failed send: failed %d, done %d; want done", attempts, failures, failed, done)
+	}
+	if n := len(p.Messages()); n != 1 {
+		t.Errorf("%d SMS sent, want 1", n)
+	}
+}
+
+// A failure that repeats is no reason to give a row up before MaxAttempts
+// failed sends: a row's first send loses the provider's answer (the SMS is
+// accepted), and so does its re-send, a replay of its key, with the very
+// same timeout. Both wait out their backoff; the third send is answered
+// (replayed) and the row is marked sent, one SMS in all. The
+// give-up-on-same-error mistake takes the second timeout, equal to the
+// row's last_error, for a permanent failure and fails the row for good
+// there, its SMS delivered and the row never done.
+func TestARepeatedTimeoutDoesNotGiveARowUp(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		flaws  outbox.Flaws
-		fifth  outbox.Outcome // the fifth claim's outcome
+		second outbox.Outcome // the second send's outcome
 		failed int            // rows failed for good at the end
 	}{
 		{"failed sends counted", outbox.Flaws{}, outbox.Retry, 0},
-		{"claims counted", outbox.Flaws{GiveUpOnClaims: true}, outbox.GaveUp, 1},
+		{"same error given up", outbox.Flaws{GiveUpOnSameError: true}, outbox.GaveUp, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -352,56 +433,30 @@ func TestClaimsThatNeverFailedDoNotGiveARowUp(t *testing.T) {
 			clock(0)
 			addSMSRows(t, pool, 1)
 			p := outbox.NewProvider(1)
-			newDispatcher := func(name string) *outbox.Dispatcher {
-				return &outbox.Dispatcher{DB: pool, Name: name, SMS: p, Flaws: tc.flaws}
-			}
-
-			// Claim 1: the provider accepts the SMS and the dispatcher
-			// dies before marking the row (a process that dies runs
-			// nothing more, and gives nothing back).
-			crash := newDispatcher("d1")
-			crash.Hooks.AfterSend = func(context.Context, outbox.Row) { runtime.Goexit() }
-			died := make(chan struct{})
-			go func() {
-				defer close(died)
-				_, _ = crash.RunOnce(ctx)
-			}()
-			select {
-			case <-died:
-			case <-ctx.Done():
-				t.Fatal("the crashing dispatcher never died")
-			}
-			// Claims 2 to 4: each dispatcher stalls past its lease.
-			for i := 2; i <= 4; i++ {
-				clock(outbox.DefaultLease + time.Second)
-				b, err := newDispatcher(fmt.Sprintf("d%d", i)).Claim(ctx)
-				if err != nil || len(b.Rows) != 1 || b.Rows[0].Attempts != i {
-					t.Fatalf("claim %d: %+v %v", i, b, err)
-				}
-			}
-			// Claim 5: the re-send's answer is lost.
-			clock(outbox.DefaultLease + time.Second)
-			lost := 0
-			p.LoseIf(func(_ outbox.Message, replay bool) bool {
-				lost++
-				return replay && lost == 1
+			sends := 0
+			p.LoseIf(func(outbox.Message, bool) bool {
+				sends++
+				return sends <= 2 // the first send's answer and the first replay's
 			})
-			d := newDispatcher("d5")
-			rep, err := d.RunOnce(ctx)
-			if err != nil || rep.Outcomes[tc.fifth] != 1 {
-				t.Fatalf("the fifth claim: %v %v, want one %q", rep.Outcomes, err, tc.fifth)
+			d := &outbox.Dispatcher{DB: pool, Name: "d", SMS: p, Flaws: tc.flaws}
+			for i, want := range []outbox.Outcome{outbox.Retry, tc.second} {
+				rep, err := d.RunOnce(ctx)
+				if err != nil || rep.Outcomes[want] != 1 {
+					t.Fatalf("send %d: %v %v, want one %q", i+1, rep.Outcomes, err, want)
+				}
+				clock(time.Hour) // past the backoff
 			}
-			clock(time.Hour)
 			if _, err := d.Drain(ctx); err != nil {
 				t.Fatal(err)
 			}
-			var attempts, failures, failed, done int
-			if err := pool.QueryRow(ctx, `SELECT attempts, failures, (failed_at IS NOT NULL)::int, (done_at IS NOT NULL)::int
-				FROM outbox WHERE id = 1`).Scan(&attempts, &failures, &failed, &done); err != nil {
+			var failures, failed, done int
+			var lastErr string
+			if err := pool.QueryRow(ctx, `SELECT failures, (failed_at IS NOT NULL)::int, (done_at IS NOT NULL)::int, coalesce(last_error, '')
+				FROM outbox WHERE id = 1`).Scan(&failures, &failed, &done, &lastErr); err != nil {
 				t.Fatal(err)
 			}
 			if failed != tc.failed || done != 1-tc.failed {
-				t.Errorf("row 1 after %d claims and %d failed send: failed %d, done %d; want failed %d", attempts, failures, failed, done, tc.failed)
+				t.Errorf("row 1 after %d failed sends (last error %q): failed %d, done %d; want failed %d", failures, lastErr, failed, done, tc.failed)
 			}
 			if n := len(p.Messages()); n != 1 {
 				t.Errorf("%d SMS sent, want 1", n)

@@ -48,15 +48,15 @@ type Flaws struct {
 	// NoClaimToken renews and marks a row without checking the claim token:
 	// a dispatcher whose lease expired carries on with rows another took over.
 	NoClaimToken bool `json:"noClaimToken,omitempty"`
-	// GiveUpOnClaims fails a row for good at a failed send once it has
-	// been claimed MaxAttempts times, reading the limit against the
-	// attempts column (every claim bumps it) instead of the failed sends:
-	// a row whose dispatchers crashed after sending it, or stalled past
-	// their lease, is given up at its first failed send, though it never
-	// failed before. Plausible: the limit is called MaxAttempts and the
-	// column attempts, and this package's dispatcher read it so until
-	// commit b3a9757.
-	GiveUpOnClaims bool `json:"giveUpOnClaims,omitempty"`
+	// GiveUpOnSameError fails a row for good at once when its send fails
+	// with the same error as the row's last failed send, taking a failure
+	// that repeats for a permanent one (a poison row), instead of only
+	// after MaxAttempts failed sends: a provider timeout is transient and
+	// repeats all the same, and a row whose send and re-send both lose the
+	// provider's answer is given up at its second failed send, its SMS
+	// sent. Plausible: "the same error twice is not transient" is a common
+	// shortcut of retry code, and last_error sits in the very row.
+	GiveUpOnSameError bool `json:"giveUpOnSameError,omitempty"`
 	// NoDedup makes the consumer apply every delivery, without the
 	// processed-events marker.
 	NoDedup bool `json:"noDedup,omitempty"`
@@ -96,7 +96,7 @@ func (f Flaws) Or(g Flaws) Flaws {
 		NoSkipLocked:            f.NoSkipLocked || g.NoSkipLocked,
 		NoLeaseCheck:            f.NoLeaseCheck || g.NoLeaseCheck,
 		NoClaimToken:            f.NoClaimToken || g.NoClaimToken,
-		GiveUpOnClaims:          f.GiveUpOnClaims || g.GiveUpOnClaims,
+		GiveUpOnSameError:       f.GiveUpOnSameError || g.GiveUpOnSameError,
 		NoDedup:                 f.NoDedup || g.NoDedup,
 		MarkerAfterEffect:       f.MarkerAfterEffect || g.MarkerAfterEffect,
 		OffsetBeforeEffect:      f.OffsetBeforeEffect || g.OffsetBeforeEffect,

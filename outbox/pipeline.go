@@ -167,46 +167,14 @@ func NewPipeline(db bank.DB, sms *Provider, log *Log, cfg PipelineConfig) *Pipel
 
 // fires decides whether fault fires at its next opportunity on id.
 // A decision Fire lists fires whatever the rate.
-func (p *Pipeline) fires(fault, id string) bool { return p.decide(fault, id, false) }
-
-// maxLostAnswers bounds the provider-timeouts on one SMS, its first send's
-// and its replays' together: well below DefaultMaxAttempts, so that a
-// correct dispatcher, which gives a row up only after that many failed
-// sends, never gives one up in a chaos run.
-const maxLostAnswers = 2
-
-// losesAnswer decides whether the provider loses its answer to m: for a
-// new message, as fires does; for a replay (a re-send of a key the
-// provider has accepted, which it answers with the first message's id),
-// by a draw of its own, and at most maxLostAnswers times per key in all.
-func (p *Pipeline) losesAnswer(m Message, replay bool) bool {
-	if !replay {
-		return p.noteLost(m.Key, p.fires(FaultProviderTimeout, m.Key))
-	}
-	p.mu.Lock()
-	lost := p.lost[m.Key]
-	p.mu.Unlock()
-	if lost >= maxLostAnswers {
-		return false
-	}
-	return p.noteLost(m.Key, p.decide(FaultProviderTimeout, m.Key, true))
-}
-
-func (p *Pipeline) noteLost(key string, lose bool) bool {
-	if lose {
-		p.mu.Lock()
-		p.lost[key]++
-		p.mu.Unlock()
-	}
-	return lose
-}
-
-// decide is fires; mix passes the hash through a splitmix64 finalizer
-// first. The FNV-1a hash's top bits barely move with the try's number n,
-// so that the tries of one id decide alike: a replay's lost answer mixes
-// them, so as to be drawn apart from its first send's. The draws that
-// existed before it stay unmixed, and the histories they made the same.
-func (p *Pipeline) decide(fault, id string, mix bool) bool {
+//
+// Each decision is drawn from the FNV-1a hash of "seed/fault/id/n", n the
+// try's number on id, passed through a splitmix64 finalizer: the hash's
+// top bits barely move with n, so that unmixed, every try on a row would
+// decide as its first did (a dispatcher that crashed on a row would crash
+// on it every time), where a fault's tries must be independent draws at
+// its rate.
+func (p *Pipeline) fires(fault, id string) bool {
 	rate := p.cfg.Rates[fault]
 	if rate <= 0 && len(p.fire) == 0 {
 		return false
@@ -223,11 +191,7 @@ func (p *Pipeline) decide(fault, id string, mix bool) bool {
 		}
 		h := fnv.New64a()
 		fmt.Fprintf(h, "%d/%s/%d", p.cfg.Seed, key, n)
-		x := h.Sum64()
-		if mix {
-			x = splitmix64(x)
-		}
-		if float64(x>>11)/(1<<53) >= rate {
+		if float64(splitmix64(h.Sum64())>>11)/(1<<53) >= rate {
 			return false
 		}
 	}
@@ -236,6 +200,37 @@ func (p *Pipeline) decide(fault, id string, mix bool) bool {
 	p.firing = append(p.firing, f)
 	p.mu.Unlock()
 	return true
+}
+
+// maxLostAnswers bounds the provider-timeouts on one SMS, its first send's
+// and its replays' together: well below DefaultMaxAttempts, so that a
+// correct dispatcher, which gives a row up only after that many failed
+// sends, never gives one up in a chaos run.
+const maxLostAnswers = 2
+
+// losesAnswer decides whether the provider loses its answer to m, as fires
+// does, the first send's and its replays' (re-sends of a key the provider
+// has accepted, which it answers with the first message's id) being the
+// tries of one key: at most maxLostAnswers times per key in all.
+func (p *Pipeline) losesAnswer(m Message, replay bool) bool {
+	if replay {
+		p.mu.Lock()
+		lost := p.lost[m.Key]
+		p.mu.Unlock()
+		if lost >= maxLostAnswers {
+			return false
+		}
+	}
+	return p.noteLost(m.Key, p.fires(FaultProviderTimeout, m.Key))
+}
+
+func (p *Pipeline) noteLost(key string, lose bool) bool {
+	if lose {
+		p.mu.Lock()
+		p.lost[key]++
+		p.mu.Unlock()
+	}
+	return lose
 }
 
 // splitmix64 is SplitMix64's finalizer: every bit of x moves every bit of

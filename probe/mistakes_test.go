@@ -109,7 +109,7 @@ var probeTable = map[string]mistake{
 	"dispatcher-without-skip-locked": {blind: sideEffect},
 	"mark-done-without-claim-token":  {blind: sideEffect},
 	"claim-without-lease-check":      {blind: sideEffect},
-	"give-up-on-claims":              {blind: sideEffect},
+	"give-up-on-same-error":          {blind: sideEffect},
 	"consumer-without-dedup":         {blind: sideEffect},
 	"offset-before-effect":           {blind: sideEffect},
 	"marker-after-effect":            {blind: sideEffect},
@@ -141,7 +141,7 @@ var untouchedTransfers = map[string]bool{
 	"no-provider-key": true, "dispatcher-without-skip-locked": true, "mark-done-without-claim-token": true,
 	"claim-without-lease-check": true, "consumer-without-dedup": true, "offset-before-effect": true, "lock-release-without-token": true,
 	"marker-after-effect": true, "no-event-for-own-accounts": true, "lock-get-then-set": true,
-	"give-up-on-claims": true, "ship-read-then-write": true, "async-replication": true,
+	"give-up-on-same-error": true, "ship-read-then-write": true, "async-replication": true,
 }
 
 // Against each of the lesson's server-side mistakes, the probe fails on the

@@ -358,10 +358,10 @@ func All() []Bug {
 			Outbox:      outbox.Flaws{NoClaimToken: true},
 		},
 		{
-			Name:        "give-up-on-claims",
-			Mistake:     "The dispatcher gives a row up for good at a failed send once the row has been claimed MaxAttempts times, counting every claim (the attempts column) instead of the failed sends",
-			Consequence: "A row claimed again and again for no fault of its own (its dispatchers crashed after sending it, or stalled past their lease) is failed at its first lost provider answer: its SMS went out once, and the row is never marked sent",
-			Outbox:      outbox.Flaws{GiveUpOnClaims: true},
+			Name:        "give-up-on-same-error",
+			Mistake:     "The dispatcher gives a row up for good when its send fails with the same error as the row's last failed send, taking a repeated failure for a permanent one, instead of only after MaxAttempts failed sends",
+			Consequence: "A provider timeout is transient and may come again: a row whose send and whose re-send both lose the provider's answer is failed at its second failed send, though the provider sent its SMS once: the row is never marked sent",
+			Outbox:      outbox.Flaws{GiveUpOnSameError: true},
 		},
 		{
 			Name:        "consumer-without-dedup",
