@@ -328,19 +328,7 @@ func TestBackoffAndBoundedRetries(t *testing.T) {
 // never done.
 func TestClaimsThatNeverFailedDoNotGiveARowUp(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.NewBank(t, 4)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	at := t0
-	clock := func(advance time.Duration) {
-		t.Helper()
-		at = at.Add(advance)
-		if err := bank.SetClock(ctx, pool, at); err != nil {
-			t.Fatal(err)
-		}
-	}
-	clock(0)
-	addSMSRows(t, pool, 1)
+	ctx, pool, clock := oneRowAtT0(t)
 	p := outbox.NewProvider(1)
 	newDispatcher := func(name string) *outbox.Dispatcher {
 		return &outbox.Dispatcher{DB: pool, Name: name, SMS: p}
@@ -419,19 +407,7 @@ func TestARepeatedTimeoutDoesNotGiveARowUp(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			pool := pgtest.NewBank(t, 4)
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			at := t0
-			clock := func(advance time.Duration) {
-				t.Helper()
-				at = at.Add(advance)
-				if err := bank.SetClock(ctx, pool, at); err != nil {
-					t.Fatal(err)
-				}
-			}
-			clock(0)
-			addSMSRows(t, pool, 1)
+			ctx, pool, clock := oneRowAtT0(t)
 			p := outbox.NewProvider(1)
 			sends := 0
 			p.LoseIf(func(outbox.Message, bool) bool {
@@ -493,4 +469,25 @@ func TestCheckFindsAnOutboxRowWithoutItsTransfer(t *testing.T) {
 	if c := check(); c.OK || c.Detail != "outbox row 1 is about transfer 1, which does not exist" {
 		t.Errorf("got %+v", c)
 	}
+}
+
+// oneRowAtT0 is a bank with one SMS row in its outbox, its clock at t0, a
+// context bounded at 30 s, and clock, which moves the bank's clock on by
+// advance.
+func oneRowAtT0(t *testing.T) (ctx context.Context, pool *pgxpool.Pool, clock func(advance time.Duration)) {
+	t.Helper()
+	pool = pgtest.NewBank(t, 4)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	at := t0
+	clock = func(advance time.Duration) {
+		t.Helper()
+		at = at.Add(advance)
+		if err := bank.SetClock(ctx, pool, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clock(0)
+	addSMSRows(t, pool, 1)
+	return ctx, pool, clock
 }
