@@ -339,8 +339,12 @@ func reportCampaign(app *App, rep campaignReport, run campaignRun) error {
 			}
 			fmt.Fprintf(out, "%s\n", p.dim.Sprint("more seeds or more intents (--intents) reach every defence"))
 		case tally[chaos.Inconclusive] > 0:
-			fmt.Fprintf(out, "%s\n", p.dim.Sprintf("coverage: the seeds together took every defence path and fired every fault (%s on its own missed some)",
-				count(tally[chaos.Inconclusive], "seed", "seeds")))
+			own := "its"
+			if tally[chaos.Inconclusive] > 1 {
+				own = "their"
+			}
+			fmt.Fprintf(out, "%s\n", p.dim.Sprintf("coverage: the seeds together took every defence path and fired every fault (%s on %s own missed some)",
+				count(tally[chaos.Inconclusive], "seed", "seeds"), own))
 		}
 		if first := run.first; first != nil {
 			via := ""
