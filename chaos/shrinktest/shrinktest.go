@@ -61,8 +61,8 @@ func storyText(r scenarios.Report) string {
 // ToRecipe is the test of mistake b: the audit's chaos run (seed 1, every
 // fault at 3% or more; 150 intents, or the audit's 400 when those break no
 // rule; a pipeline mistake's 60, or 150), run deterministically, breaks a
-// rule; Shrink finds a recipe of at most five intents (intentsAtMost for
-// a few) that breaks the same one; the recipe, saved and loaded, replays
+// rule; Shrink finds a recipe of at most five intents that breaks the
+// same one; the recipe, saved and loaded, replays
 // as a story ten times with the same text every time, its mistake's phase
 // breaking that rule and the correct handler's keeping every rule. A
 // pipeline mistake must be caught, and its recipe must need its
@@ -111,12 +111,8 @@ func ToRecipe(t *testing.T, dbs banks.Databases, b mistakes.Bug) {
 	if r.Violation.Kind != res.First.Kind {
 		t.Fatalf("the recipe breaks %s, the run broke %s first", r.Violation.Kind, res.First.Kind)
 	}
-	most := 5
-	if n, ok := intentsAtMost[b.Name]; ok {
-		most = n
-	}
-	if n := len(r.Script.Intents); n > most {
-		t.Fatalf("%d intents left: want at most %d\n%s", n, most, r.Text())
+	if n := len(r.Script.Intents); n > 5 {
+		t.Fatalf("%d intents left: want at most 5\n%s", n, r.Text())
 	}
 	t.Logf("SHRINK %s | %s | %d → %d intents | %d → %d clients | %d → %d faults | %d → %d servers | %d dispatchers | %d preemptions | %d runs\n%s",
 		b.Name, r.Violation.Kind, r.From.Intents, r.To.Intents, r.From.Clients, r.To.Clients, r.From.Faults, r.To.Faults,
@@ -186,10 +182,6 @@ func ToRecipe(t *testing.T, dbs banks.Databases, b mistakes.Bug) {
 // rejected-but-moved, and the default 400 runs leave 6 intents; seed 2's
 // break moved-twice and shrink to 1 intent in 51 runs (again: 67 s).
 var seeds = map[string]uint64{"new-key-after-5xx": 42, "give-up-on-same-error": 4, "marker-after-effect": 3, "no-fencing": 2}
-
-// intentsAtMost are the mistakes whose recipe keeps more than five intents
-// (five for the others): none at present.
-var intentsAtMost = map[string]int{}
 
 // auditSteps are the mistakes that only a mid-run audit catches, and the
 // audits' cadence their runs start from (chaos.DefaultAuditSteps, 500, for
